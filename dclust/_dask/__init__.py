@@ -1,0 +1,1 @@
+"""Orchestration: builds Dask graphs from the kernels. Imports dask, never zarr or xarray."""

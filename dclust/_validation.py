@@ -1,0 +1,273 @@
+"""Validation from metadata: parameters, arrays (shape, dtype, chunks) and sample weights.
+
+Nothing here reads the data, except :func:`check_sample_weight`, which scans the (N,) weights once.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+from .errors import ChunkingError, InvalidDataError, InvalidParameterError, message
+
+__all__ = [
+    "Interval",
+    "Options",
+    "validate_params",
+    "check_array",
+    "check_sample_weight",
+    "as_generator",
+    "InputInfo",
+    "MAX_FEATURE_CHUNK_BYTES",
+    "DEFAULT_BLOCK_BYTES",
+]
+
+#: A feature axis split in several chunks is merged into one (with a warning) while a block stays below this.
+MAX_FEATURE_CHUNK_BYTES = 256 * 2**20
+#: Row-chunk size used when a numpy array is wrapped into a dask array.
+DEFAULT_BLOCK_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A numeric range; ``kind`` is ``"real"`` or ``"int"``; ``closed`` in {"both", "left", "right", "neither"}."""
+
+    kind: str
+    left: float | None
+    right: float | None
+    closed: str = "both"
+
+    def accepts(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return False
+        if self.kind == "int" and not isinstance(value, numbers.Integral):
+            return False
+        if not math.isfinite(float(value)):
+            return False
+        if self.left is not None:
+            if value < self.left or (value == self.left and self.closed in ("right", "neither")):
+                return False
+        if self.right is not None:
+            if value > self.right or (value == self.right and self.closed in ("left", "neither")):
+                return False
+        return True
+
+    def __str__(self) -> str:
+        lo = "-inf" if self.left is None else self.left
+        hi = "inf" if self.right is None else self.right
+        lb = "[" if self.closed in ("both", "left") and self.left is not None else "("
+        rb = "]" if self.closed in ("both", "right") and self.right is not None else ")"
+        return f"{'an integer' if self.kind == 'int' else 'a finite real number'} in {lb}{lo}, {hi}{rb}"
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of a fixed set of values (compared with ``==``)."""
+
+    values: tuple
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, (str, bool, type(None))) and value in self.values
+
+    def __str__(self) -> str:
+        return "one of " + ", ".join(repr(v) for v in self.values)
+
+
+class _Kind:
+    def __init__(self, name: str, test) -> None:
+        self.name, self.test = name, test
+
+    def accepts(self, value: Any) -> bool:
+        return self.test(value)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+ARRAY = _Kind("an array of shape (n_clusters, n_features)", lambda v: hasattr(v, "shape") and np.ndim(v) == 2)
+NONE = _Kind("None", lambda v: v is None)
+SEED = _Kind(
+    "None, an int >= 0 or a numpy.random.Generator",
+    lambda v: v is None
+    or isinstance(v, np.random.Generator)
+    or (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0),
+)
+CALLABLE = _Kind("a callable", callable)
+
+
+def validate_params(estimator) -> None:
+    """Check every constructor parameter of ``estimator`` against its ``_parameter_constraints``."""
+    cls = type(estimator).__name__
+    for name, constraints in estimator._parameter_constraints.items():
+        value = getattr(estimator, name)
+        if any(c.accepts(value) for c in constraints):
+            continue
+        expected = " or ".join(str(c) for c in constraints)
+        raise InvalidParameterError(
+            message(f"{cls}({name}=...)", expected, f"{value!r}", f"Pass a valid {name} to {cls}(...).")
+        )
+
+
+def as_generator(seed) -> np.random.Generator:
+    """One numpy Generator per fit, from ``random_state``."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    return np.random.default_rng(seed)
+
+
+@dataclass
+class InputInfo:
+    """What an estimator remembers of its input to shape its outputs the same way."""
+
+    kind: str  # "numpy" | "dask" | "xarray"
+    template: Any = None  # xarray: X with the feature dimension dropped, used to rebuild a labelled output
+    sample_dim: str | None = None
+
+
+def _is_xarray(X) -> bool:
+    return hasattr(X, "dims") and hasattr(X, "coords") and hasattr(X, "variable")
+
+
+def _is_lazy_array(X) -> bool:
+    """Chunked array-likes that dask can wrap: zarr arrays (and h5py datasets) expose .chunks and slicing."""
+    return hasattr(X, "shape") and hasattr(X, "dtype") and hasattr(X, "chunks") and hasattr(X, "__getitem__")
+
+
+def _default_rows(n_features: int, itemsize: int) -> int:
+    return max(1, DEFAULT_BLOCK_BYTES // max(1, n_features * itemsize))
+
+
+def check_array(
+    X: Any,
+    *,
+    name: str = "X",
+    n_features: int | None = None,
+    min_samples: int = 1,
+) -> tuple[da.Array, InputInfo]:
+    """Turn any supported input into a row-chunked 2-D floating dask array, from metadata only.
+
+    Accepted: numpy arrays, dask arrays, zarr arrays and xarray DataArrays of shape (n_samples, n_features)
+    (for xarray the first dimension is the sample dimension; use :func:`dclust.open_array` with ``sample_dim=``
+    for other layouts). Integer data becomes float64, float16 becomes float32, float32/float64 are kept.
+    """
+    info = InputInfo("dask")
+    if isinstance(X, (str, os.PathLike)):
+        raise InvalidDataError(
+            message(name, "an array (numpy, dask, zarr or xarray)", f"the path {os.fspath(X)!r}",
+                    f"Open the store first: {name} = dclust.open_array({os.fspath(X)!r}).")
+        )
+    if _is_xarray(X):
+        if X.ndim != 2:
+            raise InvalidDataError(
+                message(name, "a 2-D DataArray (samples, features)", f"dims {tuple(X.dims)}",
+                        "Use dclust.open_array(data_array, sample_dim=...) to stack the other dims as features.")
+            )
+        info = InputInfo("xarray", X.isel({X.dims[1]: 0}, drop=True), X.dims[0])
+        X = X.data
+    if isinstance(X, da.Array):
+        arr = X
+    elif isinstance(X, np.ndarray) or (not _is_lazy_array(X) and not isinstance(X, da.Array)):
+        try:
+            Xn = np.asarray(X)
+        except Exception as exc:  # noqa: BLE001 - anything numpy refuses
+            raise InvalidDataError(
+                message(name, "an array-like of numbers", f"{type(X).__name__}", "Pass a numeric 2-D array.")
+            ) from exc
+        if info.kind == "dask":
+            info = InputInfo("numpy")
+        _check_dtype(Xn.dtype, name)
+        _check_shape(Xn.shape, name, min_samples)
+        rows = _default_rows(Xn.shape[1], Xn.dtype.itemsize)
+        arr = da.from_array(Xn, chunks=(rows, -1))
+    else:  # zarr array or another chunked store
+        _check_dtype(np.dtype(X.dtype), name)
+        _check_shape(tuple(X.shape), name, min_samples)
+        chunks = tuple(X.chunks) if getattr(X, "chunks", None) else "auto"
+        arr = da.from_array(X, chunks=chunks)
+    _check_dtype(arr.dtype, name)
+    _check_shape(arr.shape, name, min_samples)
+    if n_features is not None and arr.shape[1] != n_features:
+        raise InvalidDataError(
+            message(name, f"{n_features} features (as seen in fit)", f"{arr.shape[1]} features",
+                    "Pass data with the same columns the model was fitted on.")
+        )
+    arr = _one_feature_chunk(arr, name)
+    if arr.dtype.kind in "iu":
+        arr = arr.astype(np.float64)
+    elif arr.dtype == np.float16:
+        arr = arr.astype(np.float32)
+    return arr, info
+
+
+def _check_dtype(dtype: np.dtype, name: str) -> None:
+    if dtype.kind in "iuf" and dtype.itemsize <= 8:
+        return
+    hint = {
+        "c": "Complex values have no order for clustering; pass the real and imaginary parts as two features.",
+        "b": "Cast booleans to float first: X.astype('float32').",
+    }.get(dtype.kind, "Convert it to float32 or float64 first.")
+    raise InvalidDataError(message(f"{name}.dtype", "a real numeric dtype (float or int)", f"{dtype}", hint))
+
+
+def _check_shape(shape: tuple, name: str, min_samples: int) -> None:
+    if len(shape) != 2:
+        fix = (
+            "Reshape a single feature to a column: X.reshape(-1, 1)."
+            if len(shape) == 1
+            else "Stack the trailing dims into features (X.reshape(len(X), -1)), or use "
+            "dclust.open_array(data_array, sample_dim=...) for xarray."
+        )
+        raise InvalidDataError(message(f"{name}.shape", "2 dimensions (n_samples, n_features)", f"{shape}", fix))
+    if shape[0] < min_samples:
+        raise InvalidDataError(
+            message(f"{name}.shape", f"at least {min_samples} sample(s)", f"{shape[0]} rows", "Pass non-empty data.")
+        )
+    if shape[1] < 1:
+        raise InvalidDataError(message(f"{name}.shape", "at least 1 feature", f"{shape}", "Pass non-empty data."))
+
+
+def _one_feature_chunk(arr: da.Array, name: str) -> da.Array:
+    if len(arr.chunks[1]) == 1:
+        return arr
+    block_bytes = max(arr.chunks[0]) * arr.shape[1] * arr.dtype.itemsize
+    fix = f"Use {name}.rechunk({{1: -1}}) (and fewer rows per chunk if the blocks get too large)."
+    text = message(
+        f"{name} is chunked along features (chunks={arr.chunks[1]})",
+        "one chunk per row block", f"{len(arr.chunks[1])} feature chunks", fix,
+    )
+    if block_bytes > MAX_FEATURE_CHUNK_BYTES:
+        raise ChunkingError(text)
+    warnings.warn(text + " dclust rechunked it for you.", UserWarning, stacklevel=3)
+    return arr.rechunk({1: -1})
+
+
+def check_sample_weight(sample_weight: Any, X: da.Array) -> da.Array | None:
+    """Validate ``sample_weight`` (length N, finite, >= 0) and chunk it like X's rows; one scan of the weights."""
+    if sample_weight is None:
+        return None
+    n = X.shape[0]
+    w = sample_weight.data if _is_xarray(sample_weight) else sample_weight
+    if not isinstance(w, da.Array):
+        w = np.asarray(w)
+        if w.dtype.kind not in "iuf":
+            raise InvalidDataError(message("sample_weight", "numeric weights", f"dtype {w.dtype}", "Pass floats."))
+    if w.ndim != 1 or w.shape[0] != n:
+        raise InvalidDataError(
+            message("sample_weight", f"a 1-D array of length {n} (one weight per row of X)",
+                    f"shape {tuple(w.shape)}", "Pass one weight per sample.")
+        )
+    w = da.asarray(w).astype(np.float64).rechunk((X.chunks[0],))
+    bad_neg, bad_nonfinite = da.compute((w < 0).any(), ~da.isfinite(w).all())
+    if bad_nonfinite or bad_neg:
+        raise InvalidDataError(
+            message("sample_weight", "finite weights >= 0", "negative or non-finite values",
+                    "Drop those samples or give them weight 0.")
+        )
+    return w

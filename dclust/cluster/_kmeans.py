@@ -1,0 +1,201 @@
+"""k-means on Dask: Lloyd iterations, one fused pass over the data per iteration."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._dask.blocks import persist_if_fits
+from .._dask.init import farthest_rows, kmeans_parallel, kmeans_plusplus_sample, random_rows, reduce_stats
+from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
+from .._registry import register
+from .._validation import ARRAY, SEED, Interval, Options, as_generator, check_array, check_sample_weight
+from ..errors import InvalidDataError, InvalidParameterError, message
+from ._base import BaseEstimator, CentroidMixin, raise_if_bad_block
+
+__all__ = ["KMeans", "lloyd"]
+
+
+def lloyd(X, w, centres, *, max_iter: int, tol: float, split_every=None, name: str = "KMeans"):
+    """Lloyd iterations from ``centres`` until the partition repeats, the squared centre shift is <= the
+    absolute tolerance (``tol`` times the mean feature variance, as in scikit-learn), or ``max_iter``.
+
+    Empty clusters move to the rows farthest from their centres (one extra pass, only when it happens).
+    Returns ``(centres, inertia, n_iter, history)``; ``history`` holds the objective of every label pass.
+    """
+    C = np.asarray(centres, dtype=np.float64).copy()
+    k = C.shape[0]
+    history: list[float] = []
+    old_fp = None
+    tol_abs = 0.0
+    strict = False
+    watch = Stopwatch()
+    for i in range(max_iter):
+        stats = reduce_stats(X, w, C, split_every)
+        if i == 0:
+            raise_if_bad_block(stats, X)
+            total_w, _, total_scatter = stats.total()
+            tol_abs = tol * total_scatter / max(total_w * X.shape[1], np.finfo(float).tiny)
+        new = np.where(stats.weight[:, None] > 0, stats.mean, C)
+        empty = np.flatnonzero(stats.weight <= 0)
+        if empty.size:
+            _, _, rows = farthest_rows(X, w, C, empty.size, split_every)
+            new[empty[: len(rows)]] = rows
+            logger.info("%s: %d empty cluster(s) moved to the farthest rows", name, empty.size)
+        history.append(float(stats.cost))
+        shift = float(((new - C) ** 2).sum())
+        C = new
+        emit(ProgressEvent(name, "iter", i + 1, stats.cost, k, watch.lap(), {"center_shift": shift}))
+        if old_fp is not None and np.array_equal(stats.fingerprint, old_fp) and not empty.size:
+            strict = True
+            break
+        if shift <= tol_abs:
+            break
+        old_fp = stats.fingerprint
+    n_iter = i + 1
+    if strict:
+        inertia = float(stats.scatter.sum())  # unchanged partition: centres are its means
+    else:
+        inertia = float(reduce_stats(X, w, C, split_every).cost)
+    return C, inertia, n_iter, history
+
+
+@register
+class KMeans(CentroidMixin, BaseEstimator):
+    """k-means clustering of data larger than memory (Lloyd's algorithm, tree-reduced statistics).
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    init : {"k-means||", "k-means++", "random"} or array of shape (n_clusters, n_features), default "k-means||"
+        "k-means||" is the scalable oversampling seeding (a few passes); "k-means++" runs greedy k-means++ on a
+        uniform sample of ``init_sample_size`` rows; "random" takes distinct random rows.
+    n_init : int, default 1
+        Number of seedings; the run with the lowest inertia is kept. Must be 1 with an explicit init array.
+    max_iter : int, default 300
+    tol : float, default 1e-4
+        Relative tolerance on the squared centre shift (scaled by the mean feature variance, as scikit-learn).
+    random_state : int, Generator or None
+    oversampling_factor : float, default 2.0
+        k-means|| draws about ``oversampling_factor * n_clusters`` candidates per round.
+    init_rounds : int, default 5
+        Rounds (passes) of k-means||.
+    init_sample_size : int, default 10000
+        Sample size for "k-means++".
+    persist : {"auto", True, False}, default "auto"
+        Keep the data in (cluster) memory between iterations; "auto" does it when it fits comfortably.
+    split_every : int or None
+        Fan-in of the tree reduction (default 8).
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray (n_clusters, n_features)
+    inertia_ : float
+        Weighted sum of squared distances to the nearest final centre.
+    n_iter_ : int
+    objective_history_ : list of float
+        Objective of every label pass (non-increasing).
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> import numpy as np, dclust
+    >>> X = np.array([[0.0, 0.0], [0.0, 1.0], [10.0, 0.0], [10.0, 1.0]])
+    >>> km = dclust.KMeans(n_clusters=2, random_state=0).fit(X)
+    >>> sorted(km.cluster_centers_[:, 0].tolist())
+    [0.0, 10.0]
+    >>> km.inertia_
+    1.0
+    """
+
+    _parameter_constraints = {
+        "n_clusters": [Interval("int", 1, None)],
+        "init": [Options(("k-means||", "k-means++", "random")), ARRAY],
+        "n_init": [Interval("int", 1, None)],
+        "max_iter": [Interval("int", 1, None)],
+        "tol": [Interval("real", 0, None)],
+        "random_state": [SEED],
+        "oversampling_factor": [Interval("real", 0, None, "neither")],
+        "init_rounds": [Interval("int", 1, None)],
+        "init_sample_size": [Interval("int", 1, None)],
+        "persist": [Options(("auto", True, False))],
+        "split_every": [Interval("int", 2, None), Options((None,))],
+    }
+
+    def __init__(
+        self, *, n_clusters=8, init="k-means||", n_init=1, max_iter=300, tol=1e-4, random_state=None,
+        oversampling_factor=2.0, init_rounds=5, init_sample_size=10_000, persist="auto", split_every=None,
+    ):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.oversampling_factor = oversampling_factor
+        self.init_rounds = init_rounds
+        self.init_sample_size = init_sample_size
+        self.persist = persist
+        self.split_every = split_every
+
+    def _check_init(self, n_features: int) -> None:
+        if isinstance(self.init, str):
+            return
+        shape = np.shape(self.init)
+        if shape != (self.n_clusters, n_features):
+            raise InvalidParameterError(
+                message("KMeans(init=array)", f"shape ({self.n_clusters}, {n_features})", f"shape {shape}",
+                        "Pass one initial centre per cluster with the data's number of features.")
+            )
+        if not np.isfinite(np.asarray(self.init, dtype=np.float64)).all():
+            raise InvalidParameterError(message("KMeans(init=array)", "finite values", "NaN or inf",
+                                                "Pass finite initial centres."))
+        if self.n_init != 1:
+            raise InvalidParameterError(
+                message("KMeans(n_init=...)", "n_init=1 with an explicit init array", f"n_init={self.n_init}",
+                        "Set n_init=1, or use a seeding method to draw several inits.")
+            )
+
+    def _seed(self, X, w, rng) -> np.ndarray:
+        k = self.n_clusters
+        if not isinstance(self.init, str):
+            return np.asarray(self.init, dtype=np.float64)
+        if self.init == "random":
+            return random_rows(X, k, rng)
+        if self.init == "k-means++":
+            return kmeans_plusplus_sample(X, w, k, rng, self.init_sample_size)
+        return kmeans_parallel(
+            X, w, k, rng, oversampling_factor=self.oversampling_factor, rounds=self.init_rounds,
+            split_every=self.split_every,
+        )
+
+    def fit(self, X, y=None, sample_weight=None) -> "KMeans":
+        """Compute the k-means clustering of ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
+        self._validate_params()
+        arr, info = check_array(X)
+        n, d = arr.shape
+        if self.n_clusters > n:
+            raise InvalidDataError(
+                message("KMeans(n_clusters=...)", f"at most n_samples={n} clusters", f"n_clusters={self.n_clusters}",
+                        "Lower n_clusters or pass more data.")
+            )
+        self._check_init(d)
+        w = check_sample_weight(sample_weight, arr)
+        rng = as_generator(self.random_state)
+        if info.kind != "numpy":
+            arr = persist_if_fits(arr, self.persist, logger)
+        best = None
+        for _ in range(self.n_init):
+            watch = Stopwatch()
+            c0 = self._seed(arr, w, rng)
+            emit(ProgressEvent("KMeans", "init", 0, float("nan"), self.n_clusters, watch.lap()))
+            result = lloyd(arr, w, c0, max_iter=self.max_iter, tol=self.tol, split_every=self.split_every)
+            if best is None or result[1] < best[1]:
+                best = result
+        centres, inertia, n_iter, history = best
+        self.cluster_centers_ = centres
+        self.inertia_ = inertia
+        self.n_iter_ = n_iter
+        self.objective_history_ = history
+        self.n_features_in_ = d
+        emit(ProgressEvent("KMeans", "done", n_iter, inertia, self.n_clusters, 0.0))
+        return self

@@ -1,0 +1,62 @@
+"""Exceptions and warnings raised by dclust.
+
+Every error message says what was expected, what was received and how to fix it. All errors derive from
+:class:`DclustError`, itself a :class:`ValueError`, so ``except ValueError`` keeps working for callers that do not
+know dclust.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DclustError",
+    "NotFittedError",
+    "ChunkingError",
+    "InvalidDataError",
+    "InvalidParameterError",
+    "InfeasibleConstraintsError",
+    "StorageError",
+    "FormatVersionError",
+    "ConvergenceWarning",
+    "message",
+]
+
+
+def message(what: str, expected: str, received: str, fix: str) -> str:
+    """Format the house error message: ``what: expected ...; received ...; fix``."""
+    return f"{what}: expected {expected}; received {received}. {fix}"
+
+
+class DclustError(ValueError):
+    """Root of every dclust error."""
+
+
+class NotFittedError(DclustError, AttributeError):
+    """A method that needs a fitted model was called before ``fit``."""
+
+
+class ChunkingError(DclustError):
+    """The array is chunked in a way dclust cannot use (for example along the feature axis)."""
+
+
+class InvalidDataError(DclustError):
+    """The data cannot be clustered: wrong shape or dtype, empty, NaN/inf, mismatched features."""
+
+
+class InvalidParameterError(DclustError, TypeError):
+    """An estimator or function parameter is out of its valid range or of the wrong type."""
+
+
+class InfeasibleConstraintsError(DclustError):
+    """Must-link and cannot-link constraints contradict each other."""
+
+
+class StorageError(DclustError):
+    """A path is missing, is not a Zarr store, or an output already exists."""
+
+
+class FormatVersionError(StorageError):
+    """A saved model or checkpoint has a format this version of dclust cannot read."""
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative algorithm stopped at ``max_iter`` before converging."""
