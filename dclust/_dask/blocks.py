@@ -29,18 +29,25 @@ def _block_info_array(X: da.Array) -> da.Array:
     return da.from_array(info, chunks=(1, 2))
 
 
-def map_partials(fn: Callable[..., Any], X: da.Array, *aligned: da.Array | None, **kwargs) -> da.Array:
+def map_partials(
+    fn: Callable[..., Any], X: da.Array, *aligned: da.Array | None, blocks=None, **kwargs
+) -> da.Array:
     """Apply ``fn(X_block, *aligned_blocks, offset=, block_index=, **kwargs)`` to every row block.
 
-    ``aligned`` are 1-D arrays with the same row chunks as ``X``; a ``None`` is passed through as ``None``. The
-    result is a 1-D object array with one partial per block, ready for
-    :func:`dclust._dask.reduce.tree_reduce`.
+    ``aligned`` are 1-D arrays with the same row chunks as ``X``; a ``None`` is passed through as ``None``.
+    ``blocks`` restricts the map to those block indices (offsets and indices stay global). The result is a 1-D
+    object array with one partial per block, ready for :func:`dclust._dask.reduce.tree_reduce`.
     """
     info = _block_info_array(X)
-    pairs: list[Any] = [info, "ij", X, "ik"]
     for a in aligned:
         if a is not None and a.chunks[0] != X.chunks[0]:
             raise ValueError("aligned arrays must have the row chunks of X")
+    if blocks is not None:
+        blocks = [int(b) for b in blocks]
+        info, X = info.blocks[blocks], X.blocks[blocks]
+        aligned = tuple(None if a is None else a.blocks[blocks] for a in aligned)
+    pairs: list[Any] = [info, "ij", X, "ik"]
+    for a in aligned:
         pairs += [a, "i" if a is not None else None]
     return da.blockwise(
         _partial_block,

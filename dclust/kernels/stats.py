@@ -99,13 +99,17 @@ class ClusterStats:
         *,
         cost: float = 0.0,
         offset: int = 0,
+        index: np.ndarray | None = None,
     ) -> "ClusterStats":
-        """Statistics of the rows of ``X`` with ``labels`` (plain numpy; the oracle for the fused kernels)."""
+        """Statistics of the rows of ``X`` with ``labels`` (plain numpy; the oracle for the fused kernels).
+
+        The rows' global indices are ``offset + arange(n)``, or ``index`` when given.
+        """
         X = np.asarray(X, dtype=np.float64)
         labels = np.asarray(labels, dtype=np.intp)
         n_rows = X.shape[0]
         w = np.ones(n_rows) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        keys = point_keys(np.arange(offset, offset + n_rows))
+        keys = point_keys(np.arange(offset, offset + n_rows) if index is None else index)
         valid = labels >= 0  # label -1 marks a row with no nearest centre (NaN or inf)
         X, labels, w, keys = X[valid], labels[valid], w[valid], keys[valid]
         weight = np.bincount(labels, weights=w, minlength=n_clusters).astype(np.float64)

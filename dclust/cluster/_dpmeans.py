@@ -1,0 +1,197 @@
+"""DP-means on Dask: k-means with a penalty ``lam`` per cluster, clusters opened with optimistic concurrency."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .._dask.blocks import persist_if_fits
+from .._dask.init import furthest_first
+from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
+from .._dask.occ import gather_prefix, occ_pass, prefix_counts
+from .._registry import register
+from .._validation import SEED, Interval, Options, as_generator, check_array, check_sample_weight
+from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
+from ..kernels.dpmeans import serial_assign
+from ..kernels.stats import ClusterStats
+from ._base import BaseEstimator, CentroidMixin, raise_if_bad_block
+
+__all__ = ["DPMeans"]
+
+
+@register
+class DPMeans(CentroidMixin, BaseEstimator):
+    """DP-means (Kulis & Jordan 2012): k-means whose number of clusters is learned through a penalty.
+
+    Minimises ``sum_n ||x_n - mu_{z_n}||^2 + lam * K``. A point farther than ``lam`` (a squared distance) from
+    every centre opens a new cluster. Clusters are opened with optimistic concurrency control: blocks propose,
+    the driver validates serially, and the result equals serial DP-means on the order ``serial_order_``.
+
+    Parameters
+    ----------
+    lam : float, optional
+        Penalty per cluster in squared-distance units (ALGORITHMS.md section 0). Give ``lam`` or ``n_clusters``.
+    n_clusters : int, optional
+        Target number of clusters: ``lam`` is chosen by the k-th furthest-first heuristic (``lam_``).
+    init : {"mean", "empty"}, default "mean"
+        Start from one cluster at the mean of X, or from no cluster.
+    max_iter : int, default 100
+        Maximum number of passes.
+    random_state : int, Generator or None
+        Fixes the processing order (and so the result).
+    prefix_size : int, default 1000
+        Points processed serially on the driver at the start of the first pass (``b0`` of ALGORITHMS.md 8.2).
+    max_proposals : int, default 4096
+        Proposals a block may send per epoch; beyond that the rest of the block waits for the next epoch.
+    persist, split_every
+        As in :class:`KMeans`.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray (n_clusters_, n_features)
+    n_clusters_ : int
+    lam_ : float
+        The penalty used (``lam`` or the heuristic's choice).
+    objective_ : float
+        ``SSE + lam_ * n_clusters_`` at the end.
+    objective_history_ : list of float
+        The objective after each pass's mean update (non-increasing).
+    assignment_objective_history_ : list of float
+        The objective after each label pass, before the mean update.
+    n_iter_ : int
+    converged_ : bool
+    serial_order_ : list of ndarray
+        Per pass, the permutation of rows serial DP-means must visit to give the same result (built on demand;
+        O(n_samples) memory).
+
+    Examples
+    --------
+    >>> import numpy as np, dclust
+    >>> X = np.array([[0.0, 0.0], [0.0, 1.0], [10.0, 0.0], [10.0, 1.0]])
+    >>> dp = dclust.DPMeans(lam=4.0, random_state=0).fit(X)
+    >>> dp.n_clusters_, dp.objective_
+    (2, 9.0)
+    """
+
+    _parameter_constraints = {
+        "lam": [Interval("real", 0, None, "neither"), Options((None,))],
+        "n_clusters": [Interval("int", 1, None), Options((None,))],
+        "init": [Options(("mean", "empty"))],
+        "max_iter": [Interval("int", 1, None)],
+        "random_state": [SEED],
+        "prefix_size": [Interval("int", 0, None)],
+        "max_proposals": [Interval("int", 1, None)],
+        "persist": [Options(("auto", True, False))],
+        "split_every": [Interval("int", 2, None), Options((None,))],
+    }
+    _transient_attributes = ("serial_order_",)
+
+    def __init__(
+        self, *, lam=None, n_clusters=None, init="mean", max_iter=100, random_state=None, prefix_size=1000,
+        max_proposals=4096, persist="auto", split_every=None,
+    ):
+        self.lam = lam
+        self.n_clusters = n_clusters
+        self.init = init
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.prefix_size = prefix_size
+        self.max_proposals = max_proposals
+        self.persist = persist
+        self.split_every = split_every
+
+    def _check_lam_or_k(self, n: int) -> None:
+        if (self.lam is None) == (self.n_clusters is None):
+            got = "both" if self.lam is not None else "neither"
+            raise InvalidParameterError(
+                message("DPMeans(lam=..., n_clusters=...)", "exactly one of lam and n_clusters", got,
+                        "Pass lam (the penalty per cluster) or n_clusters (a target for the lam heuristic).")
+            )
+        if self.n_clusters is not None and self.n_clusters > n:
+            raise InvalidDataError(
+                message("DPMeans(n_clusters=...)", f"at most n_samples={n}", f"n_clusters={self.n_clusters}",
+                        "Lower n_clusters or pass more data.")
+            )
+
+    def fit(self, X, y=None, sample_weight=None) -> "DPMeans":
+        """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
+        self._validate_params()
+        arr, info = check_array(X)
+        n, d = arr.shape
+        self._check_lam_or_k(n)
+        w = check_sample_weight(sample_weight, arr)
+        rng = as_generator(self.random_state)
+        seed = int(rng.integers(2**62))
+        if info.kind != "numpy":
+            arr = persist_if_fits(arr, self.persist, logger)
+        watch = Stopwatch()
+        counts = prefix_counts(arr.chunks[0], self.prefix_size)
+        all_stats, p_index, p_rows, p_w = gather_prefix(arr, w, seed=seed, counts=counts, split_every=self.split_every)
+        raise_if_bad_block(all_stats, arr)
+        mean = all_stats.mean[:1]
+        if self.n_clusters is not None:
+            lams, _ = furthest_first(arr, self.n_clusters, mean, self.split_every)
+            lam = float(lams[-1])
+            if lam <= 0:
+                raise InvalidDataError(
+                    message("DPMeans(n_clusters=...)", f"at least {self.n_clusters} distinct points",
+                            "fewer distinct points", "Lower n_clusters or pass lam directly.")
+                )
+        else:
+            lam = float(self.lam)
+        emit(ProgressEvent("DPMeans", "init", 0, float("nan"), 1, watch.lap(), {"lam": lam}))
+        if self.init == "mean":
+            C, prev_fp = mean.copy(), all_stats.fingerprint[:1].copy()
+        else:
+            C, prev_fp = np.empty((0, d)), None
+        labels, dist, new = serial_assign(p_rows, C, lam)
+        C = np.vstack([C, new])
+        prefix_stats = ClusterStats.from_labels(p_rows, labels, C.shape[0], p_w, cost=float(p_w @ dist), index=p_index)
+        history, assign_history, records = [], [], []
+        converged = False
+        for it in range(self.max_iter):
+            starts = counts if it == 0 else np.zeros_like(counts)
+            stats, C_all, epochs = occ_pass(
+                arr, w, C, lam, seed=seed, starts=starts, max_proposals=self.max_proposals,
+                split_every=self.split_every,
+            )
+            if it == 0:
+                stats = stats.merge(prefix_stats)
+            assign_history.append(stats.cost + lam * C_all.shape[0])
+            keep = np.flatnonzero(stats.weight > 0)
+            stats = stats.select(keep)
+            C = stats.mean
+            history.append(float(stats.scatter.sum() + lam * keep.size))
+            from .._dask.occ import PassRecord
+
+            records.append(PassRecord(p_index if it == 0 else PassRecord().prefix, epochs))
+            emit(ProgressEvent("DPMeans", "iter", it + 1, history[-1], keep.size, watch.lap(),
+                               {"epochs": len(epochs), "opened": int(sum(e.accepted for e in epochs))}))
+            if prev_fp is not None and np.array_equal(stats.fingerprint, prev_fp):
+                converged = True
+                break
+            prev_fp = stats.fingerprint
+        if not converged:
+            warnings.warn(
+                f"DPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
+                ConvergenceWarning, stacklevel=2,
+            )
+        self.cluster_centers_ = C
+        self.n_clusters_ = int(C.shape[0])
+        self.lam_ = lam
+        self.objective_ = history[-1]
+        self.objective_history_ = history
+        self.assignment_objective_history_ = assign_history
+        self.n_iter_ = it + 1
+        self.converged_ = converged
+        self.n_features_in_ = d
+        self._order_records = (seed, tuple(arr.chunks[0]), records)
+        emit(ProgressEvent("DPMeans", "done", it + 1, history[-1], self.n_clusters_, 0.0))
+        return self
+
+    @property
+    def serial_order_(self) -> list[np.ndarray]:
+        self._check_fitted("_order_records")
+        seed, chunks, records = self._order_records
+        return [r.permutation(seed, chunks) for r in records]
