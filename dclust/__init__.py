@@ -1,0 +1,36 @@
+"""dclust: distributed, out-of-core clustering on Dask.
+
+Data lives in Zarr (or anything Dask can chunk); every pass over the data is a map over row blocks plus a tree
+reduction, and only O(K x D) state reaches the driver.
+
+>>> import numpy as np, dclust
+>>> X = np.array([[0.0, 0.0], [0.0, 1.0], [10.0, 0.0], [10.0, 1.0]])
+>>> dclust.DPMeans(lam=4.0, random_state=0).fit(X).n_clusters_
+2
+"""
+
+from __future__ import annotations
+
+from . import errors, metrics
+from ._dask.loop import ProgressEvent, on_progress
+from .cluster import DPMeans, KMeans
+from .datasets import make_blobs
+from .io import load, open_array, save, write_array, write_labels
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "KMeans",
+    "DPMeans",
+    "open_array",
+    "write_array",
+    "write_labels",
+    "save",
+    "load",
+    "make_blobs",
+    "metrics",
+    "errors",
+    "on_progress",
+    "ProgressEvent",
+]

@@ -134,4 +134,6 @@ def occ_pass(X, w, centres, lam, *, seed, starts, max_proposals, split_every=Non
         stops = np.array([p[4] for p in props], dtype=np.int64)
         epochs.append(EpochRecord(todo, starts[todo].copy(), stops, index, int(new.shape[0])))
         starts[todo] = stops
+    if not total:  # the serial prefix already covered every row
+        return ClusterStats.identity(C.shape[0], X.shape[1]), C, epochs
     return ClusterStats.merge_all(total), C, epochs

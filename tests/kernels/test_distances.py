@@ -1,0 +1,64 @@
+import numpy as np
+import pytest
+
+from dclust.kernels import distances
+from dclust.kernels.distances import assign_stats, assign_stats_numpy, nearest, nearest_numpy
+
+
+@pytest.mark.parametrize("n,d,k", [(1, 1, 1), (100, 3, 4), (2000, 8, 16), (500, 40, 60)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numba_kernel_equals_numpy_twin(n, d, k, dtype):
+    rng = np.random.default_rng(n + d + k)
+    X = rng.normal(size=(n, d)).astype(dtype)
+    C = rng.normal(size=(k, d))
+    w = rng.uniform(0.1, 2.0, size=n)
+    s, lab, dist = assign_stats(X, C, w, offset=17)
+    s2, lab2, dist2 = assign_stats_numpy(X, C, w, offset=17)
+    np.testing.assert_array_equal(lab, lab2)
+    np.testing.assert_allclose(dist, dist2, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(s.weight, s2.weight, rtol=1e-12)
+    np.testing.assert_allclose(s.mean, s2.mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(s.scatter, s2.scatter, rtol=1e-9)
+    np.testing.assert_allclose(s.cost, s2.cost, rtol=1e-9)
+    np.testing.assert_array_equal(s.fingerprint, s2.fingerprint)
+    assert s.bad_block == -1
+
+
+def test_hand_computed_toy_case():
+    X = np.array([[0.0, 0.0], [1.0, 0.0], [9.0, 0.0], [10.0, 0.0]], dtype=np.float32)
+    C = np.array([[0.0, 0.0], [10.0, 0.0]])
+    s, lab, dist = assign_stats(X, C)
+    assert lab.tolist() == [0, 0, 1, 1]
+    assert dist.tolist() == [0.0, 1.0, 1.0, 0.0]
+    assert s.weight.tolist() == [2.0, 2.0]
+    np.testing.assert_allclose(s.mean, [[0.5, 0.0], [9.5, 0.0]])
+    np.testing.assert_allclose(s.scatter, [0.5, 0.5])
+    assert s.cost == 2.0
+
+
+def test_ties_go_to_lowest_index():
+    X = np.array([[5.0], [5.0]])
+    C = np.array([[10.0], [0.0], [10.0]])
+    assert nearest(X, C)[0].tolist() == [0, 0]
+    assert nearest_numpy(X, C)[0].tolist() == [0, 0]
+
+
+def test_gemm_path_recomputes_exact_distances(monkeypatch):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 5)) + 1e4  # large offset: the GEMM form alone would lose digits
+    C = X[:7] + 0.01
+    monkeypatch.setattr(distances, "GEMM_THRESHOLD", 0)
+    lab, dist = nearest(X, C)
+    lab2, dist2 = nearest_numpy(X, C)
+    np.testing.assert_array_equal(lab[:7], np.arange(7))
+    np.testing.assert_allclose(dist, ((X - C[lab]) ** 2).sum(axis=1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_rows_are_flagged(bad):
+    X = np.ones((10, 2))
+    X[3, 1] = bad
+    s, lab, dist = assign_stats(X, np.zeros((2, 2)), block_index=4)
+    assert lab[3] == -1 and np.isnan(dist[3])
+    assert s.bad_block == 4
+    assert s.weight.sum() == 9
