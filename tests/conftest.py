@@ -22,7 +22,7 @@ def local_cluster():
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None, memory_limit="2GiB") as cluster:
+                      dashboard_address=":0", memory_limit="2GiB") as cluster:
         yield cluster
 
 

@@ -1,0 +1,136 @@
+"""The common check suite: every registered batch estimator obeys the same conventions.
+
+Parameter validation of every constructor parameter, clone, get/set_params, seed idempotence, save/load round
+trip, and numpy == dask == Zarr results. A new estimator must be added to ``CONFIGS`` (a test fails otherwise).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import dclust
+from dclust._registry import ESTIMATORS
+from dclust.cluster._base import clone
+from dclust.errors import DclustError, InvalidParameterError, NotFittedError
+
+#: Small, fast constructor arguments per batch estimator (fit(X) signature).
+CONFIGS = {
+    "KMeans": dict(n_clusters=5, random_state=0),
+    "DPMeans": dict(lam=30.0, random_state=0, prefix_size=50, max_proposals=16),
+}
+
+
+def _batch_estimators():
+    import dclust.cluster  # noqa: F401  (registers)
+
+    return sorted(name for name, cls in ESTIMATORS.items() if cls.__module__.startswith("dclust.cluster"))
+
+
+NAMES = _batch_estimators()
+
+
+def _make(name, **extra):
+    return ESTIMATORS[name](**{**CONFIGS[name], **extra})
+
+
+def test_every_batch_estimator_has_a_check_config():
+    assert set(NAMES) == set(CONFIGS), "add the new estimator to CONFIGS so the common checks cover it"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_parameter_is_keyword_only_and_constrained(name):
+    cls = ESTIMATORS[name]
+    params = inspect.signature(cls.__init__).parameters
+    names = [p for p in params if p != "self"]
+    assert all(params[p].kind is inspect.Parameter.KEYWORD_ONLY for p in names)
+    assert set(names) == set(cls._parameter_constraints), "no accepted-but-unvalidated parameters"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_parameter_rejects_a_wrong_value_before_fitting(name, blobs):
+    X, _ = blobs
+    for param in ESTIMATORS[name]._parameter_constraints:
+        est = _make(name).set_params(**{param: object()})
+        with pytest.raises(InvalidParameterError) as info:
+            est.fit(X)
+        text = str(info.value)
+        assert param in text and "expected" in text.lower() and "received" in text.lower(), text
+        assert not hasattr(est, "cluster_centers_")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_get_set_params_and_clone(name, blobs):
+    est = _make(name)
+    params = est.get_params()
+    assert set(params) == set(ESTIMATORS[name]._parameter_constraints)
+    assert est.set_params(**params) is est
+    with pytest.raises(InvalidParameterError, match="no_such_param"):
+        est.set_params(no_such_param=1)
+    est.fit(blobs[0])
+    twin = clone(est)
+    assert twin.get_params() == est.get_params()
+    assert not hasattr(twin, "cluster_centers_")
+    assert repr(twin).startswith(name + "(")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unfitted_estimator_refuses_to_predict(name, blobs):
+    with pytest.raises(NotFittedError, match="fit"):
+        _make(name).predict(blobs[0])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_predict_with_the_wrong_number_of_features(name, blobs):
+    X, _ = blobs
+    est = _make(name).fit(X)
+    with pytest.raises(DclustError, match="features") as info:
+        est.predict(X[:, :2])
+    assert "3" in str(info.value) and "2" in str(info.value)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_seed_same_result(name, blobs):
+    X = da.from_array(blobs[0], chunks=(600, -1))
+    a, b = _make(name).fit(X), _make(name).fit(X)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    np.testing.assert_array_equal(a.predict(X).compute(), b.predict(X).compute())
+    assert a.objective_history_ == b.objective_history_
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_numpy_dask_and_zarr_give_the_same_model(name, blobs, tmp_path):
+    X, _ = blobs
+    path = tmp_path / "x.zarr"
+    dclust.write_array(da.from_array(X, chunks=(750, -1)), path)
+    fits = [
+        _make(name).fit(da.from_array(X, chunks=(750, -1))),
+        _make(name).fit(dclust.open_array(path)),
+    ]
+    for other in fits[1:]:
+        np.testing.assert_allclose(other.cluster_centers_, fits[0].cluster_centers_, rtol=1e-10)
+        np.testing.assert_array_equal(other.predict(X), fits[0].predict(X))
+    # numpy input is chunked by dclust itself; its model equals the dask model on the same chunking
+    from dclust._validation import check_array
+
+    chunked, _ = check_array(X)
+    same = _make(name).fit(da.from_array(X, chunks=chunked.chunks))
+    np.testing.assert_allclose(_make(name).fit(X).cluster_centers_, same.cluster_centers_, rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_save_load_round_trip(name, blobs, tmp_path):
+    X, _ = blobs
+    est = _make(name).fit(X)
+    dclust.save(est, tmp_path / "m.zarr")
+    back = dclust.load(tmp_path / "m.zarr")
+    assert type(back) is type(est)
+    assert back.get_params() == est.get_params()
+    np.testing.assert_array_equal(back.cluster_centers_, est.cluster_centers_)
+    np.testing.assert_array_equal(back.predict(X), est.predict(X))
+    assert back.objective_history_ == est.objective_history_
+    with pytest.raises(DclustError, match="exists"):
+        dclust.save(est, tmp_path / "m.zarr")

@@ -1,0 +1,41 @@
+"""Fitting on a real distributed.LocalCluster gives exactly the model of the default (threaded) scheduler."""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import dclust
+
+
+@pytest.mark.parametrize(
+    "make,min_ari",
+    [
+        (lambda: dclust.KMeans(n_clusters=5, random_state=3), 0.95),
+        # DP-means is a local search; with the heuristic lam it merges two of the five blobs here
+        (lambda: dclust.DPMeans(n_clusters=5, random_state=3, prefix_size=40, max_proposals=8), 0.7),
+    ],
+    ids=["KMeans", "DPMeans"],
+)
+def test_fit_on_a_local_cluster_equals_the_threaded_scheduler(make, min_ari, blobs, tmp_path, client):
+    X, y = blobs
+    store = tmp_path / "x.zarr"
+    dclust.write_array(da.from_array(X.astype(np.float32), chunks=(500, -1)), store)
+    data = dclust.open_array(store)
+
+    remote = make().fit(data)
+    labels = remote.predict(data)
+    dclust.write_labels(labels, tmp_path / "labels.zarr")
+    with dask.config.set(scheduler="threads"):
+        local = make().fit(data)
+
+    np.testing.assert_array_equal(remote.cluster_centers_, local.cluster_centers_)
+    assert remote.objective_history_ == local.objective_history_
+    written = zarr.open_array(str(tmp_path / "labels.zarr"), mode="r")[:]
+    with dask.config.set(scheduler="threads"):
+        np.testing.assert_array_equal(written, local.predict(data).compute())
+    assert dclust.metrics.adjusted_rand_score(y, written) > min_ari
+    assert client.run(lambda: True)  # the work really ran on the cluster's workers
