@@ -8,10 +8,13 @@ counted in ``n_bad`` so the caller can name the block.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numba
 import numpy as np
 
-from .stats import ClusterStats, point_keys
+from .stats import _GOLDEN, _MIX1, _MIX2, ClusterStats
 
 __all__ = [
     "nearest",
@@ -26,9 +29,12 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy")
 
 _FAST = dict(_JIT, fastmath={"reassoc", "contract", "arcp", "nsz"})  # keeps NaN/inf semantics
 
-#: Above this many multiply-adds per row (D x K), distances come from one float GEMM per tile of rows.
+#: Above this many multiply-adds per row (D x K), :func:`nearest` gets distances from one GEMM per tile of rows.
 GEMM_THRESHOLD = 1024
+#: From this many features on, the fused :func:`assign_stats` uses BLAS tiles (measured faster from D = 3 on).
+GEMM_MIN_FEATURES = 3
 _TILE = 4096
+_GEMM_TILE = 256
 
 
 @numba.njit(**_FAST)
@@ -141,8 +147,79 @@ def scatter_about_means(X, labels, w, mean):
     return out
 
 
+@numba.njit(inline="always")
+def _key(i):
+    """splitmix64 of a global row index; equals :func:`dclust.kernels.stats.point_keys`."""
+    z = np.uint64(i) * _GOLDEN + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(**_FAST)
+def _assign_accumulate(X, C, CT, m2ct, cc, w, offset, use_gemm, tile):
+    """One read of the block: nearest centre of every row, folded at once into weight / sums / cost / fingerprint.
+
+    The direct path computes ``sum_j (x_j - c_j)^2`` for all centres; the GEMM path gets ``-2 x.c + ||c||^2`` from
+    one BLAS call per tile of rows and recomputes the chosen distance exactly. A row with NaN or inf gets label -1.
+    """
+    n, d = X.shape
+    k = C.shape[0]
+    labels = np.full(n, -1, dtype=np.int32)
+    mind = np.full(n, np.nan)
+    weight = np.zeros(k)
+    sums = np.zeros((k, d))
+    fp = np.zeros(k, dtype=np.uint64)
+    dist = np.empty(k)
+    cost = 0.0
+    n_bad = 0
+    for s in range(0, n, tile):
+        e = min(n, s + tile)
+        if use_gemm:
+            G = np.dot(X[s:e], m2ct)
+        for i in range(s, e):
+            if use_gemm:
+                for c in range(k):
+                    dist[c] = G[i - s, c] + cc[c]
+            else:
+                dist[:] = 0.0
+                for j in range(d):
+                    xj = np.float64(X[i, j])
+                    for c in range(k):
+                        t = xj - CT[j, c]
+                        dist[c] += t * t
+            best = np.inf
+            bk = -1
+            for c in range(k):
+                if dist[c] < best:
+                    best = dist[c]
+                    bk = c
+            if bk >= 0 and use_gemm:
+                best = 0.0
+                for j in range(d):
+                    t = np.float64(X[i, j]) - C[bk, j]
+                    best += t * t
+            if bk < 0 or not np.isfinite(best):
+                n_bad += 1
+                continue
+            labels[i] = bk
+            mind[i] = best
+            wi = w[i]
+            weight[bk] += wi
+            cost += wi * best
+            fp[bk] += _key(offset + i)
+            for j in range(d):
+                sums[bk, j] += wi * np.float64(X[i, j])
+    mean = np.zeros((k, d))
+    for c in range(k):
+        if weight[c] > 0:
+            for j in range(d):
+                mean[c, j] = sums[c, j] / weight[c]
+    return labels, mind, weight, mean, fp, cost, n_bad
+
+
 @numba.njit(**_JIT)
-def _accumulate(X, labels, mind, w, k, keys):
+def _accumulate(X, labels, mind, w, k, offset):
     n, d = X.shape
     weight = np.zeros(k)
     sums = np.zeros((k, d))
@@ -157,7 +234,7 @@ def _accumulate(X, labels, mind, w, k, keys):
         wi = w[i]
         weight[c] += wi
         cost += wi * mind[i]
-        fp[c] += keys[i]
+        fp[c] += _key(offset + i)
         for j in range(d):
             sums[c, j] += wi * np.float64(X[i, j])
     mean = np.zeros((k, d))
@@ -174,25 +251,72 @@ def _weights(n: int, sample_weight) -> np.ndarray:
     return np.ascontiguousarray(sample_weight, dtype=np.float64).reshape(n)
 
 
+def _finish(X, labels, w, weight, mean, fp, cost, n_bad, block_index) -> ClusterStats:
+    scatter = scatter_about_means(X, labels, w, mean)
+    return ClusterStats(weight, mean, scatter, cost, fp, X.shape[0], block_index if n_bad else -1)
+
+
 def stats_from_assignment(X, labels, mind, sample_weight, n_clusters, offset, block_index=0) -> ClusterStats:
     """Fold rows whose labels and distances are known into a :class:`ClusterStats` (fused numba loops)."""
     w = _weights(X.shape[0], sample_weight)
-    keys = point_keys(np.arange(offset, offset + X.shape[0]))
-    weight, mean, fp, cost, n_bad = _accumulate(X, labels, mind, w, n_clusters, keys)
-    scatter = scatter_about_means(X, labels, w, mean)
-    return ClusterStats(weight, mean, scatter, cost, fp, X.shape[0], block_index if n_bad else -1)
+    weight, mean, fp, cost, n_bad = _accumulate(X, labels, mind, w, n_clusters, np.uint64(offset))
+    return _finish(X, labels, w, weight, mean, fp, cost, n_bad, block_index)
+
+
+_blas = {"lock": threading.Lock(), "users": 0, "limiter": None, "controller": None}
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """BLAS limited to one thread while any kernel in this process is inside (the tiles are small and every Dask
+    worker thread already runs a kernel; nested BLAS threads would only oversubscribe the cores). Reference-counted,
+    so concurrent kernels in several threads restore the user's setting exactly once, when the last one leaves."""
+    with _blas["lock"]:
+        if _blas["users"] == 0:
+            if _blas["controller"] is None:
+                from threadpoolctl import ThreadpoolController
+
+                _blas["controller"] = ThreadpoolController()
+            _blas["limiter"] = _blas["controller"].limit(limits=1, user_api="blas")
+        _blas["users"] += 1
+    try:
+        yield
+    finally:
+        with _blas["lock"]:
+            _blas["users"] -= 1
+            if _blas["users"] == 0:
+                _blas["limiter"].restore_original_limits()
+                _blas["limiter"] = None
+
+
+def _float_block(X) -> np.ndarray:
+    X = np.asarray(X)
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    return np.ascontiguousarray(X)
 
 
 def assign_stats(X, C, sample_weight=None, *, offset: int = 0, block_index: int = 0):
     """Assign every row of one block to its nearest centre and fold it into :class:`ClusterStats`.
 
+    One fused read of the block (distances, argmin, weights, sums, cost, fingerprint) plus one for the scatter.
     Returns ``(stats, labels, dist)``; ``labels``/``dist`` are O(n) vectors of the block, never n x K.
     """
-    X = np.ascontiguousarray(X)
+    X = _float_block(X)
     C = np.ascontiguousarray(C, dtype=np.float64)
-    labels, mind = _nearest(X, C)
-    stats = stats_from_assignment(X, labels, mind, sample_weight, C.shape[0], offset, block_index)
-    return stats, labels, mind
+    n, k = X.shape[0], C.shape[0]
+    if k == 0:
+        labels, mind = _nearest(X, C)
+        return stats_from_assignment(X, labels, mind, sample_weight, 0, offset, block_index), labels, mind
+    w = _weights(n, sample_weight)
+    use_gemm = X.shape[1] >= GEMM_MIN_FEATURES
+    m2ct = np.ascontiguousarray(-2.0 * C.T, dtype=X.dtype)
+    cc = (C * C).sum(axis=1)
+    with _one_blas_thread() if use_gemm else contextlib.nullcontext():
+        labels, mind, weight, mean, fp, cost, n_bad = _assign_accumulate(
+            X, C, np.ascontiguousarray(C.T), m2ct, cc, w, np.uint64(offset), use_gemm, _GEMM_TILE if use_gemm else n or 1
+        )
+    return _finish(X, labels, w, weight, mean, fp, cost, n_bad, block_index), labels, mind
 
 
 def assign_stats_numpy(X, C, sample_weight=None, *, offset: int = 0):

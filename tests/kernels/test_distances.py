@@ -18,7 +18,7 @@ def test_numba_kernel_equals_numpy_twin(n, d, k, dtype):
     np.testing.assert_allclose(dist, dist2, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(s.weight, s2.weight, rtol=1e-12)
     np.testing.assert_allclose(s.mean, s2.mean, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(s.scatter, s2.scatter, rtol=1e-9)
+    np.testing.assert_allclose(s.scatter, s2.scatter, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(s.cost, s2.cost, rtol=1e-9)
     np.testing.assert_array_equal(s.fingerprint, s2.fingerprint)
     assert s.bad_block == -1
