@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .distances import nearest, stats_from_assignment
+from .distances import assign_stats, nearest, stats_from_assignment
 from .kmeans import block_rng
 from .stats import ClusterStats
 
@@ -83,11 +83,23 @@ def dp_block(Xb, wb, *, offset, block_index, centres, lam, seed, start, max_prop
     The epoch stops after the ``max_proposals``-th proposal; later rows wait for the next epoch.
     """
     n = Xb.shape[0]
-    perm = block_permutation(seed, block_index, n)[start:]
     k = centres.shape[0]
-    labels, dist = nearest(Xb[perm], centres)
-    finite = np.isfinite(np.asarray(Xb[perm], dtype=np.float64)).all(axis=1)
-    propose = finite & ~(dist <= lam) if k else finite.copy()
+    if k and start == 0:
+        # one fused read of the block; when no row proposes (every pass after the first few), that is all
+        stats, labels_all, dist_all = assign_stats(Xb, centres, wb, offset=offset, block_index=block_index)
+        if not (dist_all > lam).any():  # NaN (bad rows) compares False
+            d = Xb.shape[1]
+            return DPBlockResult(stats, np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, d)),
+                                 np.empty(0), n)
+    perm = block_permutation(seed, block_index, n)[start:]
+    if k:
+        labels, dist = (labels_all[perm], dist_all[perm]) if start == 0 else nearest(Xb[perm], centres)
+        finite = ~np.isnan(dist)
+        propose = finite & ~(dist <= lam)
+    else:
+        labels, dist = nearest(Xb[perm], centres)
+        finite = np.isfinite(np.asarray(Xb[perm], dtype=np.float64)).all(axis=1)
+        propose = finite.copy()
     count = np.cumsum(propose)
     stop = perm.size
     if count.size and count[-1] > max_proposals:
