@@ -192,3 +192,361 @@ def make_blobs(
             meta=np.empty((0,), dtype=np.int32), token="make_blobs-labels",
         )
     return Blobs(X, labels, C)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# moving rings ([DM] 8.2, ALGORITHMS.md 10.2)
+# --------------------------------------------------------------------------------------------------------------
+
+
+class Rings(NamedTuple):
+    """Result of :func:`moving_rings`."""
+
+    #: list of numpy float64 arrays, one (n_points, 2) batch per time step.
+    batches: list
+    #: list of numpy int64 arrays, one (n_points,) array of ring indices (0 = largest radius) per time step.
+    labels: list
+    #: numpy float64 array (n_steps, 2): the common centre of the rings at every step.
+    centers: np.ndarray
+
+
+def _rings_check(name: str, value: Any, ok: bool, expected: str, fix: str) -> None:
+    if not ok:
+        raise InvalidParameterError(message(f"moving_rings({name}=...)", expected, repr(value), fix))
+
+
+def moving_rings(
+    n_steps: int = 100,
+    n_points: int = 400,
+    *,
+    radii: tuple[float, ...] = (0.4, 0.2, 0.0),
+    noise: float = 0.03,
+    motion: float = 0.05,
+    start: tuple[float, float] = (0.5, 0.5),
+    noise_model: str = "per-axis",
+    random_state: int | np.random.Generator | None = 0,
+) -> Rings:
+    """Concentric rings moving together over time, the SD-Means benchmark of [DM] 8.2 (ALGORITHMS.md 10.2).
+
+    At every step, each point picks a ring uniformly at random and an angle uniformly in [0, 2 pi), and is placed
+    at ``centre + radius (cos, sin) + noise offset``. After the points of a step are emitted, the common centre
+    moves by ``N(0, motion^2 I)``. A radius of 0 is a Gaussian blob. The choices [DM] leaves open (start centre,
+    per-point ring choice, number of steps) are those of E-DM8.
+
+    Parameters
+    ----------
+    n_steps : int, default 100
+        Number of time steps.
+    n_points : int, default 400
+        Points per step.
+    radii : tuple of float, default (0.4, 0.2, 0.0)
+        Ring radii (>= 0); the label of a point is the index of its ring in ``radii``.
+    noise : float, default 0.03
+        Scale of the noise added to every point (see ``noise_model``).
+    motion : float, default 0.05
+        Standard deviation of the per-axis displacement of the centre between steps.
+    start : (float, float), default (0.5, 0.5)
+        Centre at the first step.
+    noise_model : {"per-axis", "radial"}, default "per-axis"
+        ``"per-axis"``: ``N(0, noise^2 I)`` (ALGORITHMS.md 10.2). ``"radial"``: an offset of length
+        ``N(0, noise^2)`` in a uniform direction, the convention of the authors' public example program (about
+        ``noise / sqrt(2)`` per axis, so the rings are better separated).
+    random_state : int, numpy.random.Generator or None, default 0
+        Seed. Step t is drawn from its own seed, so fewer steps give a prefix of more steps.
+
+    Returns
+    -------
+    Rings
+        ``batches`` (list of (n_points, 2) arrays), ``labels`` (list of (n_points,) int64 ring indices) and
+        ``centers`` ((n_steps, 2)).
+
+    Examples
+    --------
+    >>> r = moving_rings(n_steps=3, n_points=30, random_state=0)
+    >>> len(r.batches), r.batches[0].shape, sorted(set(r.labels[0].tolist())), r.centers.shape
+    (3, (30, 2), [0, 1, 2], (3, 2))
+    >>> bool(np.array_equal(moving_rings(2, 30).batches[1], r.batches[1]))
+    True
+    """
+    for name, value in (("n_steps", n_steps), ("n_points", n_points)):
+        _rings_check(name, value, isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1,
+                     "an integer >= 1", f"Pass a positive integer {name}.")
+    r = np.asarray(radii, dtype=np.float64) if isinstance(radii, (tuple, list, np.ndarray)) else None
+    _rings_check("radii", radii, r is not None and r.ndim == 1 and r.size >= 1 and bool(np.isfinite(r).all())
+                 and bool((r >= 0).all()), "a non-empty sequence of finite radii >= 0", "Pass e.g. (0.4, 0.2, 0.0).")
+    for name, value in (("noise", noise), ("motion", motion)):
+        _rings_check(name, value, isinstance(value, numbers.Real) and not isinstance(value, bool)
+                     and np.isfinite(value) and value >= 0, "a finite number >= 0", f"Pass e.g. {name}=0.05.")
+    s = np.asarray(start, dtype=np.float64) if isinstance(start, (tuple, list, np.ndarray)) else None
+    _rings_check("start", start, s is not None and s.shape == (2,) and bool(np.isfinite(s).all()),
+                 "a pair (x, y) of finite numbers", "Pass e.g. start=(0.5, 0.5).")
+    _rings_check("random_state", random_state, random_state is None or isinstance(random_state, np.random.Generator)
+                 or (isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool)
+                     and random_state >= 0), "None, an int >= 0 or a numpy.random.Generator",
+                 "Pass random_state=0 (any fixed int) for reproducible data.")
+    _rings_check("noise_model", noise_model, noise_model in ("per-axis", "radial"), "'per-axis' or 'radial'",
+                 "Pass noise_model='per-axis' (ALGORITHMS.md 10.2) or 'radial' (the authors' program).")
+    seed = _seed(random_state)
+    steps = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(4,))).standard_normal((n_steps, 2))
+    centers = s[None, :] + motion * np.concatenate([np.zeros((1, 2)), np.cumsum(steps[:-1], axis=0)])
+    batches, labels = [], []
+    for t in range(n_steps):
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(3, t)))
+        lab = rng.integers(0, r.size, size=n_points).astype(np.int64)
+        angle = rng.uniform(0.0, 2.0 * np.pi, size=n_points)
+        ring = r[lab, None] * np.stack([np.cos(angle), np.sin(angle)], axis=1)
+        if noise_model == "per-axis":
+            offset = noise * rng.standard_normal((n_points, 2))
+        else:
+            length, phi = noise * rng.standard_normal(n_points), rng.uniform(0.0, 2.0 * np.pi, size=n_points)
+            offset = length[:, None] * np.stack([np.cos(phi), np.sin(phi)], axis=1)
+        batches.append(centers[t] + ring + offset)
+        labels.append(lab)
+    return Rings(batches, labels, centers)
+
+
+__all__ += ["Rings", "moving_rings"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# moving Gaussians ([DM] 8.1; ALGORITHMS.md 10.2)
+# --------------------------------------------------------------------------------------------------------------
+
+
+class MovingGaussians(NamedTuple):
+    """Result of :func:`moving_gaussians`: one entry per time step."""
+
+    #: list of float64 arrays (n_t, 2): the points of each step.
+    batches: list
+    #: list of int64 arrays (n_t,): the id of the cluster that emitted each point (ids are never reused).
+    labels: list
+    #: list of float64 arrays (k_t, 2): the centres of the live clusters when they emitted.
+    centers: list
+
+
+def moving_gaussians(
+    n_steps: int = 100,
+    n_clusters: int = 5,
+    points_per_cluster: int = 15,
+    *,
+    process: str = "paper-code",
+    std: float = 0.05,
+    death_prob: float = 0.05,
+    birth_prob: float = 0.10,
+    initial_clusters: int = 4,
+    boundary: str = "none",
+    random_state: Any = None,
+) -> MovingGaussians:
+    """Gaussian clusters that move, die and are born in [0, 1]^2 ([DM] 8.1; ALGORITHMS.md 10.2).
+
+    Parameters
+    ----------
+    n_steps : int, default 100
+    n_clusters : int, default 5
+        ``process="per-axis"``: the fixed number of live clusters (ignored by ``"paper-code"``).
+    points_per_cluster : int, default 15
+        Points each live cluster emits per step.
+    process : {"paper-code", "per-axis"}, default "paper-code"
+        ``"paper-code"`` follows the authors' example program: start with ``initial_clusters``; each step (after
+        the first) every live cluster dies with probability ``death_prob``, else moves by a radial step
+        (length ~ N(0, std), uniform direction); a new cluster is born uniformly with probability ``birth_prob``
+        (or when none lives); then every live cluster emits points at radial offsets N(0, std).
+        ``"per-axis"`` follows the paper's text: ``n_clusters`` clusters emit from N(c, std^2 I); then each dies
+        with probability ``death_prob`` and is replaced by a new one at a uniform location; then the survivors
+        move by N(0, std^2 I).
+    std : float, default 0.05
+        Spread of the points and of the motion.
+    death_prob, birth_prob : float
+        Per-step probabilities (``birth_prob`` is used by ``"paper-code"`` only).
+    initial_clusters : int, default 4
+        ``"paper-code"``: clusters alive at the start.
+    boundary : {"none", "reflect"}, default "none"
+        Centres are not clipped (``"none"``), or reflected back into [0, 1] (``"reflect"``).
+    random_state : int, Generator or None
+
+    Returns
+    -------
+    MovingGaussians
+        ``batches``, ``labels`` and ``centers``, one entry per step.
+
+    Examples
+    --------
+    >>> data = moving_gaussians(n_steps=3, random_state=0)
+    >>> len(data.batches), data.batches[0].shape
+    (3, (60, 2))
+    """
+    for name, value in (("n_steps", n_steps), ("n_clusters", n_clusters), ("points_per_cluster", points_per_cluster),
+                        ("initial_clusters", initial_clusters)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise InvalidParameterError(message(f"moving_gaussians({name}=...)", "an integer >= 1", repr(value),
+                                                f"Pass a positive integer {name}."))
+    if process not in ("paper-code", "per-axis"):
+        raise InvalidParameterError(message("moving_gaussians(process=...)", "'paper-code' or 'per-axis'",
+                                            repr(process), "Pick one of the two processes."))
+    if boundary not in ("none", "reflect"):
+        raise InvalidParameterError(message("moving_gaussians(boundary=...)", "'none' or 'reflect'", repr(boundary),
+                                            "Pick one of the two boundary rules."))
+    for name, value in (("std", std), ("death_prob", death_prob), ("birth_prob", birth_prob)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < np.inf or (
+                name != "std" and value > 1):
+            raise InvalidParameterError(message(f"moving_gaussians({name}=...)", "a number >= 0 (<= 1 for a "
+                                                "probability)", repr(value), f"Pass a valid {name}."))
+    rng = np.random.default_rng(np.random.SeedSequence(_seed(random_state), spawn_key=(2,)))
+
+    def fold(c: np.ndarray) -> np.ndarray:
+        if boundary == "reflect":
+            c = np.abs(c)
+            c = np.where(c > 1, 2 - c, c)
+        return c
+
+    def radial(k: int) -> np.ndarray:
+        r = rng.normal(0.0, std, size=k)
+        a = rng.uniform(0.0, 2 * np.pi, size=k)
+        return np.stack([r * np.cos(a), r * np.sin(a)], axis=1)
+
+    start = initial_clusters if process == "paper-code" else n_clusters
+    centres = {i: rng.uniform(0, 1, size=2) for i in range(start)}
+    next_id = start
+    batches, labels, snapshots = [], [], []
+    for t in range(n_steps):
+        if process == "paper-code" and t > 0:
+            for i in list(centres):
+                if rng.random() < death_prob:
+                    del centres[i]
+                else:
+                    centres[i] = fold(centres[i] + radial(1)[0])
+            if rng.random() < birth_prob or not centres:
+                centres[next_id] = rng.uniform(0, 1, size=2)
+                next_id += 1
+        ids = np.array(sorted(centres), dtype=np.int64)
+        C = np.array([centres[i] for i in ids])
+        y = np.repeat(ids, points_per_cluster)
+        base = np.repeat(C, points_per_cluster, axis=0)
+        off = radial(y.size) if process == "paper-code" else rng.normal(0.0, std, size=(y.size, 2))
+        batches.append(base + off)
+        labels.append(y)
+        snapshots.append(C)
+        if process == "per-axis":
+            for i in list(centres):
+                if rng.random() < death_prob:
+                    del centres[i]
+                    centres[next_id] = rng.uniform(0, 1, size=2)
+                    next_id += 1
+            for i in list(centres):
+                centres[i] = fold(centres[i] + rng.normal(0.0, std, size=2))
+    return MovingGaussians(batches, labels, snapshots)
+__all__ += ["MovingGaussians", "moving_gaussians"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# tabletop-style images ([MB] 5.1; ALGORITHMS.md 10.1)
+# --------------------------------------------------------------------------------------------------------------
+
+
+class Tabletop(NamedTuple):
+    """Result of :func:`make_tabletop`."""
+
+    #: float64 (n_images, n_pixels): the images as rows, ``background + Z @ features + noise``.
+    X: np.ndarray
+    #: uint8 (n_images, n_objects): which objects are present in each image.
+    Z: np.ndarray
+    #: float64 (n_objects, n_pixels): what each object adds to the image (1 on its pixels, 0 elsewhere).
+    features: np.ndarray
+    #: float64 (n_pixels,): the empty table (the base feature every image holds).
+    background: np.ndarray
+
+
+def make_tabletop(
+    n_images: int = 100,
+    image_shape: tuple[int, int] = (6, 6),
+    n_objects: int = 4,
+    noise: float = 0.1,
+    random_state: Any = 0,
+    *,
+    p_present: float = 0.5,
+) -> Tabletop:
+    """Synthetic stand-in for the tabletop images of [MB] 5.1 (ALGORITHMS.md 10.1): objects on a table.
+
+    The image is split in a grid of ``ceil(sqrt(n_objects))`` rows of cells; object k always lies in cell k, on a
+    random shape of that cell (each pixel on with probability 0.6, at least two pixels), and adds 1 to its pixels
+    when present. The table is a horizontal brightness gradient from 0.2 to 0.5. Every object is present
+    independently with probability ``p_present``, and every pixel gets ``N(0, noise^2)``. The generating feature
+    allocation is the base feature (the table) plus one feature per object.
+
+    Parameters
+    ----------
+    n_images : int, default 100
+    image_shape : (int, int), default (6, 6)
+        Height and width in pixels.
+    n_objects : int, default 4
+        At most one object per two pixels.
+    noise : float, default 0.1
+        Standard deviation of the pixel noise (>= 0).
+    random_state : int, Generator or None, default 0
+        Seeds the shapes, the presences and the noise.
+    p_present : float, default 0.5
+        Probability that an object is on the table in an image.
+
+    Returns
+    -------
+    Tabletop
+        ``X`` (n_images, height * width), ``Z`` (n_images, n_objects) uint8, ``features`` (n_objects, pixels)
+        and ``background`` (pixels,).
+
+    Examples
+    --------
+    >>> t = make_tabletop(10, random_state=0)
+    >>> t.X.shape, t.Z.shape, t.features.shape, t.background.shape
+    ((10, 36), (10, 4), (4, 36), (36,))
+    >>> bool(np.allclose(make_tabletop(10, noise=0.0).X, t.background + t.Z @ t.features))
+    True
+    """
+
+    def bad(name: str, expected: str, value: Any, fix: str) -> InvalidParameterError:
+        return InvalidParameterError(message(f"make_tabletop({name}=...)", expected, repr(value), fix))
+
+    if isinstance(n_images, bool) or not isinstance(n_images, numbers.Integral) or n_images < 1:
+        raise bad("n_images", "an integer >= 1", n_images, "Pass a positive number of images.")
+    shape_ok = (
+        isinstance(image_shape, (tuple, list)) and len(image_shape) == 2
+        and all(isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 1 for s in image_shape)
+    )
+    if not shape_ok:
+        raise bad("image_shape", "a pair (height, width) of integers >= 1", image_shape, "Pass e.g. (6, 6).")
+    h, w = int(image_shape[0]), int(image_shape[1])
+    if isinstance(n_objects, bool) or not isinstance(n_objects, numbers.Integral) or not 1 <= n_objects <= h * w // 2:
+        raise bad("n_objects", f"an integer in [1, {h * w // 2}] (one object per two pixels at most)", n_objects,
+                  "Use fewer objects or a larger image_shape.")
+    for name, value, hi in (("noise", noise, np.inf), ("p_present", p_present, 1.0)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= hi or not np.isfinite(
+                value):
+            raise bad(name, f"a finite number in [0, {hi}]", value, f"Pass e.g. {name}=0.1.")
+    rows_of_cells = int(np.ceil(np.sqrt(n_objects)))
+    cols_of_cells = int(np.ceil(n_objects / rows_of_cells))
+    row_bounds = np.array_split(np.arange(h), rows_of_cells)
+    col_bounds = np.array_split(np.arange(w), cols_of_cells)
+    cells = [(r, c) for r in row_bounds for c in col_bounds][:n_objects]
+    if any(r.size * c.size < 2 for r, c in cells):
+        raise bad("n_objects", f"at most as many objects as cells of >= 2 pixels fit in {image_shape}", n_objects,
+                  "Use fewer objects or a larger image_shape.")
+    if not (random_state is None or isinstance(random_state, np.random.Generator) or (
+            isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool) and random_state >= 0)):
+        raise bad("random_state", "None, an int >= 0 or a numpy.random.Generator", random_state,
+                  "Pass random_state=0 (any fixed int) for reproducible data.")
+    seed = _seed(random_state)
+    shape_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(5, 0)))
+    features = np.zeros((n_objects, h, w))
+    for k, (r, c) in enumerate(cells):
+        on = shape_rng.random((r.size, c.size)) < 0.6
+        if on.sum() < 2:
+            on[:] = True
+        features[k][np.ix_(r, c)] = on
+    features = features.reshape(n_objects, h * w)
+    background = np.broadcast_to(np.linspace(0.2, 0.5, w)[None, :], (h, w)).reshape(-1).copy()
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(5, 1)))
+    Z = (rng.random((n_images, n_objects)) < p_present).astype(np.uint8)
+    X = background[None, :] + Z @ features + noise * rng.standard_normal((n_images, h * w))
+    return Tabletop(X, Z, features, background)
+
+
+__all__ += ["Tabletop", "make_tabletop"]

@@ -21,7 +21,9 @@ one line on stderr (``--debug`` adds the traceback). Outputs are checked before 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
+import math
 import os
 import sys
 import time
@@ -30,7 +32,6 @@ import warnings
 from enum import Enum
 from typing import Annotated, Any, Iterator, Optional
 
-import click
 import typer
 from rich.console import Console
 
@@ -41,6 +42,26 @@ from ._cluster import SCHEDULER_ENV, dask_client
 from ._display import Display, key_value_table, learned_attributes, to_jsonable
 
 __all__ = ["app"]
+
+
+# typer >= 0.2x vendors click (typer._click) and no longer depends on it; older typer re-exports click's classes.
+# Exceptions must be typer's own, or typer does not recognise them (an uncaught traceback instead of exit code 2).
+def _click_class(name: str) -> type:
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
+
+
+_UsageError = _click_class("UsageError")
+_ClickException = _click_class("ClickException")
+
+
+def _current_context() -> Any:
+    """The running command's context (for the usage line of usage errors), or None."""
+    for module in (typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals", "click.globals"):
+        try:
+            return importlib.import_module(module).get_current_context(silent=True)
+        except (ImportError, AttributeError):
+            continue
+    return None
 
 app = typer.Typer(
     name="dclust",
@@ -196,7 +217,7 @@ def _command(json_out: bool, quiet: bool, debug: bool) -> Iterator[_Session]:
             finally:
                 for text in session.warning_texts():
                     sys.stderr.write(f"dclust: warning: {text}\n")
-    except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+    except (typer.Exit, typer.Abort, _ClickException):
         raise
     except InvalidParameterError as exc:
         _fail(exc, 2, debug)
@@ -206,8 +227,9 @@ def _command(json_out: bool, quiet: bool, debug: bool) -> Iterator[_Session]:
         _fail(exc, 1, debug)
 
 
-def _usage(message: str) -> click.UsageError:
-    return click.UsageError(message, ctx=click.get_current_context(silent=True))
+def _usage(message: str) -> Exception:
+    """A usage error (exit code 2, shown with the command's usage line)."""
+    return _UsageError(message, ctx=_current_context())
 
 
 def _check_outputs(outputs: dict[str, str], overwrite: bool, inputs: tuple[str, ...] = ()) -> None:
@@ -296,8 +318,8 @@ MaxIterOpt = Annotated[
 
 
 def _positive(value: float | None) -> float | None:
-    if value is not None and not value > 0:
-        raise typer.BadParameter(f"{value} is not > 0.")
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value} is not a finite number > 0.")
     return value
 
 

@@ -1,0 +1,131 @@
+"""The scripts in examples/ run end to end, at toy size, as subprocesses (as a user runs them)."""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+import dclust
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SCRIPTS = ["demo.py", "kmeans_zarr.py", "dpmeans_xarray.py"]
+
+
+def run_example(script, *args, timeout=300):
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "COLUMNS": "160"}
+    env.pop("DCLUST_SCHEDULER", None)
+    r = subprocess.run([sys.executable, str(EXAMPLES / script), *map(str, args)], capture_output=True, text=True,
+                       env=env, timeout=timeout)
+    assert r.returncode == 0, f"{script} failed:\nSTDOUT:\n{r.stdout}\nSTDERR:\n{r.stderr}"
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+def table_row(stdout, name):
+    """The cells of the summary-table row that starts with ``name`` (box characters stripped)."""
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in re.split(r"[│|┃]", line) if c.strip()]
+        if cells and cells[0] == name:
+            return cells
+    raise AssertionError(f"no row {name!r} in:\n{stdout}")
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_and_bad_sizes(script, tmp_path):
+    r = subprocess.run([sys.executable, str(EXAMPLES / script), "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--n" in r.stdout
+    r = subprocess.run([sys.executable, str(EXAMPLES / script), "--n", "0"], capture_output=True, text=True,
+                       timeout=60, cwd=tmp_path)
+    assert r.returncode == 2 and "--n" in r.stderr
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_importing_runs_nothing(script, tmp_path, monkeypatch):
+    """The ``__main__`` guard: worker processes re-import the script, which must not start any work."""
+    monkeypatch.chdir(tmp_path)
+    namespace = runpy.run_path(str(EXAMPLES / script), run_name="__mp_main__")
+    assert callable(namespace["main"])
+    assert os.listdir(tmp_path) == []
+
+
+def test_demo(tmp_path):
+    out = tmp_path / "demo-output"
+    # A previous run's outputs are replaced: leave a stale store of another shape where the points go.
+    dclust.write_array(np.zeros((10, 2), np.float32), out / "points.zarr")
+    n, k = 20_000, 16
+    r = run_example("demo.py", "--out", out, "--n", n, "--chunk-rows", 5_000, "--workers", 1, "--plot-points", 5_000)
+
+    assert zarr.open_array(str(out / "points.zarr"), mode="r").shape == (n, 8)
+    truth = zarr.open_array(str(out / "truth.zarr"), mode="r")[...]
+    for name in ("dpmeans", "kmeans"):
+        labels = zarr.open_array(str(out / f"labels-{name}.zarr"), mode="r")[...]
+        assert labels.shape == (n,) and labels.min() >= 0
+        assert dclust.metrics.adjusted_rand_score(truth, labels) > 0.9
+    assert isinstance(dclust.load(out / "model-dpmeans.zarr"), dclust.DPMeans)
+    km = dclust.load(out / "model-kmeans.zarr")
+    assert isinstance(km, dclust.KMeans) and km.cluster_centers_.shape == (k, 8)
+
+    png = out / "demo.png"
+    assert png.stat().st_size > 10_000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    img = matplotlib.image.imread(str(png))
+    assert img.ndim == 3 and img.shape[1] > img.shape[0] > 200  # a wide figure: scatter plots + objectives
+    assert img[..., :3].std() > 0.05  # not blank
+
+    assert "local Dask cluster: 1 worker(s)" in r.stdout
+    header = table_row(r.stdout, "model")
+    assert header == ["model", "K", "objective", "ARI vs truth", "iterations", "seconds"]
+    for name in ("DPMeans", "KMeans"):
+        _, k_found, objective, ari, iterations, seconds = table_row(r.stdout, name)
+        assert int(k_found) >= 1 and float(objective) > 0 and int(iterations) >= 1 and float(seconds) >= 0
+        assert float(ari) > 0.9
+    assert int(table_row(r.stdout, "KMeans")[1]) == k
+    assert sorted(p.name for p in out.iterdir()) == [
+        "demo.png", "labels-dpmeans.zarr", "labels-kmeans.zarr", "model-dpmeans.zarr", "model-kmeans.zarr",
+        "points.zarr", "truth.zarr",
+    ]
+
+
+def test_kmeans_zarr(tmp_path):
+    out = tmp_path / "km"
+    n, d, k = 20_000, 3, 4
+    r = run_example("kmeans_zarr.py", "--out", out, "--n", n, "--d", d, "--k", k, "--chunk-rows", 5_000)
+    assert zarr.open_array(str(out / "points.zarr"), mode="r").shape == (n, d)
+    labels = zarr.open_array(str(out / "labels.zarr"), mode="r")
+    assert labels.shape == (n,) and labels.chunks == (5_000,)
+    km = dclust.load(out / "model.zarr")
+    assert km.cluster_centers_.shape == (k, d)
+    np.testing.assert_array_equal(labels[...], km.predict(zarr.open_array(str(out / "points.zarr"))[...]))
+    assert "X: 20,000 x 3 float32, 4 row chunks" in r.stdout
+    m = re.search(r"adjusted Rand index ([\d.]+)\s+NMI ([\d.]+)\s+matched accuracy ([\d.]+)", r.stdout)
+    assert m, r.stdout
+    assert all(float(v) > 0.95 for v in m.groups())
+
+
+def test_dpmeans_xarray(tmp_path):
+    import xarray as xr
+
+    out = tmp_path / "regimes.zarr"
+    n = 20_000
+    r = run_example("dpmeans_xarray.py", "--n", n, "--chunk-rows", 5_000, "--out", out)
+    ds = xr.open_zarr(str(out), consolidated=False)
+    assert ds["cluster"].dims == ("time",) and ds.sizes["time"] == n
+    assert np.issubdtype(ds["time"].dtype, np.datetime64)
+    assert str(ds["time"].values[0]).startswith("2024-01-01T00:00")
+    m = re.search(r"K = (\d+)", r.stdout)
+    assert m and int(m.group(1)) == 5
+    assert int(ds["cluster"].max()) == 4
+    assert "labels: DataArray dims ('time',)" in r.stdout
+    ari = float(re.search(r"adjusted Rand index vs the true regimes: ([\d.]+)", r.stdout).group(1))
+    assert ari > 0.95
