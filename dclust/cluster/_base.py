@@ -87,10 +87,14 @@ def raise_if_bad_block(stats: ClusterStats, X: da.Array, name: str = "X") -> Non
         return
     b = stats.bad_block
     start = int(block_offsets(X.chunks[0])[b])
-    stop = start + X.chunks[0][b]
-    raise InvalidDataError(
-        message(name, "finite values", f"NaN or infinity in chunk {b} (rows {start}..{stop - 1})",
-                "Drop or impute those rows (e.g. X[da.isfinite(X).all(axis=1)]) and fit again.")
+    raise non_finite_error(name, b, start, start + X.chunks[0][b] - 1, "fit")
+
+
+def non_finite_error(name: str, block: int, first: int, last: int, verb: str) -> InvalidDataError:
+    """The error for NaN/inf rows found inside a pass, naming the chunk and its rows."""
+    return InvalidDataError(
+        message(name, "finite values", f"NaN or infinity in chunk {block} (rows {first}..{last})",
+                f"Drop or impute those rows (e.g. X[da.isfinite(X).all(axis=1)]) and {verb} again.")
     )
 
 
@@ -107,7 +111,10 @@ def wrap_output(result: da.Array, info: InputInfo, name: str) -> Any:
 
 
 def _labels_kernel(Xb, *, offset, block_index, centers):
-    return nearest(Xb, centers)[0]
+    labels = nearest(Xb, centers)[0]
+    if labels.size and labels.min() < 0:  # a row with NaN or inf has no nearest centre: never a silent -1
+        raise non_finite_error("X", block_index, offset, offset + len(labels) - 1, "predict")
+    return labels
 
 
 def _distances_kernel(Xb, centers):

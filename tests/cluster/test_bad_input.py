@@ -136,3 +136,15 @@ def test_existing_output_is_not_overwritten(tmp_path, X):
     assert sorted(p.name for p in target.rglob("*")) == before
     dclust.write_labels(labels, target, overwrite=True)
     np.testing.assert_array_equal(zarr.open_array(str(target), mode="r")[:], labels.compute())
+
+
+@pytest.mark.parametrize("make", ESTIMATORS)
+def test_predict_refuses_non_finite_rows(make, X):
+    est = make().fit(X)
+    bad = X.copy()
+    bad[130, 0] = np.nan
+    with pytest.raises(InvalidDataError, match="chunk 1") as info:
+        est.predict(da.from_array(bad, chunks=(100, -1))).compute()
+    _says_expected_received(info.value)
+    with pytest.raises(InvalidDataError, match="predict again"):
+        est.predict(bad)
