@@ -11,9 +11,23 @@ reduction, and only O(K x D) state reaches the driver.
 
 from __future__ import annotations
 
-from . import errors, metrics
+from . import constraints, errors, metrics
 from ._dask.loop import ProgressEvent, on_progress
-from .cluster import DPMeans, KMeans
+from .cluster import (
+    BPMeans,
+    DPMeans,
+    DPMMGibbs,
+    GMPR,
+    IBPGibbs,
+    KFeatures,
+    KMeans,
+    RDPMeans,
+    SpectralClustering,
+    StepwiseKFeatures,
+    TVClust,
+)
+from .constraints import ConstraintGraph
+from .stream import AnytimeDPMeans, DynamicMeans, SpectralDynamicMeans
 from .datasets import make_blobs
 from .io import load, open_array, save, write_array, write_labels
 
@@ -23,6 +37,20 @@ __all__ = [
     "__version__",
     "KMeans",
     "DPMeans",
+    "BPMeans",
+    "KFeatures",
+    "StepwiseKFeatures",
+    "RDPMeans",
+    "GMPR",
+    "TVClust",
+    "DPMMGibbs",
+    "IBPGibbs",
+    "SpectralClustering",
+    "DynamicMeans",
+    "AnytimeDPMeans",
+    "SpectralDynamicMeans",
+    "ConstraintGraph",
+    "constraints",
     "open_array",
     "write_array",
     "write_labels",

@@ -17,7 +17,7 @@ def register(cls: type) -> type:
 
 def get_estimator(name: str) -> type:
     """The estimator class called ``name`` (case-insensitive, also the CLI names like ``dpmeans``)."""
-    import dclust.cluster  # noqa: F401  (registers the estimators)
+    import dclust  # noqa: F401  (importing the package registers every estimator)
 
     by_lower = {k.lower(): v for k, v in ESTIMATORS.items()}
     try:

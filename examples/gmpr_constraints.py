@@ -6,7 +6,7 @@ Datasets: two moons (m_K = 1 against m_K = 2) and scikit-learn's 8x8 digits {1, 
 principal components (the offline substitute for MNIST, ALGORITHMS.md 10.4). [GP] reports figures only; its
 qualitative claims are that links help, and that m_K > 1 helps on non-Gaussian classes.
 
-    python examples/gmpr_constraints.py                     # 10 trials, links 0..256
+    python examples/gmpr_constraints.py                     # 5 trials, links 0..256 (a few minutes)
     python examples/gmpr_constraints.py --trials 3 --links 0 64
 """
 
@@ -55,7 +55,7 @@ def _run(X, y, n_links, m_k, trials, seed):
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--links", type=int, nargs="+", default=[0, 16, 64, 256])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

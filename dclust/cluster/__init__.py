@@ -1,6 +1,24 @@
 """Batch estimators with scikit-learn conventions."""
 
+from ._bpmeans import BPMeans
 from ._dpmeans import DPMeans
+from ._gmpr import GMPR
+from ._kfeatures import KFeatures, StepwiseKFeatures
 from ._kmeans import KMeans
+from ._rdpmeans import RDPMeans
+from ._references import DPMMGibbs, IBPGibbs, SpectralClustering
+from ._tvclust import TVClust
 
-__all__ = ["DPMeans", "KMeans"]
+__all__ = [
+    "BPMeans",
+    "DPMeans",
+    "DPMMGibbs",
+    "GMPR",
+    "IBPGibbs",
+    "KFeatures",
+    "KMeans",
+    "RDPMeans",
+    "SpectralClustering",
+    "StepwiseKFeatures",
+    "TVClust",
+]

@@ -57,7 +57,7 @@ def dask_cluster(tmp_path_factory):
         address = json.loads(sched_file.read_text())["address"]
         with Client(address, timeout=30) as c:
             c.wait_for_workers(2, timeout=90)
-        yield address, procs[1:]
+        yield address, procs  # procs[1:] are the workers; a test that replaces one writes it back here
     finally:
         for p in reversed(procs):
             if p.poll() is None:
@@ -111,11 +111,11 @@ def test_cli_on_a_real_cluster_equals_the_local_cluster_and_numpy(dask_cluster, 
 def test_a_worker_killed_mid_fit_changes_nothing(dask_cluster, store, make):
     from distributed import Client
 
-    address, workers = dask_cluster
+    address, procs = dask_cluster
     path, _ = store
     with Client(address, timeout=30) as client:
         undisturbed = make().fit(dclust.open_array(path))
-        victim = workers[-1]
+        victim = procs[-1]
         killed = []
 
         def kill_after_first_iteration(event):
@@ -130,7 +130,7 @@ def test_a_worker_killed_mid_fit_changes_nothing(dask_cluster, store, make):
         assert len(client.scheduler_info()["workers"]) == 1
         # restart the victim so later tests have two workers again
         sched_file = Path(victim.args[victim.args.index("--scheduler-file") + 1])
-        workers[-1] = subprocess.Popen(victim.args, cwd=sched_file.parent, stdout=subprocess.DEVNULL,
+        procs[-1] = subprocess.Popen(victim.args, cwd=sched_file.parent, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL)
         client.wait_for_workers(2, timeout=90)
     np.testing.assert_array_equal(disturbed.cluster_centers_, undisturbed.cluster_centers_)

@@ -1,0 +1,218 @@
+"""Benchmark: RDP-means with a block-sparse constraint graph against DPMeans and KMeans on the same Zarr store.
+
+Data: ``--n`` x 8 float32 Gaussian blobs (16 centres) in a Zarr store with ``--chunk-rows`` row chunks, and
+``--link-fraction * N`` random links (default 0.01 N): 90% are must-links between two rows of one true cluster, 10%
+random pairs of rows (cannot-links when their clusters differ, must-links otherwise). The graph is aligned to the
+store's chunks and persisted next to it with ``ConstraintGraph.to_zarr``.
+
+Measured in one run on a local cluster of 2 single-threaded worker processes:
+  - seconds per iteration (median of the progress events of the passes after the first) of ``RDPMeans``
+    (``mode="serial"``, the coloured phases, and ``mode="jacobi"``), ``DPMeans`` and ``KMeans``;
+  - the number of colour phases of the link graph;
+  - peak resident memory of the workers during each fit;
+  - graph memory (bytes per link) at two link counts, and the time to build / write / read the graph.
+
+Target (issue 5): RDP-means per iteration <= 2 x DPMeans per iteration; graph memory linear in the links.
+The GM-PR half of the issue's benchmark belongs with GM-PR and is not run here.
+
+Run: ``.venv/bin/python benchmarks/bench_constraints.py``; smoke run: ``--n 1_000_000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import HERE, WorkerPeakMemory, fmt_bytes, machine_info, print_table, write_json  # noqa: E402
+
+T_RATIO = 2.0
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=5_000_000)
+    p.add_argument("--d", type=int, default=8)
+    p.add_argument("--centers", type=int, default=16)
+    p.add_argument("--chunk-rows", type=int, default=500_000)
+    p.add_argument("--link-fraction", type=float, default=0.01, help="links per row")
+    p.add_argument("--within", type=float, default=0.9, help="share of links drawn inside a true cluster")
+    p.add_argument("--lam", type=float, default=60.0)
+    p.add_argument("--iters", type=int, default=6, help="iterations of every method (fixed, for per-iteration timing)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", type=Path, default=HERE / "data")
+    p.add_argument("--out", type=Path, default=HERE / "results" / "bench_constraints.json")
+    return p.parse_args(argv)
+
+
+def ensure_store(args):
+    import dclust
+    import zarr
+
+    stem = f"con_blobs_n{args.n}_d{args.d}_c{args.centers}_r{args.chunk_rows}_s{args.seed}"
+    path, lpath = args.data_dir / f"{stem}.zarr", args.data_dir / f"{stem}_labels.zarr"
+    ok = False
+    if path.exists() and lpath.exists():
+        try:
+            ok = zarr.open_array(str(path), mode="r").shape == (args.n, args.d)
+        except Exception:  # noqa: BLE001 - regenerate anything odd
+            ok = False
+    if not ok:
+        args.data_dir.mkdir(parents=True, exist_ok=True)
+        print(f"  generating {path.name} ...", flush=True)
+        b = dclust.make_blobs(args.n, args.d, centers=args.centers, chunk_rows=args.chunk_rows, dtype="float32",
+                              random_state=args.seed)
+        dclust.write_array(b.X, str(path), overwrite=True)
+        dclust.write_labels(b.labels, str(lpath), overwrite=True)
+    return str(path), str(lpath)
+
+
+def make_links(y: np.ndarray, m: int, within: float, rng: np.random.Generator):
+    """``m`` pairs: a share ``within`` inside one true cluster, the rest uniform; type = same true cluster."""
+    n = y.size
+    m_in = int(round(within * m))
+    by = np.argsort(y, kind="stable")
+    starts = np.searchsorted(y[by], np.arange(y.max() + 2))
+    i = rng.integers(0, n, m_in)
+    c = y[i]
+    j = by[starts[c] + (rng.random(m_in) * (starts[c + 1] - starts[c])).astype(np.int64)]
+    i2, j2 = rng.integers(0, n, m - m_in), rng.integers(0, n, m - m_in)
+    a, b = np.concatenate([i, i2]), np.concatenate([j, j2])
+    return a, b, y[a] == y[b]
+
+
+def fit_timed(client, name, make, X, **fit_kw):
+    import dclust
+
+    events = []
+    with WorkerPeakMemory(client) as mem, dclust.on_progress(events.append), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        model = make().fit(X, **fit_kw)
+        wall = time.perf_counter() - t0
+    iters = [e.seconds for e in events if e.phase == "iter"]
+    later = iters[1:] if len(iters) > 1 else iters
+    return model, {
+        "name": name, "seconds": wall, "n_iter": len(iters), "iteration_seconds": iters,
+        "seconds_per_iteration": float(np.median(later)), "first_iteration_seconds": iters[0] if iters else None,
+        "peak_worker_memory": mem.peak, "memory_method": mem.method,
+        "n_clusters": int(getattr(model, "n_clusters_", getattr(model, "n_clusters", 0))),
+    }
+
+
+def run(args, client) -> dict:
+    import dclust
+    from dclust.cluster._rdpmeans import RDPMeans
+    from dclust.constraints import ConstraintGraph
+
+    path, lpath = ensure_store(args)
+    X = dclust.open_array(path)
+    import zarr
+
+    y = np.asarray(zarr.open_array(lpath, mode="r")[:])
+    rng = np.random.default_rng(args.seed)
+    m = int(round(args.link_fraction * args.n))
+    a, b, must = make_links(y, m, args.within, rng)
+    t0 = time.perf_counter()
+    G = ConstraintGraph.from_pairs(a, b, must, n_samples=args.n, chunks=X.chunks[0], check_feasible=False)
+    t_build = time.perf_counter() - t0
+    gpath = Path(path).with_name(Path(path).stem + "_links.zarr")
+    t0 = time.perf_counter()
+    G.to_zarr(gpath, overwrite=True)
+    t_write = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    G = ConstraintGraph.from_zarr(gpath)
+    t_read = time.perf_counter() - t0
+    half = ConstraintGraph.from_pairs(a[: m // 2], b[: m // 2], must[: m // 2], n_samples=args.n,
+                                      chunks=X.chunks[0], check_feasible=False)
+    from dclust.constraints import greedy_coloring
+
+    t0 = time.perf_counter()
+    n_colours = int(greedy_coloring(G)[1].max() + 1) if G.n_links else 0
+    t_colour = time.perf_counter() - t0
+    graph = {"n_links": G.n_links, "n_must": G.n_must, "n_cannot": G.n_cannot, "block_pairs": len(G.block_pairs()),
+             "nbytes": G.nbytes, "bytes_per_link": G.nbytes / max(G.n_links, 1), "half_links": half.n_links,
+             "half_nbytes": half.nbytes, "build_seconds": t_build, "write_seconds": t_write, "read_seconds": t_read,
+             "colouring_seconds": t_colour, "n_colours": n_colours, "path": str(gpath)}
+    print(f"  graph: {G}  ({fmt_bytes(G.nbytes)}, {n_colours} colours)", flush=True)
+
+    it = args.iters
+    common = dict(random_state=args.seed)
+    runs = []
+    # warm-up (numba compilation and imports, on the workers too) on a small slice with its own links
+    Xs = X[:20_000].compute()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Gs = ConstraintGraph.from_labels_sample(y[:20_000], 1e-4, rng=0)
+        RDPMeans(lam=args.lam, max_iter=2, **common).fit(Xs, constraints=Gs)
+        RDPMeans(lam=args.lam, max_iter=2, **common).fit(X[:1_000_000], constraints=G.__class__.from_pairs(
+            [0], [1], True, n_samples=min(1_000_000, args.n), chunks=X[:1_000_000].chunks[0]))
+    _, r = fit_timed(client, "KMeans", lambda: dclust.KMeans(n_clusters=args.centers, init="random", max_iter=it,
+                                                             tol=0.0, **common), X)
+    runs.append(r)
+    _, r = fit_timed(client, "DPMeans", lambda: dclust.DPMeans(lam=args.lam, max_iter=it, **common), X)
+    runs.append(r)
+    for mode in ("serial", "jacobi"):
+        model, r = fit_timed(client, f"RDPMeans ({mode})", lambda: RDPMeans(
+            lam=args.lam, xi0=1.0, xi_rate=2.0, max_iter=it, mode=mode, **common), X, constraints=G)
+        labels = np.asarray(model.labels_.compute())
+        r.update(n_colours=model.n_colors_, n_violated=list(model.n_violated_),
+                 ari=dclust.metrics.adjusted_rand_score(y, labels))
+        runs.append(r)
+    dp = next(r for r in runs if r["name"] == "DPMeans")
+    for r in runs:
+        r["per_iteration_vs_dpmeans"] = r["seconds_per_iteration"] / dp["seconds_per_iteration"]
+    return {"graph": graph, "runs": runs, "n": args.n, "d": args.d}
+
+
+def report(res: dict) -> str:
+    g = res["graph"]
+    rows = [[r["name"], r["n_iter"], f"{r['seconds_per_iteration']:.3f}", f"{r['per_iteration_vs_dpmeans']:.2f}x",
+             f"{r['first_iteration_seconds']:.3f}", r.get("n_colours", "-"), r["n_clusters"],
+             fmt_bytes(r["peak_worker_memory"]), f"{r['ari']:.3f}" if "ari" in r else "-"] for r in res["runs"]]
+    texts = [print_table(rows, ["method", "iters", "s/iter", "vs DPMeans", "1st iter s", "colour phases", "K",
+                                "peak worker mem", "ARI"],
+                         f"{res['n']:,} x {res['d']} float32 in Zarr, {g['n_links']:,} links "
+                         f"({g['n_must']:,} must / {g['n_cannot']:,} cannot, {g['block_pairs']} block pairs)")]
+    texts.append(f"  graph: {fmt_bytes(g['nbytes'])} for {g['n_links']:,} links ({g['bytes_per_link']:.1f} B/link); "
+                 f"{fmt_bytes(g['half_nbytes'])} for {g['half_links']:,} links; build {g['build_seconds']:.2f} s, "
+                 f"write {g['write_seconds']:.2f} s, read {g['read_seconds']:.2f} s, colouring "
+                 f"{g['colouring_seconds']:.2f} s ({g['n_colours']} colours)")
+    linear = abs(g["nbytes"] / g["n_links"] - g["half_nbytes"] / max(g["half_links"], 1)) < 1e-9
+    texts.append(f"  graph memory linear in links: {'MET' if linear else 'NOT MET'}")
+    for r in res["runs"]:
+        if r["name"].startswith("RDPMeans"):
+            ok = r["per_iteration_vs_dpmeans"] <= T_RATIO
+            texts.append(f"  {r['name']} per iteration = {r['per_iteration_vs_dpmeans']:.2f} x DPMeans "
+                         f"(target <= {T_RATIO:.0f}x): {'MET' if ok else 'NOT MET'}")
+    text = "\n".join(texts)
+    print(text)
+    return text
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    from distributed import Client, LocalCluster
+
+    logging.basicConfig(level=logging.WARNING)
+    res: dict = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                 "machine": machine_info(), "targets": {"rdp_over_dp_per_iteration": T_RATIO}}
+    t0 = time.perf_counter()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        res.update(run(args, client))
+    res["total_seconds"] = time.perf_counter() - t0
+    res["report"] = report(res)
+    path = write_json(res, args.out)
+    print(f"\nwrote {path} (total {res['total_seconds']:.0f} s)")
+    return res
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Benchmark: dclust BPMeans against DPMeans per iteration on the same Zarr data, in the same run.
+
+Data: N x 36 float32 "images" of 6 x 6 pixels, each the sum of a random subset of 4 latent 6 x 6 features (a bar,
+a square, a diagonal, a corner block; pixel value 1) plus Gaussian noise (sigma 0.05), written once to Zarr with
+``--chunk-rows`` rows per chunk. On a LocalCluster of 2 single-threaded worker processes:
+
+(a) BPMeans(lam) per iteration: the seconds of each pass after the first, from dclust's progress events (the first
+    pass holds the serial prefix and most proposals; passes are also timed as the marginal cost
+    ``(t(max_iter=a) - t(max_iter=b)) / (a - b)`` when the fit does not converge before ``a``);
+(b) DPMeans(lam) per iteration on the same store, the same way;
+(c) proposals per OCC epoch, peak worker memory (VmHWM) during each fit;
+(d) feature recovery: for each generating feature, the RMS distance to the closest learned feature (target 0.1).
+
+Target (issue 6): BP-means per iteration <= 3 x DP-means per iteration at K = 4 features.
+Run: ``.venv/bin/python benchmarks/bench_features.py`` (default N = 2,000,000); smoke: ``--n 200000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import HERE, WorkerPeakMemory, fmt_bytes, fmt_ratio, fmt_s, machine_info, print_table, write_json  # noqa: E402
+
+T_BP_VS_DP = 3.0
+
+
+def latent_features() -> np.ndarray:
+    F = np.zeros((4, 6, 6))
+    F[0, 1, :] = 1  # horizontal bar
+    F[1, 3:5, 3:5] = 1  # square
+    F[2][np.arange(6), np.arange(6)] = 1  # diagonal
+    F[3, 4:, :2] = 1  # corner block
+    return F.reshape(4, 36)
+
+
+def _block(bounds, seed, noise):
+    lo, hi = int(bounds[0, 0]), int(bounds[0, 1])
+    rng = np.random.default_rng([seed, lo])
+    Z = rng.integers(0, 2, size=(hi - lo, 4))
+    return (Z @ latent_features() + noise * rng.normal(size=(hi - lo, 36))).astype(np.float32)
+
+
+def make_store(path: Path, n: int, chunk_rows: int, noise: float, seed: int = 0) -> None:
+    import dask.array as da
+
+    import dclust
+
+    edges = np.arange(0, n + chunk_rows, chunk_rows).clip(max=n)
+    bounds = np.stack([edges[:-1], edges[1:]], axis=1)
+    b = da.from_array(bounds, chunks=(1, 2))
+    X = b.map_blocks(_block, seed, noise, chunks=(tuple(np.diff(edges)), (36,)), dtype=np.float32)
+    dclust.write_array(X, path)
+
+
+def timed_fit(make, X, client):
+    import dclust
+
+    events = []
+    with WorkerPeakMemory(client) as mem, dclust.on_progress(events.append):
+        t0 = time.perf_counter()
+        est = make().fit(X)
+        wall = time.perf_counter() - t0
+    iters = [e.seconds for e in events if e.phase == "iter"]
+    return est, wall, iters, mem.peak
+
+
+def recovery(features: np.ndarray) -> list[float]:
+    """Per generating feature, the RMS pixel distance to the closest learned feature."""
+    F = latent_features()
+    return [float(np.sqrt(((features - f) ** 2).mean(axis=1)).min()) for f in F]
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=2_000_000)
+    p.add_argument("--chunk-rows", type=int, default=250_000)
+    p.add_argument("--lam", type=float, default=1.0, help="penalty per feature / cluster (default 1.0)")
+    p.add_argument("--noise", type=float, default=0.05)
+    p.add_argument("--max-iter", type=int, default=8)
+    p.add_argument("--data-dir", default=None)
+    args = p.parse_args(argv)
+
+    import warnings
+
+    from distributed import Client, LocalCluster
+
+    import dclust
+    from dclust.errors import ConvergenceWarning
+
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    tmp = Path(args.data_dir or tempfile.mkdtemp(prefix="dclust-bench-features-"))
+    store = tmp / f"images-{args.n}-{args.chunk_rows}-{args.noise}.zarr"
+    if not store.exists():
+        make_store(store, args.n, args.chunk_rows, args.noise)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        X = dclust.open_array(store)
+        common = dict(random_state=0, max_iter=args.max_iter, persist=False)
+        bp, bp_wall, bp_iters, bp_mem = timed_fit(
+            lambda: dclust.cluster.BPMeans(lam=args.lam, init="empty", **common), X, client)
+        dp, dp_wall, dp_iters, dp_mem = timed_fit(
+            lambda: dclust.DPMeans(lam=args.lam, **common), X, client)
+    bp_it = statistics.median(bp_iters[1:]) if len(bp_iters) > 1 else float("nan")
+    dp_it = statistics.median(dp_iters[1:]) if len(dp_iters) > 1 else float("nan")
+    rec = recovery(bp.features_)
+    result = {
+        "args": vars(args),
+        "machine": machine_info(),
+        "bpmeans": {"wall_s": bp_wall, "iter_s": bp_iters, "per_iter_after_first_s": bp_it,
+                    "n_iter": bp.n_iter_, "converged": bp.converged_, "K": bp.n_latent_features_,
+                    "proposals_per_epoch": bp.proposals_per_epoch_, "peak_worker_memory": bp_mem,
+                    "recovery_rms": rec, "objective_history": bp.objective_history_},
+        "dpmeans": {"wall_s": dp_wall, "iter_s": dp_iters, "per_iter_after_first_s": dp_it, "n_iter": dp.n_iter_,
+                    "K": dp.n_clusters_, "peak_worker_memory": dp_mem},
+        "ratio_bp_over_dp": bp_it / dp_it,
+        "target_ratio": T_BP_VS_DP,
+        "features_recovered_within_0.1": all(r <= 0.1 for r in rec),
+    }
+    print_table([
+        ["BPMeans", fmt_s(bp_wall), fmt_s(bp_iters[0]), fmt_s(bp_it), bp.n_iter_, bp.n_latent_features_,
+         fmt_bytes(bp_mem)],
+        ["DPMeans", fmt_s(dp_wall), fmt_s(dp_iters[0]), fmt_s(dp_it), dp.n_iter_, dp.n_clusters_, fmt_bytes(dp_mem)],
+    ], ["estimator", "fit", "first pass", "later passes (median)", "passes", "K", "peak worker RSS"],
+        title=f"N = {args.n:,} x 36 float32, chunks of {args.chunk_rows:,} rows, lam = {args.lam}")
+    print(f"BP/DP per iteration: {fmt_ratio(result['ratio_bp_over_dp'])} (target <= {T_BP_VS_DP}x); "
+          f"proposals per epoch: {bp.proposals_per_epoch_}; recovery RMS: {[round(r, 4) for r in rec]}")
+    write_json(result, HERE / "results" / "bench_features.json")
+    return result
+
+
+if __name__ == "__main__":
+    main()

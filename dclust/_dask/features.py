@@ -1,0 +1,241 @@
+"""Graphs for feature-allocation models: bits Z kept as a row-chunked uint8 dask array next to X, maps over
+(X block, Z block) pairs, the greedy initialisation (ALGORITHMS.md 2.6), K-features passes (2.4) and the
+reduction of ``G = Z'Z``, ``B = Z'X`` (8.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dask.array as da
+import numpy as np
+
+from ..kernels.bpmeans import gram_partial, sweep_rows
+from ..kernels.kfeatures import draw_keys, exhaustive_rows, greedy_rows
+from .blocks import _block_info_array
+from .reduce import tree_reduce
+
+__all__ = [
+    "Gram",
+    "map_with_bits",
+    "widen",
+    "greedy_init",
+    "init_bits",
+    "kfeatures_pass",
+    "transform_bits",
+    "FeatureOverflow",
+    "select_bits",
+    "bits_from_parts",
+]
+
+
+@dataclass
+class Gram:
+    """The BP / K-features monoid: ``G = Z'Z`` (K x K), ``B = Z'X`` (K x D), the rows' squared residuals
+    ``sse`` and the number of changed bits ``flips``. Merging pads to the largest K (new features are 0 for
+    rows that never saw them)."""
+
+    G: np.ndarray
+    B: np.ndarray
+    sse: float = 0.0
+    flips: int = 0
+
+    @staticmethod
+    def merge_all(parts) -> "Gram":
+        parts = list(parts)
+        k = max(p.G.shape[0] for p in parts)
+        d = parts[0].B.shape[1]
+        G = np.zeros((k, k))
+        B = np.zeros((k, d))
+        for p in parts:
+            kp = p.G.shape[0]
+            G[:kp, :kp] += p.G
+            B[:kp] += p.B
+        return Gram(G, B, float(sum(p.sse for p in parts)), int(sum(p.flips for p in parts)))
+
+
+class FeatureOverflow(Exception):
+    """Raised inside the graph code when more than ``max_features`` features would be opened."""
+
+    def __init__(self, n_features: int, residual: float, where: str) -> None:
+        super().__init__(where)
+        self.n_features, self.residual, self.where = n_features, residual, where
+
+
+def _with_bits_block(fn, kwargs, info, Xb, Zb):
+    out = np.empty(1, dtype=object)
+    out[0] = fn(Xb, Zb, offset=int(info[0, 0]), block_index=int(info[0, 1]), **kwargs)
+    return out
+
+
+def map_with_bits(fn, X: da.Array, Z: da.Array, *, blocks=None, **kwargs) -> da.Array:
+    """``fn(X_block, Z_block, offset=, block_index=, **kwargs)`` per row block; a 1-D object array of partials.
+
+    ``Z`` has X's row chunks (one column chunk). ``blocks`` restricts the map to those block indices.
+    """
+    info = _block_info_array(X)
+    if blocks is not None:
+        blocks = [int(b) for b in blocks]
+        info, X = info.blocks[blocks], X.blocks[blocks]
+        if Z.chunks[0] != X.chunks[0]:
+            Z = Z.blocks[blocks]
+    return da.blockwise(
+        _with_bits_block, "i", fn, None, kwargs, None, info, "ij", X, "ik", Z, "il",
+        dtype=object, concatenate=True, align_arrays=False, adjust_chunks={"i": 1},
+        meta=np.empty(0, dtype=object),
+    )
+
+
+def _widen_block(Zb, k):
+    if Zb.shape[1] == k:
+        return Zb
+    out = np.zeros((Zb.shape[0], k), np.uint8)
+    out[:, : Zb.shape[1]] = Zb
+    return out
+
+
+def widen(Z: da.Array, k: int) -> da.Array:
+    """Lazily pad Z with zero columns up to ``k`` (features a row has not seen yet are 0)."""
+    if Z.shape[1] == k:
+        return Z
+    return Z.map_blocks(_widen_block, k, chunks=(Z.chunks[0], (k,)), dtype=np.uint8)
+
+
+def _gram_of(parts):
+    out = np.empty(len(parts), dtype=object)
+    out[:] = [p[1] for p in parts]
+    return out
+
+
+def _bits_of(part, k):
+    return part[0][0]
+
+
+def bits_from_parts(parts: da.Array, chunks: tuple[int, ...], k: int) -> da.Array:
+    """The Z blocks held in persisted partials ``(Z_block, Gram, ...)`` as one (N, k) uint8 dask array."""
+    return parts.map_blocks(_bits_of, k, chunks=(tuple(chunks), (k,)), new_axis=1, dtype=np.uint8)
+
+
+# --------------------------------------------------------------------------------------- greedy init (2.6)
+
+
+def _greedy_partial(Xb, *, offset, block_index, features, seed, round_):
+    Z, q = greedy_rows(Xb, features)
+    keys = draw_keys(np.arange(offset, offset + Xb.shape[0]), q, seed, round_)
+    i = int(np.argmin(keys)) if keys.size else 0
+    bad = not np.isfinite(q).all()
+    best = (float(keys[i]), offset + i) if keys.size else (np.inf, -1)
+    row = np.asarray(Xb[i], dtype=np.float64) if keys.size else np.zeros(Xb.shape[1])
+    sse = float(np.nansum(q))
+    return sse, best, row, block_index if bad else -1
+
+
+def _merge_greedy(parts):
+    sse = sum(p[0] for p in parts)
+    best = min(parts, key=lambda p: p[1])
+    bad = [p[3] for p in parts if p[3] >= 0]
+    return sse, best[1], best[2], min(bad) if bad else -1
+
+
+def _greedy_round(X, A, seed, round_, split_every):
+    from .blocks import map_partials
+
+    parts = map_partials(_greedy_partial, X, features=A, seed=seed, round_=round_)
+    return tree_reduce(parts, _merge_greedy, split_every=split_every).compute()[()]
+
+
+def greedy_init(X: da.Array, mean: np.ndarray, *, lam: float, n_features: int | None, seed: int,
+                max_features: int, split_every=None):
+    """Greedy K-means++-style features (ALGORITHMS.md 2.6, E-MB3): one pass per feature.
+
+    Starts from the base feature ``mean``; each pass computes the greedy bits and squared residuals ``d_n`` of
+    the current features and draws the next feature's row with probability proportional to ``d_n`` (an
+    exponential race, so the draw is a min-reduction). The new feature is that row's residual. For fixed
+    ``n_features`` it stops at that many features (padding with zero features if the residual vanishes); for
+    unknown K (``n_features=None``) it stops when ``sum d + lam*K`` does not decrease (the last feature is undone).
+
+    Returns ``(A, sse, passes)``. Raises :class:`FeatureOverflow` when more than ``max_features`` are needed.
+    """
+    A = np.asarray(mean, dtype=np.float64).reshape(1, -1)
+    sse, (key, idx), row, _ = _greedy_round(X, A, seed, 0, split_every)
+    passes = 1
+    while n_features is None or A.shape[0] < n_features:
+        if not np.isfinite(key) or sse <= 0:
+            break
+        resid = row - greedy_rows(row[None], A)[0][0].astype(np.float64) @ A
+        cand = np.vstack([A, resid])
+        sse2, (key2, idx2), row2, _ = _greedy_round(X, cand, seed, passes, split_every)
+        passes += 1
+        if n_features is None:
+            if not sse2 + lam * cand.shape[0] < sse + lam * A.shape[0]:
+                break
+            if cand.shape[0] > max_features:
+                raise FeatureOverflow(cand.shape[0], float(resid @ resid), "greedy initialisation")
+        A, sse, key, row = cand, sse2, key2, row2
+    if n_features is not None and A.shape[0] < n_features:
+        A = np.vstack([A, np.zeros((n_features - A.shape[0], A.shape[1]))])
+    return A, float(sse), passes
+
+
+def _init_bits_block(Xb, features):
+    return greedy_rows(Xb, features)[0]
+
+
+def init_bits(X: da.Array, A: np.ndarray, greedy: bool) -> da.Array:
+    """Lazy initial Z: the greedy bits of ``A`` (a pure function of each row), or no features at all."""
+    k = A.shape[0]
+    if not greedy or k == 0:
+        return da.zeros((X.shape[0], k), dtype=np.uint8, chunks=(X.chunks[0], (k,)))
+    return X.map_blocks(_init_bits_block, A, chunks=(X.chunks[0], (k,)), dtype=np.uint8)
+
+
+# --------------------------------------------------------------------------------------- K-features (2.4)
+
+
+def _kf_partial(Xb, Zb, *, offset, block_index, features, exhaustive):
+    Z = np.array(Zb, dtype=np.uint8, order="C", copy=True)
+    if exhaustive:
+        Z, flips = exhaustive_rows(Xb, Z, features)
+        Zf = Z.astype(np.float64)
+        R = np.asarray(Xb, dtype=np.float64) - Zf @ features
+        q = (R * R).sum(axis=1)
+    else:
+        q, flips = sweep_rows(Xb, Z, features, repeat=True)
+    G, B = gram_partial(Xb, Z)
+    return Z, Gram(G, B, float(q.sum()), int(flips))
+
+
+def kfeatures_pass(X: da.Array, Z: da.Array, A: np.ndarray, *, exhaustive: bool, split_every=None):
+    """One K-features step 1 (every row independently, ALGORITHMS.md 2.4) and the reduction of (G, B).
+
+    Returns ``(Z_new persisted, Gram)``; ``Gram.sse`` is ``||X - Z_new A||^2`` with the old A.
+    """
+    parts = map_with_bits(_kf_partial, X, Z, features=np.asarray(A, dtype=np.float64), exhaustive=exhaustive)
+    parts = parts.persist()
+    gram = tree_reduce(parts.map_blocks(_gram_of, dtype=object), Gram.merge_all, split_every=split_every)
+    gram = gram.compute()[()]
+    Znew = bits_from_parts(parts, X.chunks[0], A.shape[0]).persist()
+    return Znew, gram
+
+
+def _select_block(Zb, keep):
+    return np.ascontiguousarray(Zb[:, keep])
+
+
+def select_bits(Z: da.Array, keep: np.ndarray) -> da.Array:
+    """Lazily keep the columns ``keep`` of Z."""
+    keep = np.asarray(keep, dtype=np.int64)
+    if keep.size == Z.shape[1] and np.array_equal(keep, np.arange(Z.shape[1])):
+        return Z
+    return Z.map_blocks(_select_block, keep, chunks=(Z.chunks[0], (keep.size,)), dtype=np.uint8)
+
+
+def _transform_block(Xb, features):
+    Z = np.zeros((Xb.shape[0], features.shape[0]), np.uint8)
+    sweep_rows(Xb, Z, features, repeat=True)
+    return Z
+
+
+def transform_bits(X: da.Array, A: np.ndarray) -> da.Array:
+    """Lazy Z for new rows: from all-zero bits, coordinate sweeps against fixed ``A`` until each row is stable."""
+    A = np.asarray(A, dtype=np.float64)
+    return X.map_blocks(_transform_block, A, chunks=(X.chunks[0], (A.shape[0],)), dtype=np.uint8)

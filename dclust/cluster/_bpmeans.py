@@ -1,0 +1,211 @@
+"""BP-means on Dask (ALGORITHMS.md 2.2 and 8.3): latent binary features learned with a penalty per feature,
+features opened with optimistic concurrency control."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .._dask.blocks import persist_if_fits
+from .._dask.bpocc import bp_occ_pass, patch_bits
+from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, select_bits
+from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
+from .._dask.occ import PassRecord, prefix_counts
+from .._registry import register
+from .._validation import SEED, Interval, Options, as_generator, check_array
+from ..errors import ConvergenceWarning
+from ..kernels.bpmeans import collapsed_objective, feature_means, gram_partial, prune_features, serial_sweep
+from ..kernels.kfeatures import greedy_rows
+from ._base import BaseEstimator, wrap_output
+from ._features import FeatureMixin, first_pass, overflow_error
+
+__all__ = ["BPMeans"]
+
+
+def _pad_gram(g: Gram, k: int) -> Gram:
+    return Gram.merge_all([g, Gram(np.zeros((k, k)), np.zeros((k, g.B.shape[1])))])
+
+
+@register
+class BPMeans(FeatureMixin, BaseEstimator):
+    """BP-means (Broderick, Kulis & Jordan 2013): a binary feature allocation learned with a penalty per feature.
+
+    Minimises ``||X - Z A||_F^2 + lam * K`` over binary ``Z`` (n_samples x K) and features ``A`` (K x D). Each
+    pass sweeps every row's bits coordinate-wise and opens the row's residual as a new feature when its squared
+    norm exceeds ``lam``; then empty features are deleted, identical ones merged, and ``A = pinv(Z'Z) Z'X`` is
+    computed from the tree-reduced ``G = Z'Z`` and ``B = Z'X`` (ALGORITHMS.md 2.2, E-MB1). Features are opened
+    with optimistic concurrency control (8.3): the result equals serial BP-means on the order ``serial_order_``.
+
+    Parameters
+    ----------
+    lam : float
+        Penalty per feature, in squared-distance units (ALGORITHMS.md section 0; [MB]'s ``lambda^2``).
+    init : {"greedy", "empty"}, default "greedy"
+        "greedy": the K-means++-style initialisation of ALGORITHMS.md 2.6 (a base feature at the mean, then
+        features drawn from residuals while the objective decreases; one pass per feature). "empty": K = 0.
+    max_iter : int, default 100
+        Maximum number of passes.
+    max_features : int, default 100
+        Bound on K. A ``lam`` so small that more features would be opened raises an error suggesting a larger
+        ``lam``, instead of growing Z (n_samples x K bytes) until memory runs out.
+    random_state : int, Generator or None
+        Fixes the processing order and the greedy draws (and so the result, for a fixed chunking).
+    prefix_size : int, default 1000
+        Rows processed serially on the driver at the start of the first pass.
+    max_proposals : int, default 4096
+        Proposals a block may send per epoch; the rest of the block waits for the next epoch.
+    persist : {"auto", True, False}, default "auto"
+        Keep X in (cluster) memory during the fit ("auto": when it fits).
+    split_every : int, optional
+        Fan-in of the tree reductions (default 8).
+
+    Attributes
+    ----------
+    features_ : ndarray (n_latent_features_, n_features_in_)
+        The feature means A.
+    n_latent_features_ : int
+        K, the number of learned features. (``n_features_in_`` is D, the number of input columns, as in
+        scikit-learn.)
+    allocation_ : ndarray or dask array (n_samples, n_latent_features_), uint8
+        Z of the training rows (lazy for dask input; not saved by :func:`dclust.save`).
+    init_features_ : ndarray
+        The features the first pass started from.
+    objective_ : float
+        ``||X - Z A||^2 + lam * K`` at the end.
+    objective_history_ : list of float
+        The objective after every pass's feature update (non-increasing).
+    assignment_objective_history_ : list of float
+        The objective after every pass's step 1 (before pruning and the feature update).
+    proposals_per_epoch_ : list of list of int
+        Per pass, the number of proposals of each OCC epoch.
+    n_iter_ : int
+    converged_ : bool
+    n_features_in_ : int
+    serial_order_ : list of ndarray
+        Per pass, the order on which serial BP-means gives the same result (built on demand).
+
+    Examples
+    --------
+    >>> import numpy as np, dclust
+    >>> A = np.array([[4.0, 0.0, 0.0], [0.0, 4.0, 0.0]])
+    >>> Z = np.array([[1, 0], [0, 1], [1, 1], [1, 0], [0, 1], [1, 1]])
+    >>> bp = dclust.BPMeans(lam=1.0, init="empty", random_state=0).fit(Z @ A)
+    >>> bp.n_latent_features_, bool(np.allclose(bp.allocation_ @ bp.features_, Z @ A))
+    (2, True)
+    """
+
+    _parameter_constraints = {
+        "lam": [Interval("real", 0, None, "left")],
+        "init": [Options(("greedy", "empty"))],
+        "max_iter": [Interval("int", 1, None)],
+        "max_features": [Interval("int", 1, None)],
+        "random_state": [SEED],
+        "prefix_size": [Interval("int", 0, None)],
+        "max_proposals": [Interval("int", 1, None)],
+        "persist": [Options(("auto", True, False))],
+        "split_every": [Interval("int", 2, None), Options((None,))],
+    }
+    _transient_attributes = ("serial_order_", "allocation_")
+
+    def __init__(self, *, lam=1.0, init="greedy", max_iter=100, max_features=100, random_state=None,
+                 prefix_size=1000, max_proposals=4096, persist="auto", split_every=None):
+        self.lam = lam
+        self.init = init
+        self.max_iter = max_iter
+        self.max_features = max_features
+        self.random_state = random_state
+        self.prefix_size = prefix_size
+        self.max_proposals = max_proposals
+        self.persist = persist
+        self.split_every = split_every
+
+    def fit(self, X, y=None) -> "BPMeans":
+        """Learn features from ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
+        self._validate_params()
+        arr, info = check_array(X)
+        n, d = arr.shape
+        lam = float(self.lam)
+        seed = int(as_generator(self.random_state).integers(2**62))
+        if info.kind != "numpy":
+            arr = persist_if_fits(arr, self.persist, logger)
+        chunks = tuple(arr.chunks[0])
+        watch = Stopwatch()
+        counts = prefix_counts(chunks, self.prefix_size)
+        mean, sq_norm, p_index, p_rows = first_pass(arr, seed=seed, counts=counts, split_every=self.split_every)
+        try:
+            return self._fit(arr, info, lam, seed, counts, mean, sq_norm, p_index, p_rows, watch)
+        except FeatureOverflow as exc:
+            raise overflow_error("BPMeans", self.lam, self.max_features, exc) from None
+
+    def _fit(self, arr, info, lam, seed, counts, mean, sq_norm, p_index, p_rows, watch):
+        n, d = arr.shape
+        chunks = tuple(arr.chunks[0])
+        greedy = self.init == "greedy"
+        if greedy:
+            A, _, passes = greedy_init(arr, mean, lam=lam, n_features=None, seed=seed,
+                                       max_features=self.max_features, split_every=self.split_every)
+        else:
+            A, passes = np.zeros((0, d)), 0
+        self.init_features_ = A.copy()
+        Z = init_bits(arr, A, greedy).persist()
+        emit(ProgressEvent("BPMeans", "init", passes, float("nan"), A.shape[0], watch.lap(), {"lam": lam}))
+        history, assign_history, records, proposals = [], [], [], []
+        converged = False
+        for it in range(self.max_iter):
+            starts, patches, pre = np.zeros(len(chunks), np.int64), {}, None
+            if it == 0 and p_index.size:
+                Zp = greedy_rows(p_rows, A)[0] if greedy else np.zeros((p_index.size, A.shape[0]), np.uint8)
+                Zp, new, q, flips, overflow = serial_sweep(p_rows, Zp, A, lam,
+                                                           max_new=max(0, self.max_features - A.shape[0]))
+                if overflow >= 0:
+                    raise FeatureOverflow(self.max_features + 1, float(np.max(q[:overflow], initial=lam)),
+                                          "serial prefix")
+                pre = Gram(*gram_partial(p_rows, Zp), float(q.sum()), int(flips))
+                patches = patch_bits(p_index, 0, Zp, chunks)
+                A = np.vstack([A, new])
+                starts = counts
+            k_start = A.shape[0] - (0 if pre is None else new.shape[0])
+            Zpass, A_all, gram, epochs, n_props = bp_occ_pass(
+                arr, Z, A, lam, seed=seed, starts=starts, patches=patches, max_proposals=self.max_proposals,
+                max_features=self.max_features, split_every=self.split_every,
+            )
+            k_all = A_all.shape[0]
+            gram = _pad_gram(Gram.merge_all([gram] + ([pre] if pre is not None else [])), k_all)
+            assign_history.append(gram.sse + lam * k_all)
+            keep, _ = prune_features(gram.G)
+            G, B = gram.G[np.ix_(keep, keep)], gram.B[keep]
+            A = feature_means(G, B)
+            history.append(collapsed_objective(G, B, sq_norm, lam))
+            Z = select_bits(Zpass, keep).persist()
+            records.append(PassRecord(p_index if it == 0 else np.empty(0, np.int64), epochs))
+            proposals.append(n_props)
+            opened = k_all - k_start
+            emit(ProgressEvent("BPMeans", "iter", it + 1, history[-1], keep.size, watch.lap(),
+                               {"epochs": len(epochs), "opened": opened, "flips": gram.flips}))
+            if gram.flips == 0 and opened == 0 and keep.size == k_all:
+                converged = True
+                break
+        if not converged:
+            warnings.warn(f"BPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
+                          ConvergenceWarning, stacklevel=3)
+        self.features_ = A
+        self.n_latent_features_ = int(A.shape[0])
+        self.allocation_ = wrap_output(Z, info, "allocation")
+        self.objective_ = history[-1]
+        self.objective_history_ = history
+        self.assignment_objective_history_ = assign_history
+        self.proposals_per_epoch_ = proposals
+        self.n_iter_ = it + 1
+        self.converged_ = converged
+        self.n_features_in_ = d
+        self._order_records = (seed, chunks, records)
+        emit(ProgressEvent("BPMeans", "done", it + 1, history[-1], self.n_latent_features_, 0.0))
+        return self
+
+    @property
+    def serial_order_(self) -> list[np.ndarray]:
+        self._check_fitted("_order_records")
+        seed, chunks, records = self._order_records
+        return [r.permutation(seed, chunks) for r in records]
+

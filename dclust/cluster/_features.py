@@ -1,0 +1,72 @@
+"""Shared pieces of the feature-allocation estimators (BPMeans, KFeatures, StepwiseKFeatures): the first pass
+over the data, the max_features error, and transform/predict returning the binary feature allocation Z."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._dask.features import FeatureOverflow, transform_bits
+from .._dask.occ import gather_prefix
+from .._validation import check_array
+from ..errors import InvalidParameterError, message
+from ._base import raise_if_bad_block, wrap_output
+
+__all__ = ["FeatureMixin", "first_pass", "overflow_error"]
+
+
+def first_pass(arr, *, seed: int, counts: np.ndarray, split_every):
+    """One pass: NaN/inf check, the mean, ``||X||_F^2`` and the serial prefix rows.
+
+    Returns ``(mean (1, D), sq_norm, prefix_index, prefix_rows)``.
+    """
+    stats, p_index, p_rows, _ = gather_prefix(arr, None, seed=seed, counts=counts, split_every=split_every)
+    raise_if_bad_block(stats, arr)
+    mean = stats.mean[:1].copy()
+    sq_norm = float(stats.scatter[0] + stats.weight[0] * (mean[0] @ mean[0]))
+    return mean, sq_norm, p_index, p_rows
+
+
+def overflow_error(name: str, lam: float, max_features: int, exc: FeatureOverflow) -> InvalidParameterError:
+    """The error for ``lam`` so small that more than ``max_features`` features would be opened."""
+    return InvalidParameterError(
+        message(
+            f"{name}(lam={lam!r}, max_features={max_features})",
+            f"at most max_features={max_features} features",
+            f"a fit whose {exc.where} would open feature {exc.n_features} (squared residuals up to "
+            f"{exc.residual:.4g} exceed lam)",
+            f"Increase lam (a larger penalty per feature opens fewer features; residuals above lam open one, so "
+            f"a lam near {exc.residual:.4g} or larger stops these), or raise max_features if Z (n_samples x "
+            f"max_features bytes) fits in memory.",
+        )
+    )
+
+
+class FeatureMixin:
+    """transform / predict / fit_transform for models with learned features ``features_`` (K, D)."""
+
+    def _check_features(self) -> None:
+        self._check_fitted("features_")
+
+    def transform(self, X):
+        """Binary feature allocation of new rows, shape (n_samples, n_latent_features_), uint8.
+
+        Each row starts with no feature and is swept coordinate-wise over ``features_`` (each bit set iff that
+        strictly lowers ``||x - z A||^2``) until it stops changing. Returns an ndarray for numpy input and a lazy
+        dask array (writable with :func:`dclust.write_array`) for dask/zarr input.
+        """
+        self._check_features()
+        arr, info = check_array(X, n_features=self.features_.shape[1])
+        return wrap_output(transform_bits(arr, self.features_), info, "features")
+
+    def predict(self, X):
+        """Same as :meth:`transform`: for a feature allocation the prediction is the binary row ``z``."""
+        return self.transform(X)
+
+    def reconstruct(self, Z):
+        """``Z @ features_``: the model's reconstruction of rows with allocation ``Z``."""
+        self._check_features()
+        return Z.astype(np.float64) @ self.features_
+
+    def fit_transform(self, X, y=None):
+        """``fit(X)`` then the allocation learned for the training rows (``allocation_``)."""
+        return self.fit(X).allocation_

@@ -1,0 +1,334 @@
+"""GM-PR: a Gaussian mixture (of mixtures) fitted by EM with must-link and cannot-link relations (ALGORITHMS.md 6)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .._dask import gmpr as _dgmpr
+from .._dask.blocks import persist_if_fits
+from .._dask.init import take_rows
+from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
+from .._registry import register
+from .._validation import SEED, Interval, Options, as_generator, check_array
+from ..errors import (
+    ConvergenceWarning, InfeasibleConstraintsError, InvalidDataError, message,
+)
+from ..kernels.gmpr import MixtureParams, m_step, update_alpha
+from ..kernels.kmeans import kmeans_plusplus
+from ._base import BaseEstimator, raise_if_bad_block, wrap_output
+
+__all__ = ["GMPR"]
+
+
+def _link_plan(constraints, arr, kind: str, n_classes: int):
+    """The block plan of ``constraints`` for the row blocks of ``arr`` (None when there are no links)."""
+    if constraints is None:
+        return _dgmpr.LinkPlan.empty(arr.chunks[0])
+    from ..constraints import ConstraintGraph
+
+    if not isinstance(constraints, ConstraintGraph):
+        raise InvalidDataError(
+            message("GMPR.fit(constraints=...)", "None or a dclust.ConstraintGraph", f"a {type(constraints).__name__}",
+                    "Build one with dclust.ConstraintGraph.from_pairs(i, j, must_link, n_samples, X.chunks[0]).")
+        )
+    if constraints.n_samples == arr.shape[0] and kind == "numpy":
+        constraints = constraints.rechunk(arr.chunks[0])  # numpy input: dclust chose the blocks itself
+    constraints.check_aligned(arr.chunks, arr.shape[0])
+    if constraints.weighted:
+        raise InvalidDataError(
+            message("GMPR.fit(constraints=...)", "unweighted links (GM-PR treats every link as certain)",
+                    "a graph with link weights", "Rebuild the graph with from_pairs(...) without weight=.")
+        )
+    if n_classes == 1 and constraints.n_cannot:
+        raise InfeasibleConstraintsError(
+            message("GMPR(n_classes=1) with cannot-links", "n_classes >= 2 (1 - sum(alpha^2) = 0 otherwise)",
+                    f"{constraints.n_cannot} cannot-link(s)", "Use n_classes >= 2 or drop the cannot-links.")
+        )
+    return _dgmpr.LinkPlan.from_blocks(arr.chunks[0], constraints.blocks())
+
+
+@register
+class GMPR(BaseEstimator):
+    """Gaussian mixture with pairwise relations (GM-PR, Yu, Elhabian & Whitaker), fitted by EM on Dask.
+
+    Each of ``n_classes`` classes is a mixture of ``clusters_per_class`` Gaussians. Must-linked points share one
+    class variable; cannot-linked points have different classes (ALGORITHMS.md 6.1). Every pass is one E-step
+    over the row blocks and the non-empty link-block pairs, with per-component statistics merged by Chan's rule
+    in a tree; the class weights are then solved on the driver (closed form for two classes, SLSQP with
+    generalised-EM acceptance otherwise). A point in several links is counted once per link (composite
+    likelihood, E-GP2). Without links this is EM for a Gaussian mixture of mixtures.
+
+    Parameters
+    ----------
+    n_classes : int, default 2
+        Number of classes ``M`` (the output labels).
+    clusters_per_class : int, default 1
+        Gaussian sub-clusters per class ``m_K``.
+    covariance_type : {"full", "diag"}, default "full"
+    reg_covar : float, default 1e-6
+        Added to the diagonal of every covariance (E-GP7).
+    max_iter : int, default 200
+        Maximum number of EM iterations (M-steps).
+    tol : float, default 1e-6
+        Stop when ``|ℓ_t − ℓ_{t−1}| <= tol |ℓ_t|``.
+    init : {"k-means++", "random"}, default "k-means++"
+        Class seeds (and each class's sub-cluster seeds) by D² sampling with one local trial, or uniformly, on
+        a uniform sample of ``init_sample_size`` rows; then one pass assigns every row to its nearest seed and
+        gives the initial means and covariances (ALGORITHMS.md 6.5). ``α = 1/M``, ``π = 1/m_K``.
+    init_sample_size : int, default 10000
+    random_state : int, Generator or None
+    persist : {"auto", True, False}, default "auto"
+        As in :class:`KMeans`.
+    split_every : int or None
+        Fan-in of the tree reduction (default 8).
+
+    Attributes
+    ----------
+    weights_ : ndarray (n_classes,)
+        Class weights ``α``.
+    sub_weights_ : ndarray (n_classes, clusters_per_class)
+        Sub-cluster weights ``π`` within each class.
+    means_ : ndarray (n_classes, clusters_per_class, n_features)
+    covariances_ : ndarray (n_classes, clusters_per_class, n_features, n_features) or (..., n_features) for diag
+    log_likelihood_ : float
+        ``ℓ`` of ALGORITHMS.md 6.2 at the final parameters.
+    objective_history_ : list of float
+        ``ℓ`` at the initial parameters and after every M-step (non-decreasing up to rounding and ``reg_covar``).
+    n_iter_ : int
+        Number of M-steps.
+    converged_ : bool
+    n_must_, n_cannot_ : int
+        Links used in the fit.
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> import numpy as np, dclust
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.concatenate([rng.normal(0, 1, (100, 2)), rng.normal(8, 1, (100, 2))])
+    >>> G = dclust.ConstraintGraph.from_pairs([0, 1], [150, 2], [False, True], n_samples=200)
+    >>> gm = dclust.GMPR(n_classes=2, random_state=0).fit(X, constraints=G)
+    >>> labels = gm.predict(X)
+    >>> bool(labels[0] != labels[150]), sorted(np.bincount(labels).tolist())
+    (True, [100, 100])
+    """
+
+    _parameter_constraints = {
+        "n_classes": [Interval("int", 1, None)],
+        "clusters_per_class": [Interval("int", 1, None)],
+        "covariance_type": [Options(("full", "diag"))],
+        "reg_covar": [Interval("real", 0, None)],
+        "max_iter": [Interval("int", 1, None)],
+        "tol": [Interval("real", 0, None)],
+        "init": [Options(("k-means++", "random"))],
+        "init_sample_size": [Interval("int", 1, None)],
+        "random_state": [SEED],
+        "persist": [Options(("auto", True, False))],
+        "split_every": [Interval("int", 2, None), Options((None,))],
+    }
+
+    def __init__(
+        self, *, n_classes=2, clusters_per_class=1, covariance_type="full", reg_covar=1e-6, max_iter=200, tol=1e-6,
+        init="k-means++", init_sample_size=10_000, random_state=None, persist="auto", split_every=None,
+    ):
+        self.n_classes = n_classes
+        self.clusters_per_class = clusters_per_class
+        self.covariance_type = covariance_type
+        self.reg_covar = reg_covar
+        self.max_iter = max_iter
+        self.tol = tol
+        self.init = init
+        self.init_sample_size = init_sample_size
+        self.random_state = random_state
+        self.persist = persist
+        self.split_every = split_every
+
+    # ------------------------------------------------------------------------------------------------------
+    def _params(self) -> MixtureParams:
+        self._check_fitted("means_")
+        return MixtureParams.build(self.weights_, self.sub_weights_, self.means_, self.covariances_)
+
+    def _build(self, alpha, pi, means, cov) -> MixtureParams:
+        try:
+            return MixtureParams.build(alpha, pi, means, cov)
+        except np.linalg.LinAlgError:
+            raise InvalidDataError(
+                message("GMPR covariances", "positive-definite covariance matrices",
+                        f"a singular covariance with reg_covar={self.reg_covar}",
+                        "Increase reg_covar (e.g. 1e-6 times the data's variance), use fewer classes or "
+                        "clusters_per_class, or remove duplicated points.")
+            ) from None
+
+    def _seeds(self, arr, rng):
+        n, d = arr.shape
+        M, K = self.n_classes, self.clusters_per_class
+        idx = np.sort(rng.choice(n, size=min(n, max(self.init_sample_size, M * K)), replace=False))
+        P = take_rows(arr, idx)
+        if not np.isfinite(P).all():
+            bad = int(idx[np.flatnonzero(~np.isfinite(P).all(axis=1))[0]])
+            raise InvalidDataError(message("X", "finite values", f"NaN or infinity in row {bad}",
+                                           "Drop or impute those rows and fit again."))
+        classes = self._pick(P, M, rng)
+        d2 = ((P[:, None, :] - classes[None]) ** 2).sum(axis=2)
+        lab = np.argmin(d2, axis=1)
+        subs = np.empty((M, K, d))
+        for m in range(M):
+            Pm = P[lab == m]
+            if K == 1 or Pm.shape[0] < K:
+                subs[m] = classes[m] if K == 1 or Pm.shape[0] == 0 else np.concatenate(
+                    [Pm, np.repeat(classes[m][None], K - Pm.shape[0], axis=0)])
+            else:
+                subs[m] = self._pick(Pm, K, rng)
+        return classes, subs
+
+    def _pick(self, P, k, rng):
+        if self.init == "random":
+            return P[np.sort(rng.choice(P.shape[0], size=k, replace=False))]
+        return kmeans_plusplus(P, np.ones(P.shape[0]), k, rng, n_local_trials=1)
+
+    def _initial_params(self, arr, rng) -> MixtureParams:
+        M, K, d = self.n_classes, self.clusters_per_class, arr.shape[1]
+        diag = self.covariance_type == "diag"
+        classes, subs = self._seeds(arr, rng)
+        stats = _dgmpr.init_stats(arr, classes, subs, diag, self.split_every)
+        raise_if_bad_block(stats, arr)
+        N = stats.weight.reshape(M, K)
+        _, _, total_scatter = _pooled(stats)
+        pooled = total_scatter / max(stats.weight.sum(), 1.0)
+        means = np.where(N[:, :, None] > 0, stats.mean.reshape(M, K, d), subs)
+        safe = np.where(N > 1, N, 1.0)
+        if diag:
+            cov = stats.scatter.reshape(M, K, d) / safe[:, :, None]
+            cov = np.where(N[:, :, None] > 1, cov, pooled) + self.reg_covar
+        else:
+            cov = stats.scatter.reshape(M, K, d, d) / safe[:, :, None, None]
+            cov = np.where(N[:, :, None, None] > 1, cov, pooled) + self.reg_covar * np.eye(d)
+        self._warn_light(stats.weight, d)
+        return self._build(np.full(M, 1.0 / M), np.full((M, K), 1.0 / K), means, cov)
+
+    def _warn_light(self, weight, d) -> None:
+        light = np.flatnonzero(weight < d + 1)
+        if light.size and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"GMPR: {light.size} component(s) hold fewer than n_features + 1 = {d + 1} points (weights "
+                f"{np.round(weight[light], 3).tolist()}); reg_covar={self.reg_covar} keeps their covariance "
+                "positive definite. Use fewer classes or clusters_per_class if this persists.",
+                UserWarning, stacklevel=3,
+            )
+
+    # ------------------------------------------------------------------------------------------------------
+    def fit(self, X, y=None, constraints=None) -> "GMPR":
+        """Fit the mixture to ``X`` (numpy, dask, zarr or xarray; (n_samples, n_features)) with optional links.
+
+        Parameters
+        ----------
+        X : array-like (n_samples, n_features)
+        y : ignored
+        constraints : ConstraintGraph, optional
+            Must-link / cannot-link pairs over the rows of X, aligned to ``X.chunks[0]`` (for numpy input dclust
+            aligns it). Link weights are not supported.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        arr, info = check_array(X)
+        n, d = arr.shape
+        M, K = self.n_classes, self.clusters_per_class
+        if n < M * K:
+            raise InvalidDataError(
+                message("GMPR", f"at least n_classes * clusters_per_class = {M * K} samples", f"{n} samples",
+                        "Lower n_classes / clusters_per_class or pass more data.")
+            )
+        plan = _link_plan(constraints, arr, info.kind, M)
+        rng = as_generator(self.random_state)
+        if info.kind != "numpy":
+            arr = persist_if_fits(arr, self.persist, logger)
+        self._warned = False
+        watch = Stopwatch()
+        params = self._initial_params(arr, rng)
+        emit(ProgressEvent("GMPR", "init", 0, float("nan"), M * K, watch.lap()))
+        stats = _dgmpr.estep(arr, plan, params, self.split_every)
+        raise_if_bad_block(stats, arr)
+        ll = _dgmpr.total_loglik(stats, params.alpha, plan.n_cannot)
+        history = [ll]
+        converged = False
+        n_iter = 0
+        for n_iter in range(1, self.max_iter + 1):
+            new, weight = m_step(stats, params, self.reg_covar)
+            self._warn_light(weight, d)
+            alpha, _ = update_alpha(stats.class_counts, plan.n_cannot, params.alpha)
+            params = self._build(alpha, new.pi, new.means, new.covariances)
+            stats = _dgmpr.estep(arr, plan, params, self.split_every)
+            ll_new = _dgmpr.total_loglik(stats, params.alpha, plan.n_cannot)
+            history.append(ll_new)
+            emit(ProgressEvent("GMPR", "iter", n_iter, ll_new, M * K, watch.lap()))
+            if abs(ll_new - ll) <= self.tol * abs(ll_new):
+                converged = True
+                ll = ll_new
+                break
+            ll = ll_new
+        if not converged:
+            warnings.warn(
+                f"GMPR did not converge in max_iter={self.max_iter} iterations (last relative change "
+                f"{abs(history[-1] - history[-2]) / max(abs(history[-1]), 1e-300):.3g} > tol={self.tol}). "
+                "Increase max_iter or tol.", ConvergenceWarning, stacklevel=2,
+            )
+        self.weights_ = params.alpha
+        self.sub_weights_ = params.pi
+        self.means_ = params.means
+        self.covariances_ = params.covariances
+        self.log_likelihood_ = float(ll)
+        self.objective_history_ = history
+        self.n_iter_ = int(n_iter)
+        self.converged_ = bool(converged)
+        self.n_must_ = int(plan.n_must)
+        self.n_cannot_ = int(plan.n_cannot)
+        self.n_features_in_ = d
+        del self._warned
+        emit(ProgressEvent("GMPR", "done", n_iter, ll, M * K, 0.0))
+        return self
+
+    def predict_proba(self, X, constraints=None):
+        """Class posteriors, shape (n_samples, n_classes).
+
+        Without ``constraints`` every row gets ``softmax_m(log α_m + log g(x|m))``. With a ConstraintGraph over
+        the rows of ``X``, linked rows get their pair posterior (``s`` or ``d``; the mean over their links).
+        Returns an ndarray for numpy input, a lazy dask array for dask/zarr input.
+        """
+        params = self._params()
+        arr, info = check_array(X, n_features=self.means_.shape[2])
+        plan = None if constraints is None else _link_plan(constraints, arr, info.kind, self.n_classes)
+        return wrap_output(_dgmpr.proba(arr, params, plan), info, "proba")
+
+    def predict(self, X, constraints=None):
+        """The most probable class of every row (see :meth:`predict_proba`; lowest index on ties)."""
+        params = self._params()
+        arr, info = check_array(X, n_features=self.means_.shape[2])
+        plan = None if constraints is None else _link_plan(constraints, arr, info.kind, self.n_classes)
+        p = _dgmpr.proba(arr, params, plan)
+        labels = p.map_blocks(lambda b: np.argmax(b, axis=1).astype(np.int32), dtype=np.int32, drop_axis=1)
+        return wrap_output(labels, info, "labels")
+
+    def fit_predict(self, X, y=None, constraints=None):
+        """``fit(X, constraints=constraints)`` then ``predict(X, constraints=constraints)``."""
+        return self.fit(X, constraints=constraints).predict(X, constraints=constraints)
+
+
+def _pooled(stats):
+    """Weight, mean and scatter (matrix, or diagonal vector) of all rows together."""
+    w = stats.weight
+    total = w.sum()
+    if total <= 0:
+        return 0.0, np.zeros(stats.mean.shape[1]), stats.scatter[0] * 0
+    mean = (w[:, None] * stats.mean).sum(axis=0) / total
+    delta = stats.mean - mean
+    if stats.diag:
+        scatter = stats.scatter.sum(axis=0) + (w[:, None] * delta * delta).sum(axis=0)
+    else:
+        scatter = stats.scatter.sum(axis=0) + np.einsum("c,cd,ce->de", w, delta, delta)
+    return float(total), mean, scatter

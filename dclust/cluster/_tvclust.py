@@ -1,0 +1,297 @@
+"""TVClust: the Gibbs sampler of a Dirichlet-process Gaussian mixture with noisy links (ALGORITHMS.md 5.6).
+
+An in-memory reference for small data (at most ``max_samples`` rows): the scalable algorithm with side
+information is RDP-means, its small-variance limit.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .._dask.loop import ProgressEvent, Stopwatch, emit
+from .._registry import register
+from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array
+from ..errors import InfeasibleConstraintsError, InvalidDataError, message
+from ..kernels.kmeans import kmeans_plusplus
+from ..kernels.tvclust import LinkLists, NIWPrior, gaussian_logpdf, gibbs
+from ._base import BaseEstimator, wrap_output
+
+__all__ = ["TVClust"]
+
+
+def _beta_pair(v) -> bool:
+    return (
+        isinstance(v, tuple) and len(v) == 2
+        and all(isinstance(x, numbers.Real) and not isinstance(x, bool) and np.isfinite(x) and x > 0 for x in v)
+    )
+
+
+BETA_PAIR = _Kind("a tuple (a, b) of two finite reals > 0", _beta_pair)
+
+
+@register
+class TVClust(BaseEstimator):
+    """TVClust (Khashabi et al.): Gibbs sampling of a DP mixture of Gaussians with must/cannot links as noisy data.
+
+    The data view is a Dirichlet-process mixture with a Normal-inverse-Wishart base measure; the link view says
+    that a pair in one cluster is observed as a must-link with probability ``p`` and a pair in different clusters
+    as a cannot-link with probability ``q`` (eq. 8 as corrected by E-TV1). Labels are sampled from eq. 13 (new
+    clusters with the side-information factor of E-TV2), cluster parameters from their conjugate posteriors
+    (Neal 2000, Algorithm 2) and, unless fixed, ``p`` and ``q`` from their Beta posteriors.
+
+    This is a reference sampler that holds the data in memory and visits one point at a time; it refuses data
+    with more than ``max_samples`` rows (use :class:`RDPMeans` at scale).
+
+    Parameters
+    ----------
+    alpha : float, default 1.0
+        DP concentration.
+    p, q : float in (0, 1] or None, default None
+        Fixed link probabilities; None samples them (priors ``p_prior``, ``q_prior``). ``p = 1`` makes
+        cannot-links hard, ``q = 1`` makes must-links hard.
+    p_prior, q_prior : tuple (a, b), default (9.0, 1.0)
+        Beta priors of ``p`` and ``q`` (mean 0.9).
+    prior_kappa : float, default 0.01
+        NIW: prior pseudo-count of the mean (small = a broad prior on where clusters are). The prior mean is the
+        data mean.
+    prior_dof : float or None, default None
+        NIW degrees of freedom, > n_features - 1; None uses n_features + 2.
+    prior_scale : float or None, default None
+        Prior expected within-cluster variance per feature (``E[Σ] = prior_scale · I``); None uses a tenth of
+        the mean per-feature variance of X.
+    init_clusters : int, default 3
+        The chain starts from k-means++ seeds and 10 Lloyd steps with this many clusters (at most n_samples),
+        made consistent with the links (must-link components joined, cannot-linked points moved to new
+        clusters). Single-site Gibbs mixes slowly (it splits a large cluster
+        rarely and merges two halves of one group slowly), so start near the expected number.
+    n_sweeps : int, default 100
+        Gibbs sweeps; the last sample is reported.
+    max_samples : int, default 5000
+        Largest number of rows accepted (the sampler costs O(n_samples · K) Python-level steps per sweep).
+    random_state : int, Generator or None
+
+    Attributes
+    ----------
+    labels_ : ndarray (n_samples,)
+        Cluster of every row in the last sample (0..n_clusters_-1).
+    cluster_centers_ : ndarray (n_clusters_, n_features)
+        Sampled cluster means of the last sample.
+    covariances_ : ndarray (n_clusters_, n_features, n_features)
+    cluster_sizes_ : ndarray (n_clusters_,)
+    n_clusters_ : int
+    p_, q_ : float
+        Link probabilities of the last sample.
+    n_clusters_history_ : list of int
+        Clusters after every sweep.
+    objective_history_ : list of float
+        Log joint (data log-likelihood under the sampled parameters plus link log-likelihood) after every sweep.
+        A trace of the chain, not a monotone objective.
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> import numpy as np, dclust
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.concatenate([rng.normal(0, 0.5, (30, 2)), rng.normal(6, 0.5, (30, 2))])
+    >>> G = dclust.ConstraintGraph.from_pairs([0, 30], [1, 31], [True, True], n_samples=60)
+    >>> tv = dclust.TVClust(init_clusters=2, n_sweeps=20, random_state=0).fit(X, constraints=G)
+    >>> tv.n_clusters_, bool(tv.labels_[0] != tv.labels_[30])
+    (2, True)
+    """
+
+    _parameter_constraints = {
+        "alpha": [Interval("real", 0, None, "neither")],
+        "p": [Interval("real", 0, 1, "right"), Options((None,))],
+        "q": [Interval("real", 0, 1, "right"), Options((None,))],
+        "p_prior": [BETA_PAIR],
+        "q_prior": [BETA_PAIR],
+        "prior_kappa": [Interval("real", 0, None, "neither")],
+        "prior_dof": [Interval("real", 0, None, "neither"), Options((None,))],
+        "prior_scale": [Interval("real", 0, None, "neither"), Options((None,))],
+        "init_clusters": [Interval("int", 1, None)],
+        "n_sweeps": [Interval("int", 1, None)],
+        "max_samples": [Interval("int", 1, None)],
+        "random_state": [SEED],
+    }
+
+    def __init__(
+        self, *, alpha=1.0, p=None, q=None, p_prior=(9.0, 1.0), q_prior=(9.0, 1.0), prior_kappa=0.01,
+        prior_dof=None, prior_scale=None, init_clusters=3, n_sweeps=100, max_samples=5000, random_state=None,
+    ):
+        self.alpha = alpha
+        self.p = p
+        self.q = q
+        self.p_prior = p_prior
+        self.q_prior = q_prior
+        self.prior_kappa = prior_kappa
+        self.prior_dof = prior_dof
+        self.prior_scale = prior_scale
+        self.init_clusters = init_clusters
+        self.n_sweeps = n_sweeps
+        self.max_samples = max_samples
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------------------------------------------
+    def _prior(self, X: np.ndarray) -> NIWPrior:
+        n, d = X.shape
+        dof = d + 2.0 if self.prior_dof is None else float(self.prior_dof)
+        if dof <= d - 1:
+            raise InvalidDataError(
+                message("TVClust(prior_dof=...)", f"a value > n_features - 1 = {d - 1}", f"{dof}",
+                        "Raise prior_dof (or leave it None for n_features + 2).")
+            )
+        var = self.prior_scale
+        if var is None:
+            var = 0.1 * float(X.var(axis=0).mean()) if n > 1 else 1.0
+            var = var if var > 0 else 1.0
+        # E[Σ] = scale / (dof - d - 1) when defined; otherwise use scale = var * I directly
+        factor = dof - d - 1 if dof > d + 1 else 1.0
+        return NIWPrior(X.mean(axis=0), float(self.prior_kappa), dof, var * factor * np.eye(d))
+
+    def _links(self, constraints, n: int):
+        if constraints is None:
+            return LinkLists.from_pairs(n, [], [], [])
+        from ..constraints import ConstraintGraph
+
+        if not isinstance(constraints, ConstraintGraph):
+            raise InvalidDataError(
+                message("TVClust.fit(constraints=...)", "None or a dclust.ConstraintGraph",
+                        f"a {type(constraints).__name__}",
+                        "Build one with dclust.ConstraintGraph.from_pairs(i, j, must_link, n_samples).")
+            )
+        if constraints.n_samples != n:
+            raise InvalidDataError(
+                message("TVClust.fit(constraints=...)", f"a graph over the {n} rows of X",
+                        f"a graph over {constraints.n_samples} rows", "Build the constraints for this data.")
+            )
+        i, j, sign = constraints.pairs()
+        return LinkLists.from_pairs(n, i, j, sign > 0)
+
+    def _initial_labels(self, X, links: LinkLists, rng) -> np.ndarray:
+        n = X.shape[0]
+        k = min(self.init_clusters, n)
+        C = kmeans_plusplus(X, np.ones(n), k, rng)
+        for _ in range(10):
+            z = np.argmin(((X[:, None, :] - C[None]) ** 2).sum(axis=2), axis=1)
+            C = np.array([X[z == c].mean(axis=0) if np.any(z == c) else C[c] for c in range(k)])
+        return _consistent(z, links, hard=self.p == 1.0 and self.q == 1.0)
+
+    def fit(self, X, y=None, constraints=None) -> "TVClust":
+        """Sample a clustering of ``X`` (n_samples <= max_samples) given optional links.
+
+        Parameters
+        ----------
+        X : array-like (n_samples, n_features)
+            Read into memory.
+        y : ignored
+        constraints : ConstraintGraph, optional
+            Must-links (observed ``E = 1``) and cannot-links (observed ``E = 0``); weights are ignored.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        arr, _ = check_array(X)
+        n, d = arr.shape
+        if n > self.max_samples:
+            raise InvalidDataError(
+                message("TVClust", f"at most max_samples={self.max_samples} rows (an in-memory reference sampler)",
+                        f"{n} rows", "Use dclust.RDPMeans for large data, subsample X, or raise max_samples.")
+            )
+        Xn = np.asarray(arr.compute(), dtype=np.float64)
+        if not np.isfinite(Xn).all():
+            row = int(np.flatnonzero(~np.isfinite(Xn).all(axis=1))[0])
+            raise InvalidDataError(message("X", "finite values", f"NaN or infinity in row {row}",
+                                           "Drop or impute those rows and fit again."))
+        links = self._links(constraints, n)
+        prior = self._prior(Xn)
+        rng = as_generator(self.random_state)
+        z0 = self._initial_labels(Xn, links, rng)
+        watch = Stopwatch()
+
+        def progress(sweep, state):
+            emit(ProgressEvent("TVClust", "iter", sweep + 1, state.log_joint_trace[-1], state.n_clusters_trace[-1],
+                               watch.lap()))
+
+        state = gibbs(Xn, links, z0, alpha=float(self.alpha), prior=prior, p=self.p, q=self.q,
+                      p_prior=tuple(map(float, self.p_prior)), q_prior=tuple(map(float, self.q_prior)),
+                      n_sweeps=self.n_sweeps, rng=rng, callback=progress)
+        # number clusters by first appearance so that equal samples give equal attributes
+        _, first = np.unique(state.z, return_index=True)
+        order = np.argsort(first)
+        relabel = np.empty_like(order)
+        relabel[order] = np.arange(order.size)
+        self.labels_ = relabel[state.z].astype(np.int64)
+        self.cluster_centers_ = state.means[order]
+        self.covariances_ = state.covs[order]
+        self.cluster_sizes_ = np.bincount(self.labels_, minlength=order.size).astype(np.int64)
+        self.n_clusters_ = int(order.size)
+        self.p_, self.q_ = float(state.p), float(state.q)
+        self.n_clusters_history_ = [int(k) for k in state.n_clusters_trace]
+        self.objective_history_ = [float(v) for v in state.log_joint_trace]
+        self.n_features_in_ = d
+        emit(ProgressEvent("TVClust", "done", self.n_sweeps, self.objective_history_[-1], self.n_clusters_, 0.0))
+        return self
+
+    def predict(self, X):
+        """Most probable cluster of new rows under the last sample (``argmax_k log n_k + log N(x|μ_k, Σ_k)``),
+        without links. Returns an ndarray for numpy input, a lazy dask array for dask/zarr input."""
+        self._check_fitted()
+        arr, info = check_array(X, n_features=self.cluster_centers_.shape[1])
+        logn = np.log(self.cluster_sizes_.astype(np.float64))
+        means, covs = np.asarray(self.cluster_centers_), np.asarray(self.covariances_)
+
+        def block(Xb):
+            Xb = np.asarray(Xb, dtype=np.float64)
+            s = np.stack([gaussian_logpdf(Xb, m, c) for m, c in zip(means, covs)], axis=1) + logn
+            return np.argmax(s, axis=1).astype(np.int32)
+
+        return wrap_output(arr.map_blocks(block, dtype=np.int32, drop_axis=1), info, "labels")
+
+    def fit_predict(self, X, y=None, constraints=None):
+        """``fit(X, constraints=constraints)`` and return ``labels_``."""
+        return self.fit(X, constraints=constraints).labels_
+
+
+def _consistent(z: np.ndarray, links: LinkLists, hard: bool) -> np.ndarray:
+    """Labels that respect the links: each must-link component takes its members' most common label, then a
+    component with a cannot-link inside its cluster moves to a new cluster."""
+    n = z.size
+    parent = np.arange(n)
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    src = np.repeat(np.arange(n), np.diff(links.indptr))
+    for a, b, m in zip(src, links.nbr, links.must):
+        if m and a < b:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    roots = np.array([find(a) for a in range(n)])
+    z = z.copy()
+    for r in np.unique(roots[src]) if src.size else []:
+        members = np.flatnonzero(roots == r)
+        if members.size > 1:
+            z[members] = np.bincount(z[members]).argmax()
+    next_label = int(z.max()) + 1
+    for a, b, m in zip(src, links.nbr, links.must):
+        if m or a > b or z[a] != z[b]:
+            continue
+        if roots[a] == roots[b]:
+            if hard:
+                raise InfeasibleConstraintsError(
+                    f"TVClust links: expected no cannot-link inside a must-link component; received the "
+                    f"cannot-link ({a}, {b}) whose rows are joined by must-links. Fix the links, or use p < 1 and "
+                    "q < 1 to treat them as noisy."
+                )
+            continue
+        z[roots == roots[b]] = next_label
+        next_label += 1
+    return z

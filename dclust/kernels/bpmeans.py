@@ -1,0 +1,404 @@
+"""BP-means kernels (ALGORITHMS.md 2.2, 2.7, 8.3): bit sweeps, the OCC block step, the serial validation of
+proposals, the feature update ``A = pinv(G) B``, feature pruning, the objective and a plain serial reference.
+
+Everything here is pure numpy/numba: one block (or the driver's small arrays) in, arrays out.
+
+Arithmetic is shared on purpose: the serial reference :func:`bpmeans_reference` performs the same floating-point
+operations per row, in the same order, as the numba kernels, so that OCC and the serial algorithm make the same
+decisions on exact ties too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+__all__ = [
+    "sweep_rows",
+    "feature_norms",
+    "serial_sweep",
+    "BPBlockResult",
+    "bp_block",
+    "gram_partial",
+    "feature_means",
+    "prune_features",
+    "bp_objective",
+    "collapsed_objective",
+    "bpmeans_reference",
+]
+
+_JIT = dict(nogil=True, cache=True, error_model="numpy")
+#: Relative cut-off of the pseudo-inverse of G = Z'Z (relative to its largest singular value, ~ max(G)).
+PINV_RCOND = 1e-10
+
+
+@numba.njit(**_JIT)
+def _residual(x, z, A, r):
+    """r = x - sum_{k: z_k = 1} a_k, subtracting the features in index order."""
+    K, D = A.shape
+    for j in range(D):
+        r[j] = np.float64(x[j])
+    for k in range(K):
+        if z[k]:
+            for j in range(D):
+                r[j] -= A[k, j]
+
+
+@numba.njit(**_JIT)
+def _sweep_from(r, z, A, aa, k0):
+    """Coordinate sweep of the bits k0..K-1 of one row (T1: a bit changes only on a strict gain).
+
+    ``r`` is the current residual (it includes the current bits) and is updated in place. Returns the number of
+    bits that changed.
+    """
+    K, D = A.shape
+    flips = 0
+    for k in range(k0, K):
+        s = 0.0
+        if z[k]:
+            for j in range(D):
+                s += (r[j] + A[k, j]) * A[k, j]
+        else:
+            for j in range(D):
+                s += r[j] * A[k, j]
+        s = 2.0 * s
+        if s > aa[k]:
+            new = 1
+        elif s < aa[k]:
+            new = 0
+        else:
+            new = z[k]
+        if new != z[k]:
+            if new:
+                for j in range(D):
+                    r[j] -= A[k, j]
+            else:
+                for j in range(D):
+                    r[j] += A[k, j]
+            z[k] = new
+            flips += 1
+    return flips
+
+
+@numba.njit(**_JIT)
+def _sq(r):
+    s = 0.0
+    for j in range(r.shape[0]):
+        s += r[j] * r[j]
+    return s
+
+
+@numba.njit(**_JIT)
+def _norms(A):
+    out = np.empty(A.shape[0])
+    for k in range(A.shape[0]):
+        out[k] = _sq(A[k])
+    return out
+
+
+def feature_norms(A: np.ndarray) -> np.ndarray:
+    """``||a_k||^2`` of every feature, summed in index order (the order every sweep uses)."""
+    return _norms(np.ascontiguousarray(A, dtype=np.float64))
+
+
+@numba.njit(**_JIT)
+def _sweep_rows(X, Z, A, aa, repeat):
+    n, D = X.shape
+    r = np.empty(D)
+    q = np.empty(n)
+    flips = 0
+    for i in range(n):
+        _residual(X[i], Z[i], A, r)
+        while True:
+            f = _sweep_from(r, Z[i], A, aa, 0)
+            flips += f
+            if f == 0 or not repeat:
+                break
+        q[i] = _sq(r)
+    return q, flips
+
+
+def sweep_rows(X: np.ndarray, Z: np.ndarray, A: np.ndarray, *, repeat: bool = False):
+    """Coordinate sweeps of every row of ``Z`` (uint8, (n, K), changed in place) against fixed features ``A``.
+
+    One sweep per row, or (``repeat=True``, the K-features step of ALGORITHMS.md 2.4) sweeps until the row stops
+    changing. Returns ``(q, flips)``: the final squared residual of every row and the number of bits changed.
+    """
+    A = np.ascontiguousarray(A, dtype=np.float64).reshape(-1, X.shape[1])
+    return _sweep_rows(X, Z, A, _norms(A), bool(repeat))
+
+
+@numba.njit(**_JIT)
+def _serial_sweep(X, Z0, R, A0, lam, k_from, max_new):
+    m, D = X.shape
+    K0 = A0.shape[0]
+    A = np.empty((K0 + max_new, D))
+    A[:K0] = A0
+    aa = np.empty(K0 + max_new)
+    for k in range(K0):
+        aa[k] = _sq(A0[k])
+    Zo = np.zeros((m, K0 + max_new), dtype=np.uint8)
+    Zo[:, : Z0.shape[1]] = Z0
+    q = np.empty(m)
+    K = K0
+    flips = 0
+    overflow = -1
+    r = np.empty(D)
+    for i in range(m):
+        if k_from[i] < 0:
+            _residual(X[i], Zo[i], A[:K], r)
+            k0 = 0
+        else:
+            r[:] = R[i]
+            k0 = k_from[i]
+        flips += _sweep_from(r, Zo[i], A[:K], aa[:K], k0)
+        qi = _sq(r)
+        if qi > lam:  # T3: a new feature only when strictly better
+            if K - K0 >= max_new:
+                overflow = i
+                break
+            A[K] = r
+            aa[K] = qi
+            Zo[i, K] = 1
+            K += 1
+            qi = 0.0
+        q[i] = qi
+    return Zo[:, :K].copy(), A[K0:K].copy(), q, flips, overflow
+
+
+def serial_sweep(X, Z, A, lam, *, R=None, k_from=None, max_new=None):
+    """Serial BP-means step 1 over the rows of ``X`` in order, opening features (ALGORITHMS.md 2.2 and 8.3).
+
+    Parameters
+    ----------
+    X : (m, D) array
+        The rows, in processing order.
+    Z : (m, K0') uint8
+        Their current bits (``K0' <= K0``; missing columns are 0).
+    A : (K0, D) float64
+        The features at the start; features opened by earlier rows are visible to later rows.
+    lam : float
+        Penalty per feature.
+    R, k_from : optional
+        For OCC validation: row i's residual ``R[i]`` after a worker swept its bits ``0..k_from[i]-1``; the sweep
+        resumes at bit ``k_from[i]``. Rows with ``k_from[i] < 0`` (the default) are swept from bit 0.
+    max_new : int, optional
+        Most features that may be opened (default m).
+
+    Returns
+    -------
+    Z : (m, K) uint8
+        Final bits over the ``K = K0 + new`` features.
+    new : (new, D) float64
+        The opened features (each is the residual of the row that opened it).
+    q : (m,) float64
+        Final squared residual of every row.
+    flips : int
+        Bits changed (opening a feature is not counted).
+    overflow : int
+        Position of the row that would have opened feature ``K0 + max_new + 1``, or -1.
+    """
+    X = np.asarray(X)
+    m, d = X.shape
+    A = np.ascontiguousarray(A, dtype=np.float64).reshape(-1, d)
+    Z = np.ascontiguousarray(Z, dtype=np.uint8).reshape(m, -1)
+    if R is None:
+        R = np.zeros((m, d))
+        k_from = np.full(m, -1, dtype=np.int64)
+    max_new = m if max_new is None else int(max_new)
+    return _serial_sweep(X, Z, np.ascontiguousarray(R, dtype=np.float64), A, float(lam),
+                         np.asarray(k_from, dtype=np.int64), max_new)
+
+
+@numba.njit(**_JIT)
+def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
+    n, D = X.shape
+    propose = np.zeros(n, dtype=np.bool_)
+    q = np.zeros(n)
+    R = np.empty((0, D))
+    r = np.empty(D)
+    flips = 0
+    count = 0
+    stop = n
+    pos = np.empty(n, dtype=np.int64)
+    res = np.empty((max_proposals, D))
+    for p in range(start, n):
+        i = perm[p]
+        _residual(X[i], Z[i], A, r)
+        flips += _sweep_from(r, Z[i], A, aa, 0)
+        qi = _sq(r)
+        q[i] = qi
+        if qi > lam:
+            propose[i] = True
+            pos[count] = p
+            res[count] = r
+            count += 1
+            if count >= max_proposals:
+                stop = p + 1
+                break
+    return propose, q, pos[:count].copy(), res[:count].copy(), flips, stop
+
+
+def gram_partial(X: np.ndarray, Z: np.ndarray, rows: np.ndarray | None = None):
+    """``(G, B) = (Z'Z, Z'X)`` over ``rows`` (all rows by default), float64."""
+    if rows is not None:
+        X, Z = X[rows], Z[rows]
+    Zf = Z.astype(np.float64)
+    return Zf.T @ Zf, Zf.T @ np.asarray(X, dtype=np.float64)
+
+
+@dataclass
+class BPBlockResult:
+    """What one block returns from an OCC epoch of BP-means (ALGORITHMS.md 8.3)."""
+
+    Z: np.ndarray  # (n_b, K_snapshot) uint8: the block's bits after the epoch (proposers' old bits included)
+    G: np.ndarray  # Z'Z over the rows finished in this epoch (non-proposers)
+    B: np.ndarray  # Z'X over the same rows
+    sse: float  # their squared residuals
+    flips: int  # bits changed in this epoch (all processed rows)
+    index: np.ndarray  # global indices of the proposals, in the block's processing order
+    position: np.ndarray  # their positions in the block's processing order
+    rows: np.ndarray  # (m, D) float64 rows of the proposals
+    resid: np.ndarray  # (m, D) their residuals after the sweep over the snapshot
+    zbits: np.ndarray  # (m, K_snapshot) their bits
+    stop: int  # next position to process (n_b when the block is done)
+
+
+def bp_block(Xb, Zb, *, offset, perm, features, lam, start, max_proposals) -> BPBlockResult:
+    """One OCC epoch of BP-means on one block.
+
+    Rows are taken in the block's order ``perm`` from position ``start``; each row's bits are swept over the
+    snapshot ``features`` (final for this pass). A row whose squared residual exceeds ``lam`` is proposed; the
+    epoch stops after the ``max_proposals``-th proposal. ``Zb`` (uint8, (n_b, K_snapshot)) is not modified.
+    """
+    A = np.ascontiguousarray(features, dtype=np.float64)
+    Z = np.array(Zb, dtype=np.uint8, order="C", copy=True)
+    aa = _norms(A)
+    propose, q, pos, res, flips, stop = _bp_block(Xb, Z, A, aa, perm, int(start), float(lam), int(max_proposals))
+    done = perm[start:stop]
+    final = done[~propose[done]]
+    G, B = gram_partial(Xb, Z, final)
+    local = perm[pos]
+    return BPBlockResult(Z, G, B, float(q[final].sum()), int(flips), local.astype(np.int64) + offset, pos,
+                         np.asarray(Xb[local], dtype=np.float64), res, Z[local].copy(), int(stop))
+
+
+def feature_means(G: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """``A = pinv(G) B``: the least-squares feature means (minimum norm when G is singular, E-MB1)."""
+    if G.shape[0] == 0:
+        return np.zeros((0, B.shape[1]))
+    return np.linalg.pinv(G, rcond=PINV_RCOND, hermitian=True) @ B
+
+
+def prune_features(G: np.ndarray) -> tuple[np.ndarray, list[list[int]]]:
+    """Features to keep after deleting empty ones (G_kk = 0) and merging identical ones (G_kk = G_ll = G_kl).
+
+    Returns ``(keep, groups)``: ``keep`` are the kept columns in increasing order and ``groups[i]`` lists the
+    columns merged into ``keep[i]`` (itself first).
+    """
+    K = G.shape[0]
+    d = np.diag(G)
+    taken = np.zeros(K, dtype=bool)
+    keep, groups = [], []
+    for k in range(K):
+        if taken[k] or d[k] == 0:
+            continue
+        same = [l for l in range(k + 1, K) if not taken[l] and d[l] == d[k] and G[k, l] == d[k]]
+        taken[same] = True
+        keep.append(k)
+        groups.append([k] + same)
+    return np.array(keep, dtype=np.int64), groups
+
+
+def bp_objective(X: np.ndarray, Z: np.ndarray, A: np.ndarray, lam: float) -> float:
+    """``||X - ZA||_F^2 + lam * K`` (direct form)."""
+    X = np.asarray(X, dtype=np.float64)
+    R = X - Z.astype(np.float64) @ A
+    return float((R * R).sum() + lam * A.shape[0])
+
+
+def collapsed_objective(G: np.ndarray, B: np.ndarray, sq_norm: float, lam: float) -> float:
+    """``||X||^2 - tr(B' pinv(G) B) + lam * K``: the objective at ``A = pinv(G) B`` from (G, B, ||X||^2)."""
+    if G.shape[0] == 0:
+        return float(sq_norm)
+    return float(sq_norm - np.sum(B * feature_means(G, B)) + lam * G.shape[0])
+
+
+def _ref_sweep(x, z, A, lam_open=None):
+    """Plain-Python twin of the numba sweep of one row (same operations in the same order)."""
+    D = x.shape[0]
+    r = np.array(x, dtype=np.float64)
+    for k in range(A.shape[0]):
+        if z[k]:
+            r = r - A[k]
+    flips = 0
+    for k in range(A.shape[0]):
+        a = A[k]
+        s = 0.0
+        base = r + a if z[k] else r
+        for j in range(D):
+            s += base[j] * a[j]
+        s = 2.0 * s
+        aa = 0.0
+        for j in range(D):
+            aa += a[j] * a[j]
+        new = 1 if s > aa else (0 if s < aa else z[k])
+        if new != z[k]:
+            r = r - a if new else r + a
+            z[k] = new
+            flips += 1
+    q = 0.0
+    for j in range(D):
+        q += r[j] * r[j]
+    return r, q, flips
+
+
+def bpmeans_reference(X, lam, orders, *, features=None, Z=None, max_iter=100):
+    """Serial BP-means (ALGORITHMS.md 2.2), plain Python loops: the oracle of the tests.
+
+    Parameters
+    ----------
+    X : (N, D) array
+    lam : float
+    orders : permutation, or a list with one permutation per pass (the last one is reused)
+    features, Z : initial (K, D) features and (N, K) bits (default: K = 0)
+    max_iter : int
+
+    Returns
+    -------
+    Z : (N, K) uint8, A : (K, D) float64, history : list of float
+        ``history`` holds the objective after every pass's feature update.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    n, d = X.shape
+    A = np.zeros((0, d)) if features is None else np.array(features, dtype=np.float64).reshape(-1, d)
+    Z = np.zeros((n, A.shape[0]), np.uint8) if Z is None else np.array(Z, dtype=np.uint8)
+    if isinstance(orders, np.ndarray) and orders.ndim == 1:
+        orders = [orders]
+    history = []
+    for p in range(max_iter):
+        order = orders[min(p, len(orders) - 1)]
+        start = Z.copy()
+        feats = [a for a in A]
+        Zl = [list(row) for row in Z]
+        for i in order:
+            z = Zl[i] + [0] * (len(feats) - len(Zl[i]))
+            Acur = np.array(feats).reshape(-1, d)
+            r, q, _ = _ref_sweep(X[i], z, Acur)
+            if q > lam:
+                feats.append(r.copy())
+                z.append(1)
+            Zl[i] = z
+        K = len(feats)
+        Z = np.array([row + [0] * (K - len(row)) for row in Zl], dtype=np.uint8).reshape(n, K)
+        Zf = Z.astype(np.float64)
+        keep, _ = prune_features(Zf.T @ Zf)
+        Z = Z[:, keep]
+        Zf = Z.astype(np.float64)
+        A = feature_means(Zf.T @ Zf, Zf.T @ X)
+        history.append(bp_objective(X, Z, A, lam))
+        if Z.shape == start.shape and np.array_equal(Z, start):
+            break
+    return Z, A, history

@@ -1,0 +1,448 @@
+"""D-Means kernels (ALGORITHMS.md section 3): pure numpy/numba, one time step's arrays in, arrays out.
+
+Slots. During a time step the clusters are numbered by *slot*: slots ``0..n_old-1`` are the old clusters of the
+state (in id order), slots ``n_old..`` are the clusters opened during the step, in creation order. A slot is
+*instantiated* while it holds a centre ``theta`` for this step; an old slot that is not instantiated is a revival
+option. Label decisions follow eq. 28 with the tie rules T1-T3 of section 0 (current cluster, then instantiated,
+then revived old, then new; lowest slot within a kind; a new cluster only when strictly better) and the
+within-pass semantics (centres fixed during a pass, one-point optima for revived/new clusters, emptied clusters
+stay until the end of the pass).
+
+Label decisions are unweighted, as in DP-means: ``sample_weight`` weights the centre update (eq. 29), the
+carry-over (eq. 24) and the objective (eq. 18), not the per-point choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+from .distances import stats_from_assignment
+
+__all__ = [
+    "reparameterise",
+    "gammas",
+    "StepState",
+    "label_pass",
+    "best_options",
+    "assign_instantiated",
+    "end_of_pass",
+    "PassResult",
+    "StepResult",
+    "carry_over",
+    "serial_step",
+    "dmeans_reference",
+]
+
+_JIT = dict(nogil=True, cache=True)
+
+
+def reparameterise(lam: float, T_Q: float, k_tau: float) -> tuple[float, float]:
+    """``(Q, tau)`` from ``(lam, T_Q, k_tau)`` ([DM] eq. 30): ``Q = lam/T_Q``, ``tau = (T_Q(k_tau-1)+1)/(T_Q-1)``.
+
+    Examples
+    --------
+    >>> Q, tau = reparameterise(0.04, 6.8, 1.01)
+    >>> round(Q, 7), round(tau, 6)
+    (0.0058824, 0.184138)
+    """
+    return lam / T_Q, (T_Q * (k_tau - 1.0) + 1.0) / (T_Q - 1.0)
+
+
+def gammas(weights: np.ndarray, ages: np.ndarray, tau: float) -> np.ndarray:
+    """``gamma_k = (1/w_k + tau * dt_k)^-1`` ([DM] eq. 19) for the old clusters."""
+    w = np.asarray(weights, dtype=np.float64)
+    return 1.0 / (1.0 / w + tau * np.asarray(ages, dtype=np.float64))
+
+
+@dataclass
+class StepState:
+    """The old clusters as seen by one time step, plus the instantiated centres of the current pass.
+
+    ``phi`` (n_old, D), ``gamma`` (n_old,), ``ages`` (n_old,) describe the old clusters at the start of the step;
+    ``theta`` (n_slots, D) and ``inst`` (n_slots,) the slots of the current pass (rows of uninstantiated slots are
+    meaningless).
+    """
+
+    phi: np.ndarray
+    gamma: np.ndarray
+    ages: np.ndarray
+    lam: float
+    Q: float
+    theta: np.ndarray = field(default=None)  # type: ignore[assignment]
+    inst: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        self.phi = np.ascontiguousarray(self.phi, dtype=np.float64)
+        self.gamma = np.asarray(self.gamma, dtype=np.float64)
+        self.ages = np.asarray(self.ages, dtype=np.int64)
+        if self.theta is None:
+            self.theta = np.zeros_like(self.phi)
+            self.inst = np.zeros(self.n_old, dtype=np.bool_)
+
+    @property
+    def n_old(self) -> int:
+        return int(self.phi.shape[0])
+
+    @property
+    def n_slots(self) -> int:
+        return int(self.inst.shape[0])
+
+    @property
+    def revival_scale(self) -> np.ndarray:
+        """``gamma/(gamma+1)``: the factor of ``||y - phi||^2`` in the revival cost."""
+        return self.gamma / (self.gamma + 1.0)
+
+    @property
+    def revival_base(self) -> np.ndarray:
+        """``Q * dt``: the fixed part of the revival cost."""
+        return self.Q * self.ages.astype(np.float64)
+
+
+@numba.njit(inline="always", **_JIT)
+def _sqdist(Y, i, C, k):
+    s = 0.0
+    for j in range(Y.shape[1]):
+        t = Y[i, j] - C[k, j]
+        s += t * t
+    return s
+
+
+@numba.njit(**_JIT)
+def _label_pass(Y, order, z, cost, theta, inst, phi, gamma, revc, revb, n_slots, lam, prefer_current):
+    n_old = phi.shape[0]
+    for i in order:
+        best = np.inf
+        bk = -1
+        revive = False
+        cur = z[i]
+        if prefer_current and cur >= 0:  # T1: the current cluster wins ties
+            best = _sqdist(Y, i, theta, cur)
+            bk = cur
+        for k in range(n_slots):  # T2: instantiated before revived, lowest slot first
+            if inst[k]:
+                c = _sqdist(Y, i, theta, k)
+                if c < best:
+                    best = c
+                    bk = k
+        for k in range(n_old):
+            if not inst[k]:
+                c = revb[k] + revc[k] * _sqdist(Y, i, phi, k)
+                if c < best:
+                    best = c
+                    bk = k
+                    revive = True
+        if lam < best:  # T3: a new cluster only when strictly better
+            bk = n_slots
+            n_slots += 1
+            for j in range(Y.shape[1]):
+                theta[bk, j] = Y[i, j]
+            inst[bk] = True
+            best = lam
+        elif revive:  # one-point optimum of the revived cluster
+            g = gamma[bk]
+            for j in range(Y.shape[1]):
+                theta[bk, j] = (g * phi[bk, j] + Y[i, j]) / (g + 1.0)
+            inst[bk] = True
+        z[i] = bk
+        cost[i] = best
+    return n_slots
+
+
+def label_pass(Y, order, z, state: StepState, *, prefer_current: bool = True):
+    """One serial label pass (eq. 28) over the rows ``Y[order]``; updates ``z`` in place and ``state``.
+
+    ``z`` holds the labels (slots) of the previous pass, or -1. Returns the decision cost of every row (the eq. 28
+    cost of the chosen option at the moment of choice; ``lam`` for a row that opened a cluster).
+    """
+    Y = np.ascontiguousarray(Y, dtype=np.float64)
+    order = np.asarray(order, dtype=np.int64)
+    cap = state.n_slots + order.size
+    theta = np.zeros((cap, Y.shape[1]))
+    theta[: state.n_slots] = state.theta
+    inst = np.zeros(cap, dtype=np.bool_)
+    inst[: state.n_slots] = state.inst
+    Yo = Y[order]  # visit rows contiguously (the order is random)
+    zo = z[order]
+    co = np.full(order.size, np.nan)
+    n = _label_pass(Yo, np.arange(order.size), zo, co, theta, inst, state.phi, state.gamma, state.revival_scale,
+                    state.revival_base, state.n_slots, float(state.lam), bool(prefer_current))
+    z[order] = zo
+    cost = np.full(Y.shape[0], np.nan)
+    cost[order] = co
+    state.theta, state.inst = theta[:n], inst[:n]
+    return cost
+
+
+@numba.njit(**_JIT)
+def _best_options(Y, theta, inst, phi, revc, revb):
+    n = Y.shape[0]
+    n_old = phi.shape[0]
+    islot = np.full(n, -1, dtype=np.int64)
+    icost = np.full(n, np.inf)
+    rslot = np.full(n, -1, dtype=np.int64)
+    rcost = np.full(n, np.inf)
+    for i in range(n):
+        for k in range(inst.shape[0]):
+            if inst[k]:
+                c = _sqdist(Y, i, theta, k)
+                if c < icost[i]:
+                    icost[i] = c
+                    islot[i] = k
+        for k in range(n_old):
+            if not inst[k]:
+                c = revb[k] + revc[k] * _sqdist(Y, i, phi, k)
+                if c < rcost[i]:
+                    rcost[i] = c
+                    rslot[i] = k
+    return islot, icost, rslot, rcost
+
+
+def best_options(Y, state: StepState):
+    """Per row: the best instantiated slot and its cost, and the best revival slot and its cost (snapshot only).
+
+    The arithmetic is that of :func:`label_pass`, so a row whose best option is instantiated
+    (``icost <= rcost`` and ``icost <= lam``) gets the same label from both.
+    """
+    Y = np.ascontiguousarray(Y, dtype=np.float64)
+    return _best_options(Y, state.theta, state.inst, state.phi, state.revival_scale, state.revival_base)
+
+
+def assign_instantiated(Y, theta: np.ndarray) -> np.ndarray:
+    """Slot of the nearest centre of ``theta`` (lowest index on ties), int64; -1 when ``theta`` is empty."""
+    Y = np.ascontiguousarray(Y, dtype=np.float64)
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    empty = np.zeros((0, Y.shape[1]))
+    return _best_options(Y, theta, np.ones(theta.shape[0], np.bool_), empty, np.zeros(0), np.zeros(0))[0]
+
+
+@dataclass
+class PassResult:
+    """The end of a label pass: centres (eq. 29), objective (eq. 18) and the compaction of the slots."""
+
+    theta: np.ndarray  # (n_kept, D): eq. 29 for the slots with data
+    has_data: np.ndarray  # (n_kept,) bool
+    weight: np.ndarray  # (n_kept,) sum of sample weights per slot
+    objective: float
+    keep: np.ndarray  # kept slots (every old slot, then the new slots with data), indices into the pass's slots
+
+
+def end_of_pass(weight, mean, scatter, state: StepState) -> PassResult:
+    """Eq. 29 centres and the eq. 18 objective from per-slot statistics, and which slots survive the pass.
+
+    ``weight``, ``mean`` and ``scatter`` (the SSE about the slot's own mean) cover the pass's ``n_slots`` slots.
+    An emptied new slot is destroyed; an emptied old slot becomes uninstantiated.
+    """
+    n_old = state.n_old
+    k = state.n_slots
+    weight = np.zeros(k) if weight is None else _pad(np.asarray(weight, np.float64), k)
+    mean = _pad(np.asarray(mean, np.float64).reshape(-1, state.phi.shape[1]), k)
+    scatter = _pad(np.asarray(scatter, np.float64), k)
+    has = weight > 0
+    theta = mean.copy()
+    g = state.gamma
+    o = has[:n_old]
+    theta[:n_old][o] = (g[o, None] * state.phi[o] + weight[:n_old][o, None] * mean[:n_old][o]) / (
+        g[o] + weight[:n_old][o]
+    )[:, None]
+    sse = scatter + weight * ((mean - theta) ** 2).sum(axis=1)
+    J = float(sse[has].sum())
+    J += state.lam * float(np.count_nonzero(has[n_old:]))
+    J += float((state.Q * state.ages[o]).sum())
+    J += float((g[o] * ((theta[:n_old][o] - state.phi[o]) ** 2).sum(axis=1)).sum())
+    keep = np.concatenate([np.arange(n_old), n_old + np.flatnonzero(has[n_old:])]).astype(np.int64)
+    return PassResult(theta[keep], has[keep], weight[keep], J, keep)
+
+
+def _pad(a: np.ndarray, k: int) -> np.ndarray:
+    if a.shape[0] >= k:
+        return a[:k]
+    out = np.zeros((k,) + a.shape[1:], dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+def carry_over(ids, phi, weights, ages, next_id, gamma, result: PassResult, Q: float, lam: float):
+    """Eq. 24 carry-over of the step's result, then deletion of clusters with ``Q * dt > lam``.
+
+    Returns ``(ids, phi, weights, ages, next_id, slot_ids, counts)`` where ``slot_ids`` maps the result's kept
+    slots to persistent ids and ``counts`` is a dict with ``births``, ``revivals`` and ``deaths``.
+    """
+    n_old = len(ids)
+    has = result.has_data
+    o = has[:n_old]
+    phi = np.array(phi, dtype=np.float64, copy=True).reshape(n_old, result.theta.shape[1])
+    weights = np.array(weights, dtype=np.float64, copy=True)
+    ages = np.array(ages, dtype=np.int64, copy=True)
+    revivals = int(np.count_nonzero(o & (ages >= 2)))
+    phi[o] = result.theta[:n_old][o]
+    weights[o] = gamma[o] + result.weight[:n_old][o]
+    ages[o] = 1
+    ages[~o] += 1
+    n_new = int(result.theta.shape[0] - n_old)
+    new_ids = np.arange(next_id, next_id + n_new, dtype=np.int64)
+    slot_ids = np.concatenate([np.asarray(ids, np.int64), new_ids])
+    ids = slot_ids.copy()
+    phi = np.vstack([phi, result.theta[n_old:]])
+    weights = np.concatenate([weights, result.weight[n_old:]])
+    ages = np.concatenate([ages, np.ones(n_new, np.int64)])
+    alive = ~(Q * ages.astype(np.float64) > lam)
+    counts = {"births": n_new, "revivals": revivals, "deaths": int(np.count_nonzero(~alive))}
+    return ids[alive], phi[alive], weights[alive], ages[alive], next_id + n_new, slot_ids, counts
+
+
+@dataclass
+class StepResult:
+    """A converged (or stopped) run of one time step."""
+
+    result: PassResult
+    labels: np.ndarray | None  # kept-slot label per row (serial runs), or None (OCC runs)
+    history: list  # eq. 18 objective after every pass
+    n_iter: int
+    converged: bool
+    orders: list  # serial order of every pass (serial runs) or per-pass records (OCC runs)
+
+
+def serial_step(Y, sample_weight, state: StepState, order, max_iter: int, *, prefer_current: bool = True) -> StepResult:
+    """One time step of D-Means on in-memory rows (ALGORITHMS.md 3.5, one restart), visiting ``order``."""
+    Y = np.ascontiguousarray(Y)
+    Y64 = np.ascontiguousarray(Y, dtype=np.float64)
+    n = Y.shape[0]
+    z = np.full(n, -1, dtype=np.int64)
+    history: list[float] = []
+    base = StepState(state.phi, state.gamma, state.ages, state.lam, state.Q)
+    cur = base
+    converged = False
+    res = None
+    for it in range(max_iter):
+        prev = z.copy()
+        label_pass(Y64, order, z, cur, prefer_current=prefer_current)
+        stats = stats_from_assignment(Y, z.astype(np.int32), np.zeros(n), sample_weight, cur.n_slots, 0)
+        res = end_of_pass(stats.weight, stats.mean, stats.scatter, cur)
+        remap = np.full(cur.n_slots, -1, dtype=np.int64)
+        remap[res.keep] = np.arange(res.keep.size)
+        z = remap[z]
+        history.append(res.objective)
+        cur = StepState(base.phi, base.gamma, base.ages, base.lam, base.Q, res.theta.copy(), res.has_data.copy())
+        if np.array_equal(z, prev):
+            converged = True
+            break
+    return StepResult(res, z, history, it + 1, converged, [np.asarray(order)] * (it + 1))
+
+
+def dmeans_reference(batches, lam, Q, tau, orders, *, max_iter=100, sample_weights=None, prefer_current=True):
+    """Serial D-Means over a stream (ALGORITHMS.md 3), plain Python loops: the oracle of the tests.
+
+    Parameters
+    ----------
+    batches : list of (n_t, D) arrays
+    lam, Q, tau : float
+    orders : list
+        ``orders[t]`` is a permutation of batch t (reused every pass) or a list with one permutation per pass.
+    prefer_current : bool or list of bool
+        T1 (the current cluster wins ties); a list gives one flag per batch.
+
+    Returns
+    -------
+    dict
+        ``labels`` (per batch, persistent ids), ``objectives`` (per batch, eq. 18 after each pass), ``ids``,
+        ``centres`` (phi), ``weights``, ``ages`` of the final state.
+    """
+    D = np.shape(batches[0])[1]
+    ids, phi, w, age = [], [], [], []
+    next_id = 0
+    out_labels, out_obj = [], []
+    for t, Y in enumerate(batches):
+        Y = np.asarray(Y, dtype=np.float64)
+        sw = np.ones(len(Y)) if sample_weights is None or sample_weights[t] is None else np.asarray(
+            sample_weights[t], dtype=np.float64)
+        pc = prefer_current[t] if isinstance(prefer_current, (list, tuple)) else prefer_current
+        n_old = len(ids)
+        g = [1.0 / (1.0 / w[k] + tau * age[k]) for k in range(n_old)]
+        ords = orders[t]
+        if isinstance(ords, np.ndarray) and ords.ndim == 1:
+            ords = [ords]
+        theta = {}  # slot -> centre (instantiated slots)
+        z = [-1] * len(Y)
+        n_slots = n_old
+        hist = []
+        for p in range(max_iter):
+            prev = list(z)
+            for i in ords[min(p, len(ords) - 1)]:
+                y = Y[i]
+                best, bk, kind = np.inf, -1, None
+                if pc and z[i] >= 0:
+                    best, bk, kind = float(((y - theta[z[i]]) ** 2).sum()), z[i], "inst"
+                for k in sorted(theta):
+                    c = float(((y - theta[k]) ** 2).sum())
+                    if c < best:
+                        best, bk, kind = c, k, "inst"
+                for k in range(n_old):
+                    if k not in theta:
+                        c = Q * age[k] + g[k] / (g[k] + 1.0) * float(((y - phi[k]) ** 2).sum())
+                        if c < best:
+                            best, bk, kind = c, k, "revive"
+                if lam < best:
+                    bk = n_slots
+                    n_slots += 1
+                    theta[bk] = y.copy()
+                elif kind == "revive":
+                    theta[bk] = (g[bk] * phi[bk] + y) / (g[bk] + 1.0)
+                z[i] = bk
+            zs = np.array(z)
+            J = 0.0
+            new_theta, remap = {}, {}
+            for k in range(n_slots):
+                m = zs == k
+                if not m.any():
+                    continue
+                nk = sw[m].sum()
+                if k < n_old:
+                    th = (g[k] * phi[k] + (sw[m, None] * Y[m]).sum(axis=0)) / (g[k] + nk)
+                    J += Q * age[k] + g[k] * float(((th - phi[k]) ** 2).sum())
+                else:
+                    th = (sw[m, None] * Y[m]).sum(axis=0) / nk
+                    J += lam
+                J += float((sw[m] * ((Y[m] - th) ** 2).sum(axis=1)).sum())
+                new_theta[k] = th
+            new_slot = n_old
+            for k in range(n_old, n_slots):
+                if k in new_theta:
+                    remap[k] = new_slot
+                    new_slot += 1
+            theta = {remap.get(k, k): v for k, v in new_theta.items()}
+            z = [remap.get(k, k) for k in z]
+            n_slots = new_slot
+            hist.append(J)
+            if z == prev:
+                break
+        slot_ids = list(ids) + list(range(next_id, next_id + n_slots - n_old))
+        next_id += n_slots - n_old
+        zs = np.array(z, dtype=np.int64)
+        out_labels.append(np.array([slot_ids[k] for k in zs], dtype=np.int64))
+        out_obj.append(hist)
+        for k in range(n_old):
+            if k in theta:
+                phi[k], w[k], age[k] = theta[k], g[k] + sw[zs == k].sum(), 1
+            else:
+                age[k] += 1
+        for k in range(n_old, n_slots):
+            ids.append(slot_ids[k])
+            phi.append(theta[k])
+            w.append(sw[zs == k].sum())
+            age.append(1)
+        alive = [not (Q * a > lam) for a in age]
+        ids = [v for v, a in zip(ids, alive) if a]
+        phi = [v for v, a in zip(phi, alive) if a]
+        w = [v for v, a in zip(w, alive) if a]
+        age = [v for v, a in zip(age, alive) if a]
+    return {
+        "labels": out_labels,
+        "objectives": out_obj,
+        "ids": np.array(ids, dtype=np.int64),
+        "centres": np.array(phi).reshape(-1, D),
+        "weights": np.array(w, dtype=np.float64),
+        "ages": np.array(age, dtype=np.int64),
+    }

@@ -1,0 +1,499 @@
+"""GM-PR kernels (ALGORITHMS.md section 6): log-densities, E-step partials for unlinked points and for link
+blocks, the Gaussian-statistics monoid merged with Chan's rule, the M-step and the class-weight solve.
+
+Pure numpy, one block in, arrays out. Components are indexed flat, ``c = m * n_sub + k`` for class ``m`` and
+sub-cluster ``k``. Every probability is handled as a log and normalised with log-sum-exp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import solve_triangular
+from scipy.special import logsumexp
+
+__all__ = [
+    "MixtureParams",
+    "GaussianStats",
+    "precision_cholesky",
+    "sub_log_density",
+    "unlinked_partial",
+    "link_partial",
+    "m_step",
+    "alpha_objective",
+    "update_alpha",
+    "class_posteriors",
+    "estep_reference",
+]
+
+_LOG_2PI = np.log(2.0 * np.pi)
+ALPHA_FLOOR = 1e-12
+
+
+@dataclass
+class MixtureParams:
+    """Parameters of a mixture of ``M`` classes, each a mixture of ``K`` Gaussians.
+
+    Attributes
+    ----------
+    alpha : (M,) class weights (sum 1).
+    pi : (M, K) sub-cluster weights (each row sums to 1).
+    means : (M, K, D)
+    covariances : (M, K, D, D) for ``"full"``, (M, K, D) for ``"diag"``.
+    prec_chol : same shape as ``covariances``; the Cholesky factor of the precision (full: upper triangular
+        ``U`` with ``U Uᵀ = Σ⁻¹``; diag: ``1/sqrt(σ²)``).
+    """
+
+    alpha: np.ndarray
+    pi: np.ndarray
+    means: np.ndarray
+    covariances: np.ndarray
+    prec_chol: np.ndarray
+
+    def __dask_tokenize__(self):
+        import hashlib
+
+        h = hashlib.sha1()
+        for a in (self.alpha, self.pi, self.means, self.covariances):
+            h.update(str(a.shape).encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+        return "MixtureParams", h.hexdigest()
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.pi.shape[0])
+
+    @property
+    def n_sub(self) -> int:
+        return int(self.pi.shape[1])
+
+    @property
+    def diag(self) -> bool:
+        return self.covariances.ndim == 3
+
+    @classmethod
+    def build(cls, alpha, pi, means, covariances) -> "MixtureParams":
+        """Parameters with their precision factors (raises ``numpy.linalg.LinAlgError`` if a covariance is not PD)."""
+        cov = np.asarray(covariances, dtype=np.float64)
+        return cls(
+            np.asarray(alpha, dtype=np.float64), np.asarray(pi, dtype=np.float64),
+            np.asarray(means, dtype=np.float64), cov, precision_cholesky(cov),
+        )
+
+
+def precision_cholesky(covariances: np.ndarray) -> np.ndarray:
+    """Cholesky factors of the precisions of (M, K, D, D) full or (M, K, D) diagonal covariances."""
+    cov = np.asarray(covariances, dtype=np.float64)
+    if cov.ndim == 3:
+        if not (cov > 0).all():
+            raise np.linalg.LinAlgError("a diagonal variance is not positive")
+        return 1.0 / np.sqrt(cov)
+    M, K, D, _ = cov.shape
+    out = np.empty_like(cov)
+    eye = np.eye(D)
+    for m in range(M):
+        for k in range(K):
+            low = np.linalg.cholesky(cov[m, k])
+            out[m, k] = solve_triangular(low, eye, lower=True).T
+    return out
+
+
+def sub_log_density(X: np.ndarray, params: MixtureParams) -> np.ndarray:
+    """``log π_mk + log N(x_n | μ_mk, Σ_mk)`` for every row, shape (n, M, K)."""
+    X = np.asarray(X, dtype=np.float64)
+    n, D = X.shape
+    M, K = params.n_classes, params.n_sub
+    out = np.empty((n, M, K))
+    pc = params.prec_chol
+    for m in range(M):
+        for k in range(K):
+            if params.diag:
+                y = (X - params.means[m, k]) * pc[m, k]
+                logdet = np.log(pc[m, k]).sum()
+            else:
+                y = X @ pc[m, k] - params.means[m, k] @ pc[m, k]
+                logdet = np.log(np.diag(pc[m, k])).sum()
+            out[:, m, k] = -0.5 * (D * _LOG_2PI + (y * y).sum(axis=1)) + logdet
+    with np.errstate(divide="ignore"):
+        out += np.log(params.pi)[None]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the monoid
+
+
+def _pad_rows(a: np.ndarray, n: int) -> np.ndarray:
+    return a if a.shape[0] == n else np.concatenate([a, np.zeros((n - a.shape[0],) + a.shape[1:])])
+
+
+@dataclass
+class GaussianStats:
+    """Soft-weighted Gaussian statistics per component, plus GM-PR's class counts and log-likelihood terms.
+
+    Attributes
+    ----------
+    weight : (C,) float64
+        ``N_c = Σ_n w_nc``.
+    mean : (C, D) float64
+        ``Σ w x / N_c`` (0 where ``N_c = 0``).
+    scatter : (C, D, D) or (C, D) float64
+        ``Σ w (x − mean)(x − mean)ᵀ`` about the component's own mean (its diagonal for diagonal models).
+    class_counts : (M,) float64
+        ``c_m`` of ALGORITHMS.md 6.4 (a must-link posterior counted once, a cannot-link pair twice).
+    loglik : float
+        Sum of the log-likelihood terms seen (without the ``−|CL| log(1 − Σα²)`` normaliser).
+    n_rows : int
+        Rows or link endpoints seen.
+    bad_block : int
+        Lowest index of a block holding NaN or inf, or -1.
+    """
+
+    weight: np.ndarray
+    mean: np.ndarray
+    scatter: np.ndarray
+    class_counts: np.ndarray
+    loglik: float = 0.0
+    n_rows: int = 0
+    bad_block: int = -1
+
+    @classmethod
+    def identity(cls, n_components: int, n_features: int, n_classes: int, diag: bool) -> "GaussianStats":
+        shape = (n_components, n_features) if diag else (n_components, n_features, n_features)
+        return cls(np.zeros(n_components), np.zeros((n_components, n_features)), np.zeros(shape),
+                   np.zeros(n_classes))
+
+    @classmethod
+    def from_weights(cls, X: np.ndarray, R: np.ndarray, n_classes: int, diag: bool, *,
+                     class_counts=None, loglik: float = 0.0) -> "GaussianStats":
+        """Statistics of rows ``X`` (n, D) with soft weights ``R`` (n, C)."""
+        X = np.asarray(X, dtype=np.float64)
+        R = np.asarray(R, dtype=np.float64)
+        n, D = X.shape
+        C = R.shape[1]
+        weight = R.sum(axis=0)
+        sums = R.T @ X
+        mean = np.divide(sums, weight[:, None], out=np.zeros_like(sums), where=weight[:, None] > 0)
+        scatter = np.zeros((C, D) if diag else (C, D, D))
+        for c in range(C):
+            if weight[c] <= 0:
+                continue
+            diff = X - mean[c]
+            wd = diff * R[:, c : c + 1]
+            scatter[c] = (wd * diff).sum(axis=0) if diag else wd.T @ diff
+        counts = np.zeros(n_classes) if class_counts is None else np.asarray(class_counts, dtype=np.float64)
+        return cls(weight, mean, scatter, counts, float(loglik), int(n))
+
+    @property
+    def diag(self) -> bool:
+        return self.scatter.ndim == 2
+
+    @staticmethod
+    def merge_all(parts) -> "GaussianStats":
+        """Merge any number of statistics (Chan's parallel rule ``M = Σ M_p + Σ N_p δ_p δ_pᵀ``)."""
+        parts = list(parts)
+        if len(parts) == 1:
+            return parts[0]
+        w = np.stack([p.weight for p in parts])
+        m = np.stack([p.mean for p in parts])
+        weight = w.sum(axis=0)
+        safe = np.where(weight > 0, weight, 1.0)
+        mean = np.einsum("pc,pcd->cd", w, m) / safe[:, None]
+        delta = m - mean[None]
+        if parts[0].diag:
+            extra = np.einsum("pc,pcd->cd", w, delta * delta)
+        else:
+            extra = np.einsum("pc,pcd,pce->cde", w, delta, delta)
+        scatter = sum(p.scatter for p in parts) + extra
+        bad = [p.bad_block for p in parts if p.bad_block >= 0]
+        return GaussianStats(
+            weight=weight, mean=mean, scatter=scatter,
+            class_counts=sum(p.class_counts for p in parts),
+            loglik=float(sum(p.loglik for p in parts)),
+            n_rows=int(sum(p.n_rows for p in parts)),
+            bad_block=min(bad) if bad else -1,
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# E-step partials
+
+
+def _sub_responsibilities(post: np.ndarray, sub: np.ndarray, log_g: np.ndarray) -> np.ndarray:
+    """``post_m · π_mk N_mk / g_m`` flattened to (n, M*K)."""
+    with np.errstate(invalid="ignore"):
+        within = np.exp(sub - log_g[:, :, None])
+    within = np.nan_to_num(within, nan=0.0)
+    return (post[:, :, None] * within).reshape(post.shape[0], -1)
+
+
+def _log_alpha(alpha: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(alpha)
+
+
+def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.ndarray | None = None, *,
+                     block_index: int = 0) -> GaussianStats:
+    """E-step partial of the rows of a block that are in no link (the set U of E-GP1).
+
+    Parameters
+    ----------
+    Xb : (n, D) array
+    params : MixtureParams
+    linked_local : (L,) int array, optional
+        Local indices of the block's rows that are in at least one link; they are skipped here.
+    block_index : int
+        Reported in ``bad_block`` when the block holds NaN or inf.
+    """
+    Xb = np.asarray(Xb, dtype=np.float64)
+    keep = np.ones(Xb.shape[0], dtype=bool)
+    if linked_local is not None and len(linked_local):
+        keep[np.asarray(linked_local, dtype=np.intp)] = False
+    X = Xb[keep]
+    M, K, D = params.n_classes, params.n_sub, Xb.shape[1]
+    if not np.isfinite(X).all():
+        out = GaussianStats.identity(M * K, D, M, params.diag)
+        out.bad_block = int(block_index)
+        return out
+    sub = sub_log_density(X, params)
+    log_g = logsumexp(sub, axis=2)
+    L = _log_alpha(params.alpha)[None] + log_g
+    log_z = logsumexp(L, axis=1)
+    post = np.exp(L - log_z[:, None])
+    R = _sub_responsibilities(post, sub, log_g)
+    return GaussianStats.from_weights(X, R, M, params.diag, class_counts=post.sum(axis=0), loglik=log_z.sum())
+
+
+def link_partial(Xa: np.ndarray, sub_a: np.ndarray, Xb: np.ndarray, sub_b: np.ndarray, must: np.ndarray,
+                 params: MixtureParams) -> GaussianStats:
+    """E-step partial of a set of links, given their endpoints' rows and sub-cluster log-densities.
+
+    Parameters
+    ----------
+    Xa, Xb : (L, D) arrays
+        Rows of the first and second endpoint of every link.
+    sub_a, sub_b : (L, M, K) arrays
+        ``log π_mk + log N(x | mk)`` of those rows (:func:`sub_log_density`).
+    must : (L,) bool array
+        True for a must-link, False for a cannot-link.
+    params : MixtureParams
+
+    Returns
+    -------
+    GaussianStats
+        Endpoint statistics (each endpoint weighted by its link posterior), ``c_m`` (must-link posterior once,
+        cannot-link ``d_a + d_b``) and the link log-likelihood terms (cannot-link normaliser excluded).
+    """
+    M, K = params.n_classes, params.n_sub
+    D = Xa.shape[1] if np.ndim(Xa) == 2 else params.means.shape[2]
+    must = np.asarray(must, dtype=bool)
+    log_a = _log_alpha(params.alpha)
+    rows, weights = [], []
+    counts = np.zeros(M)
+    loglik = 0.0
+    g_a, g_b = logsumexp(sub_a, axis=2), logsumexp(sub_b, axis=2)
+    ml, cl = must, ~must
+    if ml.any():
+        S = log_a[None] + g_a[ml] + g_b[ml]
+        log_z = logsumexp(S, axis=1)
+        s = np.exp(S - log_z[:, None])
+        counts += s.sum(axis=0)
+        loglik += float(log_z.sum())
+        rows += [Xa[ml], Xb[ml]]
+        weights += [_sub_responsibilities(s, sub_a[ml], g_a[ml]), _sub_responsibilities(s, sub_b[ml], g_b[ml])]
+    if cl.any():
+        La = log_a[None] + g_a[cl]
+        Lb = log_a[None] + g_b[cl]
+        P = La[:, :, None] + Lb[:, None, :]
+        P[:, np.arange(M), np.arange(M)] = -np.inf
+        log_z = logsumexp(P.reshape(P.shape[0], -1), axis=1)
+        post = np.exp(P - log_z[:, None, None])
+        d_a, d_b = post.sum(axis=2), post.sum(axis=1)
+        counts += d_a.sum(axis=0) + d_b.sum(axis=0)
+        loglik += float(log_z.sum())
+        rows += [Xa[cl], Xb[cl]]
+        weights += [_sub_responsibilities(d_a, sub_a[cl], g_a[cl]), _sub_responsibilities(d_b, sub_b[cl], g_b[cl])]
+    if not rows:
+        return GaussianStats.identity(M * K, D, M, params.diag)
+    return GaussianStats.from_weights(np.concatenate(rows), np.concatenate(weights), M, params.diag,
+                                      class_counts=counts, loglik=loglik)
+
+
+def class_posteriors(sub: np.ndarray, params: MixtureParams) -> np.ndarray:
+    """Class posterior of unlinked rows from their sub-cluster log-densities (n, M, K): softmax of ``L_n(m)``."""
+    L = _log_alpha(params.alpha)[None] + logsumexp(sub, axis=2)
+    return np.exp(L - logsumexp(L, axis=1)[:, None])
+
+
+def pair_posteriors(sub_a: np.ndarray, sub_b: np.ndarray, must: np.ndarray, params: MixtureParams):
+    """Class posteriors of both endpoints of links: ``s`` for must-links, ``(d_a, d_b)`` for cannot-links."""
+    log_a = _log_alpha(params.alpha)
+    La = log_a[None] + logsumexp(sub_a, axis=2)
+    Lb = log_a[None] + logsumexp(sub_b, axis=2)
+    M = params.n_classes
+    out_a, out_b = np.empty_like(La), np.empty_like(Lb)
+    must = np.asarray(must, dtype=bool)
+    S = La[must] + logsumexp(sub_b[must], axis=2)
+    s = np.exp(S - logsumexp(S, axis=1)[:, None])
+    out_a[must], out_b[must] = s, s
+    P = La[~must][:, :, None] + Lb[~must][:, None, :]
+    P[:, np.arange(M), np.arange(M)] = -np.inf
+    post = np.exp(P - logsumexp(P.reshape(P.shape[0], -1), axis=1)[:, None, None])
+    out_a[~must], out_b[~must] = post.sum(axis=2), post.sum(axis=1)
+    return out_a, out_b
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# M-step
+
+
+def m_step(stats: GaussianStats, params: MixtureParams, reg_covar: float) -> tuple[MixtureParams, np.ndarray]:
+    """New ``π``, ``μ``, ``Σ`` from merged statistics (α is left to :func:`update_alpha`).
+
+    Components with no weight keep their mean and covariance. Returns the new parameters and the (C,) weights
+    ``N_mk`` (the caller warns about components lighter than ``D + 1``).
+    """
+    M, K = params.n_classes, params.n_sub
+    D = params.means.shape[2]
+    N = stats.weight.reshape(M, K)
+    class_n = N.sum(axis=1, keepdims=True)
+    pi = np.where(class_n > 0, N / np.where(class_n > 0, class_n, 1.0), params.pi)
+    means = params.means.copy()
+    cov = params.covariances.copy()
+    live = N > 0
+    safe = np.where(live, N, 1.0)
+    means[live] = stats.mean.reshape(M, K, D)[live]
+    if params.diag:
+        new_cov = stats.scatter.reshape(M, K, D) / safe[:, :, None] + reg_covar
+    else:
+        new_cov = stats.scatter.reshape(M, K, D, D) / safe[:, :, None, None] + reg_covar * np.eye(D)
+    cov[live] = new_cov[live]
+    return MixtureParams.build(params.alpha, pi, means, cov), stats.weight
+
+
+def alpha_objective(alpha: np.ndarray, counts: np.ndarray, n_cannot: int) -> float:
+    """``F(α) = Σ c_m log α_m − |CL| log(1 − Σ α_m²)`` (−inf outside the feasible set)."""
+    alpha = np.asarray(alpha, dtype=np.float64)
+    if (alpha <= 0).any():
+        return -np.inf
+    out = float((counts * np.log(alpha)).sum())
+    if n_cannot:
+        rest = 1.0 - float((alpha * alpha).sum())
+        if rest <= 0:
+            return -np.inf
+        out -= n_cannot * np.log(rest)
+    return out
+
+
+def _project(alpha: np.ndarray) -> np.ndarray:
+    a = np.clip(np.asarray(alpha, dtype=np.float64), ALPHA_FLOOR, 1.0)
+    return a / a.sum()
+
+
+def update_alpha(counts: np.ndarray, n_cannot: int, alpha_old: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Class weights maximising :func:`alpha_objective` (ALGORITHMS.md 6.4, E-GP4), with GEM acceptance.
+
+    Two classes: the closed form ``α_1 = (c_1 − |CL|) / (c_1 + c_2 − 2|CL|)``. Otherwise SLSQP from
+    ``α⁰ = c / Σc``. The new weights are kept only if ``F(α_new) ≥ F(α_old)``.
+
+    Returns
+    -------
+    alpha : (M,) array
+    accepted : bool
+        False when the old weights were kept.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    M = counts.shape[0]
+    if M == 1:
+        return np.ones(1), True
+    if n_cannot == 0:
+        cand = _project(counts / counts.sum()) if counts.sum() > 0 else alpha_old
+    elif M == 2:
+        den = counts.sum() - 2.0 * n_cannot
+        if den <= 0:
+            return alpha_old, False
+        a1 = (counts[0] - n_cannot) / den
+        cand = _project(np.array([a1, 1.0 - a1]))
+    else:
+        cand = _slsqp_alpha(counts, n_cannot)
+    f_old = alpha_objective(alpha_old, counts, n_cannot)
+    if alpha_objective(cand, counts, n_cannot) >= f_old:
+        return cand, True
+    return alpha_old, False
+
+
+def _slsqp_alpha(counts: np.ndarray, n_cannot: int) -> np.ndarray:
+    from scipy.optimize import minimize
+
+    start = _project(counts / counts.sum()) if counts.sum() > 0 else np.full(counts.size, 1.0 / counts.size)
+
+    def neg(a):
+        val = alpha_objective(a, counts, n_cannot)
+        return 1e300 if not np.isfinite(val) else -val
+
+    def grad(a):
+        a = np.maximum(a, ALPHA_FLOOR)
+        rest = max(1.0 - float((a * a).sum()), 1e-300)
+        return -(counts / a + n_cannot * 2.0 * a / rest)
+
+    res = minimize(neg, start, jac=grad, method="SLSQP", bounds=[(ALPHA_FLOOR, 1.0)] * counts.size,
+                   constraints=[{"type": "eq", "fun": lambda a: a.sum() - 1.0, "jac": lambda a: np.ones_like(a)}],
+                   options={"maxiter": 200, "ftol": 1e-14})
+    cand = _project(res.x)
+    if alpha_objective(cand, counts, n_cannot) >= alpha_objective(start, counts, n_cannot):
+        return cand
+    return start
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# plain-numpy oracle
+
+
+def estep_reference(X, i, j, must, params: MixtureParams) -> tuple[GaussianStats, float]:
+    """The whole E-step in memory (the test oracle): statistics and ``ℓ(ϑ)`` of ALGORITHMS.md 6.2.
+
+    ``i, j`` are global row indices of the links and ``must`` their types. Accumulates per point and per link in
+    one pass, without blocks, so it checks the blocked/tree-reduced computation.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    i, j, must = np.asarray(i, dtype=np.intp), np.asarray(j, dtype=np.intp), np.asarray(must, dtype=bool)
+    n, D = X.shape
+    M, K = params.n_classes, params.n_sub
+    sub = sub_log_density(X, params)
+    log_g = logsumexp(sub, axis=2)
+    log_a = _log_alpha(params.alpha)
+    linked = np.zeros(n, dtype=bool)
+    linked[i] = linked[j] = True
+    W = np.zeros((n, M * K))
+    counts = np.zeros(M)
+    ll = 0.0
+    for r in np.flatnonzero(~linked):
+        L = log_a + log_g[r]
+        z = logsumexp(L)
+        post = np.exp(L - z)
+        W[r] += (post[:, None] * np.exp(sub[r] - log_g[r][:, None])).ravel()
+        counts += post
+        ll += z
+    n_cannot = 0
+    for a, b, ml in zip(i, j, must):
+        if ml:
+            S = log_a + log_g[a] + log_g[b]
+            z = logsumexp(S)
+            pa = pb = np.exp(S - z)
+            counts += pa
+        else:
+            n_cannot += 1
+            P = (log_a + log_g[a])[:, None] + (log_a + log_g[b])[None, :]
+            np.fill_diagonal(P, -np.inf)
+            z = logsumexp(P)
+            post = np.exp(P - z)
+            pa, pb = post.sum(axis=1), post.sum(axis=0)
+            counts += pa + pb
+        ll += z
+        W[a] += (pa[:, None] * np.exp(sub[a] - log_g[a][:, None])).ravel()
+        W[b] += (pb[:, None] * np.exp(sub[b] - log_g[b][:, None])).ravel()
+    stats = GaussianStats.from_weights(X, W, M, params.diag, class_counts=counts, loglik=ll)
+    if n_cannot:
+        ll -= n_cannot * np.log(1.0 - float((params.alpha ** 2).sum()))
+    return stats, float(ll)

@@ -1,0 +1,313 @@
+"""RDP-means kernels (ALGORITHMS.md 5.2, 5.3, 8.4): block steps of a pass, the serial validation of proposals,
+and a plain serial reference implementation used as the test oracle.
+
+A pass visits the rows that carry no link first (phase 0: DP-means with optimistic concurrency, their link
+terms are 0), then the linked rows one colour class at a time (no two rows of a class share a link, so within a
+class every row's link counts depend only on labels fixed before the class started). For a linked row ``i``:
+``dist_k = D(x_i, mu_k) - xi * sum_{j ~ i, z_j = k} E_ij`` with ``E_ij = +w`` for a must-link and ``-w`` for a
+cannot-link, which is ``D - xi f_k + xi s_k`` for unit weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from .distances import _finish, _weights
+from .divergence import divergence_matrix, divergence_nearest, divergence_rows, smooth_rows
+from .dpmeans import DPBlockResult, block_permutation, serial_assign
+from .stats import ClusterStats
+
+__all__ = [
+    "unlinked_order",
+    "unlinked_block",
+    "LinkedBlockResult",
+    "linked_block",
+    "link_scores",
+    "validate_proposals",
+    "link_term",
+    "rdpmeans_reference",
+]
+
+
+@numba.njit(nogil=True, cache=True)
+def _accumulate_skip(X, labels, mind, skip, k, offset):
+    n, d = X.shape
+    weight = np.zeros(k)
+    sums = np.zeros((k, d))
+    fp = np.zeros(k, dtype=np.uint64)
+    cost = 0.0
+    n_bad = 0
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    for i in range(n):
+        c = labels[i]
+        if c < 0:
+            if not skip[i]:
+                n_bad += 1
+            continue
+        weight[c] += 1.0
+        cost += mind[i]
+        z = np.uint64(offset + i) * golden + golden
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        fp[c] += z ^ (z >> np.uint64(31))
+        for j in range(d):
+            sums[c, j] += np.float64(X[i, j])
+    mean = np.zeros((k, d))
+    for c in range(k):
+        if weight[c] > 0:
+            for j in range(d):
+                mean[c, j] = sums[c, j] / weight[c]
+    return weight, mean, fp, cost, n_bad
+
+
+def _stats_skip(X, labels, mind, skip, k, offset, block_index) -> ClusterStats:
+    """Statistics of the rows with ``labels >= 0``; rows with label -1 count as bad unless ``skip``."""
+    X = np.ascontiguousarray(X)
+    weight, mean, fp, cost, n_bad = _accumulate_skip(X, labels, mind, skip, k, np.uint64(offset))
+    return _finish(X, labels, _weights(X.shape[0], None), weight, mean, fp, cost, n_bad, block_index)
+
+
+def unlinked_order(seed: int, block_index: int, n: int, linked: np.ndarray) -> np.ndarray:
+    """Processing order of a block's unlinked rows: the block permutation with the linked rows removed."""
+    perm = block_permutation(seed, block_index, n)
+    if linked.size == 0:
+        return perm
+    skip = np.zeros(n, dtype=bool)
+    skip[linked] = True
+    return perm[~skip[perm]]
+
+
+def unlinked_block(
+    Xb, *, offset, block_index, centres, lam, seed, start, max_proposals, linked, kind
+) -> DPBlockResult:
+    """One OCC epoch of phase 0 on one block: its rows without links, in :func:`unlinked_order` from ``start``.
+
+    A row within ``lam`` of a snapshot centre takes its nearest one (final for the pass); the others are
+    proposed, at most ``max_proposals`` per epoch. With no linked rows this is exactly
+    :func:`dclust.kernels.dpmeans.dp_block`. ``Xb`` is already smoothed for KL.
+    """
+    n = Xb.shape[0]
+    d = Xb.shape[1]
+    skip = np.zeros(n, dtype=bool)
+    skip[linked] = True
+    k = centres.shape[0]
+    if k and start == 0:
+        labels_all, dist_all = divergence_nearest(Xb, centres, kind)
+        if not ((dist_all > lam) & ~skip).any():
+            lab = labels_all.copy()
+            lab[skip] = -1
+            stats = _stats_skip(Xb, lab, dist_all, skip, k, offset, block_index)
+            return DPBlockResult(stats, np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, d)),
+                                 np.empty(0), n - int(skip.sum()))
+    perm = unlinked_order(seed, block_index, n, np.asarray(linked))[start:]
+    m_total = start + perm.size
+    if k:
+        labels, dist = (labels_all[perm], dist_all[perm]) if start == 0 else divergence_nearest(Xb[perm], centres, kind)
+        finite = ~np.isnan(dist)
+        propose = finite & ~(dist <= lam)
+    else:
+        labels, dist = divergence_nearest(Xb[perm], centres, kind)
+        finite = np.isfinite(np.asarray(Xb[perm], dtype=np.float64)).all(axis=1)
+        propose = finite.copy()
+    count = np.cumsum(propose)
+    stop = perm.size
+    if count.size and count[-1] > max_proposals:
+        stop = int(np.searchsorted(count, max_proposals, side="left")) + 1
+    done, propose, labels, dist = perm[:stop], propose[:stop], labels[:stop], dist[:stop]
+    full_labels = np.full(n, -1, dtype=np.int32)
+    full_dist = np.zeros(n)
+    keep = ~propose & finite[:stop]
+    full_labels[done[keep]] = labels[keep]
+    full_dist[done[keep]] = dist[keep]
+    not_here = np.ones(n, dtype=bool)  # rows outside this epoch's non-proposers are skipped, not bad
+    not_here[done[keep]] = False
+    not_here[done[~finite[:stop]]] = False
+    stats = _stats_skip(Xb, full_labels, full_dist, not_here, k, offset, block_index)
+    local = done[propose]
+    return DPBlockResult(
+        stats, local.astype(np.int64) + offset, np.flatnonzero(propose) + start,
+        np.asarray(Xb[local], dtype=np.float64), np.ones(local.size), min(m_total, start + stop),
+    )
+
+
+def link_scores(indptr: np.ndarray, cols: np.ndarray, vals: np.ndarray, z_nb: np.ndarray, k: int) -> np.ndarray:
+    """``L[r, c] = sum of the signed link values of row r to neighbours labelled c`` (f - s for unit weights).
+
+    ``indptr``/``cols``/``vals`` is the CSR of the rows' links, ``cols`` indexing ``z_nb`` (neighbour labels).
+    """
+    m = indptr.size - 1
+    L = np.zeros((m, k))
+    if cols.size:
+        rows = np.repeat(np.arange(m), np.diff(indptr))
+        np.add.at(L, (rows, z_nb[cols]), vals)
+    return L
+
+
+@dataclass
+class LinkedBlockResult:
+    """One block's answer in an epoch of a colour phase (positions index the phase's row list of the block)."""
+
+    stats: ClusterStats  # statistics of the non-proposers
+    labels: np.ndarray  # (stop - start,) label of every processed row, -1 for a proposal
+    cost: float  # sum of D(x, mu_label) over the non-proposers
+    position: np.ndarray  # positions of the proposals
+    rows: np.ndarray  # (m, D) the proposals' rows
+    stop: int
+
+
+def linked_block(
+    Xl, index, *, sel, indptr, cols, vals, z_nb, centres, lam, xi, kind, start, max_proposals
+) -> LinkedBlockResult:
+    """One epoch of a colour phase on one block's linked rows.
+
+    ``Xl`` (float64) and ``index`` (global rows) hold the block's linked rows; ``sel`` lists the rows of the
+    current colour in processing order; the CSR ``(indptr, cols, vals)`` has one row per entry of ``sel`` and
+    ``z_nb`` the current labels of the columns. From position ``start``, each row takes the cluster minimising
+    ``D(x, mu_k) - xi * L[k]`` unless all exceed ``lam`` (then it is proposed; at most ``max_proposals``).
+    """
+    k = centres.shape[0]
+    part = np.asarray(sel[start:], dtype=np.int64)
+    X = Xl[part]
+    D = divergence_matrix(X, centres, kind)
+    sub = indptr[start:] - indptr[start]
+    lo, hi = indptr[start], indptr[-1]
+    L = link_scores(sub, cols[lo:hi], vals[lo:hi], z_nb, k)
+    dist = D - xi * L
+    best = np.argmin(dist, axis=1) if k else np.zeros(part.size, np.int64)
+    bval = dist[np.arange(part.size), best] if k else np.full(part.size, np.inf)
+    propose = ~(bval <= lam)
+    count = np.cumsum(propose)
+    stop = part.size
+    if count.size and count[-1] > max_proposals:
+        stop = int(np.searchsorted(count, max_proposals, side="left")) + 1
+    propose, best = propose[:stop], best[:stop]
+    labels = np.where(propose, -1, best).astype(np.int64)
+    keep = ~propose
+    data_cost = D[np.arange(stop), best][keep] if k else np.zeros(0)
+    stats = ClusterStats.from_labels(X[:stop][keep], labels[keep], k, cost=float(data_cost.sum()),
+                                     index=index[part[:stop][keep]])
+    return LinkedBlockResult(stats, labels, float(data_cost.sum()), np.flatnonzero(propose) + start,
+                             X[:stop][propose], start + stop)
+
+
+def validate_proposals(
+    rows: np.ndarray, lam: float, kind: str, centres: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Serial DP-means assignment of ``rows`` in order, with link terms 0, against ``centres`` plus the centres
+    it opens (the OCC validation of ALGORITHMS.md 8.2 and 8.4).
+
+    For proposals, ``centres`` is empty: every proposal is already farther than ``lam`` from the snapshot (link
+    terms included) and its link terms to centres opened in the same validation are 0, since its neighbours are
+    not of its colour. Each row opens a centre at itself if every centre is farther than ``lam``, else joins the
+    nearest (lowest index on ties). Returns ``(labels, dist, new_centres)``; labels index ``centres`` followed by
+    ``new_centres``.
+    """
+    rows = np.asarray(rows, dtype=np.float64)
+    d_ = rows.shape[1] if rows.ndim == 2 else np.shape(centres)[1]
+    rows = rows.reshape(-1, d_)
+    C = np.empty((0, d_)) if centres is None else np.asarray(centres, dtype=np.float64).reshape(-1, d_)
+    if kind == "euclidean":
+        return serial_assign(rows, C, lam)
+    labels = np.empty(rows.shape[0], dtype=np.int64)
+    dist = np.zeros(rows.shape[0])
+    allc = list(C)
+    for r, x in enumerate(rows):
+        if allc:
+            d = divergence_matrix(x[None], np.array(allc), kind)[0]
+            b = int(np.argmin(d))
+        if not allc or d[b] > lam:
+            allc.append(x.copy())
+            labels[r] = len(allc) - 1
+        else:
+            labels[r], dist[r] = b, d[b]
+    return labels, dist, np.array(allc[C.shape[0]:]).reshape(-1, d_)
+
+
+def link_term(z_a: np.ndarray, z_b: np.ndarray, value: np.ndarray) -> float:
+    """``-sum value_ij [z_i == z_j]`` over the links: ``-#must inside + #cannot inside`` (each pair once)."""
+    return -float(np.asarray(value)[np.asarray(z_a) == np.asarray(z_b)].sum())
+
+
+def rdpmeans_reference(
+    X, i, j, value, lam, orders, *, xi0=0.001, xi_rate=2.0, max_xi=None, max_iter=20, divergence="euclidean",
+    smoothing=0.3,
+):
+    """Serial RDP-means (ALGORITHMS.md 5.3), plain Python loops: the oracle of the tests.
+
+    Parameters
+    ----------
+    X : ndarray (n, D)
+    i, j, value : ndarray
+        Links (each unordered pair once; ``value`` +w must-link, -w cannot-link).
+    lam : float
+    orders : ndarray or list of ndarray
+        One permutation reused in every pass, or one per pass (the last one is reused).
+    xi0, xi_rate, max_xi, max_iter, divergence, smoothing
+        As in :class:`dclust.RDPMeans`; ``xi0 = 0`` is allowed here. Stops after the pass run at xi when the
+        labels did not change and ``xi >= max_xi`` (default ``xi0 * xi_rate**(max_iter - 1)``), or at
+        ``max_iter``.
+
+    Returns
+    -------
+    labels : ndarray (n,)
+    centres : ndarray (K, D)
+    history : dict
+        Lists per iteration: ``xi``, ``start`` (objective before the pass at that xi), ``assign`` (after the
+        label pass, empty clusters still counted), ``objective`` (after the mean update), ``changed``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if divergence == "kl":
+        X = smooth_rows(X, smoothing)
+    n = X.shape[0]
+    nbrs: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for a, b, v in zip(np.asarray(i), np.asarray(j), np.asarray(value, dtype=np.float64)):
+        nbrs[int(a)].append((int(b), float(v)))
+        nbrs[int(b)].append((int(a), float(v)))
+    if isinstance(orders, np.ndarray) and orders.ndim == 1:
+        orders = [orders]
+    max_xi = xi0 * xi_rate ** (max_iter - 1) if max_xi is None else max_xi
+    centres = [X.mean(axis=0)]
+    z = np.zeros(n, dtype=np.int64)
+    hist = {"xi": [], "start": [], "assign": [], "objective": [], "changed": []}
+
+    def D(x, c):
+        return float(divergence_rows(x[None], c[None], divergence)[0])
+
+    def objective(z, centres, xi, k):
+        data = sum(D(X[r], centres[z[r]]) for r in range(n))
+        return data + xi * link_term(z[np.asarray(i, int)], z[np.asarray(j, int)], value) + lam * k
+
+    xi = xi0
+    for p in range(max_iter):
+        order = orders[min(p, len(orders) - 1)]
+        hist["xi"].append(xi)
+        hist["start"].append(objective(z, centres, xi, len(centres)))
+        new_z = z.copy()
+        for r in order:
+            r = int(r)
+            dist = [D(X[r], c) for c in centres]
+            for nb, v in nbrs[r]:
+                dist[new_z[nb]] -= xi * v
+            b = int(np.argmin(dist))
+            if dist[b] > lam:
+                centres.append(X[r].copy())
+                new_z[r] = len(centres) - 1
+            else:
+                new_z[r] = b
+        hist["assign"].append(objective(new_z, centres, xi, len(centres)))
+        used = [c for c in range(len(centres)) if (new_z == c).any()]
+        remap = np.full(len(centres), -1)
+        remap[used] = np.arange(len(used))
+        new_z = remap[new_z]
+        centres = [X[new_z == c].mean(axis=0) for c in range(len(used))]
+        hist["objective"].append(objective(new_z, centres, xi, len(centres)))
+        changed = not np.array_equal(new_z, z)
+        hist["changed"].append(changed)
+        z = new_z
+        if not changed and xi >= max_xi:
+            break
+        xi *= xi_rate
+    return z, np.array(centres), hist

@@ -1,0 +1,153 @@
+"""Any-time DP-means ([DM] 4.1): D-Means with ``Q = tau = 0`` over random disjoint row blocks of one data set."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from .._registry import register
+from .._validation import SEED, Interval, Options, check_array, check_sample_weight
+from ..errors import InvalidDataError, message
+from ..kernels.kmeans import block_rng
+from ._dynamic import DynamicBase
+
+__all__ = ["AnytimeDPMeans"]
+
+_BATCH_STREAM = 0xA7
+
+
+@register
+class AnytimeDPMeans(DynamicBase):
+    """DP-means that reads a large data set once, in random disjoint batches, with a usable model after each.
+
+    It is D-Means with ``Q = 0`` (no cluster is ever deleted, revival costs no penalty) and ``tau = 0`` (a
+    cluster's centre is the running mean of every point it ever received). With ``lam`` the DP-means penalty,
+    after a full pass the clusters approximate batch :class:`dclust.DPMeans` ([DM] 4.1; ALGORITHMS.md DM4).
+
+    Parameters
+    ----------
+    lam : float
+        Penalty per cluster, in squared-distance units (> 0).
+    batch_rows : int, optional
+        Rows per batch. The data is re-chunked to this many rows (prefer a multiple of the store's chunk size);
+        by default each row chunk of the data is one batch. Every batch is loaded into memory.
+    max_iter, n_restarts, random_state
+        As in :class:`DynamicMeans`; ``random_state`` also fixes the random order of the batches.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray, shape (n_clusters_, n_features)
+        Every cluster found so far (running means).
+    cluster_ids_, weights_, ages_, labels_, objective_, history_, n_batches_ :
+        As in :class:`DynamicMeans`; ``labels_`` are the last batch's, ``objective_`` its eq. 18 objective.
+    n_clusters_ : int
+        Number of clusters so far.
+    batch_order_ : ndarray of int64
+        The order in which the row blocks are read.
+    n_seen_ : int
+        Rows processed so far.
+
+    Examples
+    --------
+    >>> import numpy as np, dask.array as da, dclust
+    >>> X = np.concatenate([np.zeros((50, 2)), np.full((50, 2), 10.0)])[np.random.default_rng(0).permutation(100)]
+    >>> model = dclust.AnytimeDPMeans(lam=4.0, random_state=0)
+    >>> for m in model.iter_fit(da.from_array(X, chunks=(25, 2))):
+    ...     if m.n_clusters_ == 2:
+    ...         break
+    >>> model.n_clusters_, model.n_seen_ <= 100
+    (2, True)
+    """
+
+    _parameter_constraints = {
+        "lam": [Interval("real", 0, None, "neither")],
+        "batch_rows": [Interval("int", 1, None), Options((None,))],
+        "max_iter": [Interval("int", 1, None)],
+        "n_restarts": [Interval("int", 1, None)],
+        "random_state": [SEED],
+    }
+    # the in-memory path is used for every batch (one block each); these fix the OCC knobs of the base class
+    prefix_size = 1000
+    max_proposals = 4096
+    split_every = None
+
+    def __init__(self, *, lam=None, batch_rows=None, max_iter=100, n_restarts=1, random_state=None):
+        self.lam = lam
+        self.batch_rows = batch_rows
+        self.max_iter = max_iter
+        self.n_restarts = n_restarts
+        self.random_state = random_state
+
+    def _rates(self) -> tuple[float, float, float]:
+        self.lam_ = float(self.lam)
+        return self.lam_, 0.0, 0.0
+
+    def _predict_mask(self) -> np.ndarray:
+        return np.ones(self.cluster_ids_.shape[0], dtype=bool)
+
+    def _reset(self, n_features: int) -> None:
+        super()._reset(n_features)
+        self.n_seen_ = 0
+        self.batch_order_ = np.zeros(0, dtype=np.int64)
+
+    def partial_fit(self, batch, sample_weight=None, y=None):
+        """Process one batch (see :meth:`DynamicMeans.partial_fit`)."""
+        super().partial_fit(batch, sample_weight)
+        self.n_seen_ = int(self.n_seen_) + int(self.history_["n_samples"][-1])
+        return self
+
+    def iter_fit(self, X, sample_weight=None, *, resume: bool = False) -> Iterator["AnytimeDPMeans"]:
+        """Yield the model after each batch; stop iterating whenever it is good enough.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Dask, zarr, xarray or numpy. Its row blocks (of ``batch_rows`` rows) are read once each, in a random
+            order fixed by ``random_state``.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights > 0.
+        resume : bool, default False
+            Continue a fit of the same ``X`` (for example a model loaded from a checkpoint) after its
+            ``n_batches_`` batches, instead of starting afresh.
+
+        Yields
+        ------
+        AnytimeDPMeans
+            ``self``, with ``cluster_centers_`` and ``n_clusters_`` usable.
+        """
+        self._validate_params()
+        arr, _ = check_array(X)
+        if self.batch_rows is not None and arr.chunks[0][0] != self.batch_rows:
+            arr = arr.rechunk({0: self.batch_rows})
+        w = check_sample_weight(sample_weight, arr)
+        n_blocks = arr.numblocks[0]
+        if resume and hasattr(self, "batch_order_") and len(self.batch_order_):
+            if len(self.batch_order_) != n_blocks or arr.shape[1] != self.n_features_in_:
+                raise InvalidDataError(
+                    message("AnytimeDPMeans.iter_fit(X, resume=True)",
+                            f"the data of the interrupted fit ({len(self.batch_order_)} batches of "
+                            f"{self.n_features_in_} features)", f"{n_blocks} batches of {arr.shape[1]} features",
+                            "Pass the same X and batch_rows, or resume=False to start afresh.")
+                )
+        else:
+            self._clear()
+            self._reset(arr.shape[1])
+            self.batch_order_ = block_rng(self.seed_, _BATCH_STREAM).permutation(n_blocks).astype(np.int64)
+        for j in range(int(self.n_batches_), n_blocks):
+            b = int(self.batch_order_[j])
+            self.partial_fit(arr.blocks[b], None if w is None else w.blocks[b])
+            yield self
+
+    def fit(self, X, y=None, sample_weight=None, *, callback: Callable[["AnytimeDPMeans"], Any] | None = None,
+            resume: bool = False):
+        """Run :meth:`iter_fit` to the end, or until ``callback(self)`` returns a true value.
+
+        Returns
+        -------
+        self
+        """
+        for model in self.iter_fit(X, sample_weight, resume=resume):
+            if callback is not None and callback(model):
+                break
+        return self

@@ -1,0 +1,250 @@
+"""The time-step engine shared by DynamicMeans and AnytimeDPMeans: state, one batch, carry-over, history.
+
+All temporal state lives in learned attributes that :func:`dclust.save` stores as arrays or JSON (ids, centres,
+weights, ages, the next id, the base seed, the batch counter and the history), so a saved model resumes exactly.
+The randomness of batch ``t``, restart ``r`` comes from ``(seed_, t, r)`` alone, never from a live Generator.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import dask.array as da
+import numpy as np
+
+from .._dask.blocks import block_offsets, map_labels
+from .._dask.dmeans import occ_step
+from .._dask.loop import ProgressEvent, Stopwatch, emit
+from .._validation import as_generator, check_array, check_sample_weight
+from ..cluster._base import BaseEstimator, raise_if_bad_block, wrap_output
+from ..errors import ConvergenceWarning, InvalidDataError, NotFittedError, message
+from ..kernels.dynmeans import StepState, assign_instantiated, carry_over, gammas, serial_step
+from ..kernels.kmeans import block_rng
+
+__all__ = ["DynamicBase"]
+
+_ORDER_STREAM = 0xD3
+_HISTORY_KEYS = ("n_clusters", "objective", "births", "deaths", "revivals", "n_samples", "n_iter", "seconds")
+
+
+def _labels_kernel(Xb, *, offset, block_index, theta, ids):
+    slots = assign_instantiated(Xb, theta)
+    return ids[slots] if ids.size else np.full(Xb.shape[0], -1, np.int64)
+
+
+def _as_float(batch) -> np.ndarray:
+    """A validated numpy batch with the dtype rules of ``check_array`` (ints -> float64, float16 -> float32)."""
+    Y = np.asarray(batch)
+    if Y.dtype.kind in "iu":
+        return Y.astype(np.float64)
+    return Y.astype(np.float32) if Y.dtype == np.float16 else Y
+
+
+class DynamicBase(BaseEstimator):
+    """Shared machinery; subclasses define ``_rates()`` -> (lam, Q, tau) and ``_predict_mask()``."""
+
+    _transient_attributes = ("serial_order_",)
+    _estimator_name = "DynamicMeans"
+
+    # ------------------------------------------------------------------------------------------ state
+    def _rates(self) -> tuple[float, float, float]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _reset(self, n_features: int) -> None:
+        self.seed_ = int(as_generator(self.random_state).integers(2**62))
+        self.n_features_in_ = int(n_features)
+        self.n_batches_ = 0
+        self.next_id_ = 0
+        self.cluster_ids_ = np.zeros(0, dtype=np.int64)
+        self.cluster_centers_ = np.zeros((0, n_features))
+        self.weights_ = np.zeros(0)
+        self.ages_ = np.zeros(0, dtype=np.int64)
+        self.labels_ = None
+        self.objective_ = 0.0
+        self.objective_history_ = []
+        self.n_iter_ = 0
+        self.converged_ = True
+        self.history_ = {k: [] for k in _HISTORY_KEYS}
+        self._order_records = None
+
+    def _clear(self) -> None:
+        for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
+            delattr(self, k)
+        self._order_records = None
+
+    @property
+    def n_clusters_(self) -> int:
+        """Number of clusters a ``predict`` call assigns to."""
+        self._check_fitted("cluster_ids_")
+        return int(np.count_nonzero(self._predict_mask()))
+
+    def _predict_mask(self) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def serial_order_(self) -> list[np.ndarray]:
+        """Per pass of the last batch's kept restart, the permutation of its rows serial D-Means visits to give
+        the same result (built on demand; not saved)."""
+        rec = getattr(self, "_order_records", None)
+        if rec is None:
+            raise NotFittedError(
+                message("serial_order_", "a model that processed a batch in this session",
+                        "none (not fitted, an empty batch, or a loaded model)", "Call partial_fit(batch) first.")
+            )
+        if rec[0] == "serial":
+            return list(rec[1])
+        _, seed, chunks, records = rec
+        return [r.permutation(seed, chunks) for r in records]
+
+    # ------------------------------------------------------------------------------------------ input
+    def _check_batch(self, batch, name="batch"):
+        fitted = hasattr(self, "cluster_ids_")
+        arr, info = check_array(batch, name=name, n_features=self.n_features_in_ if fitted else None,
+                                min_samples=0)
+        if not fitted:
+            self._reset(arr.shape[1])
+        return arr, info
+
+    @staticmethod
+    def _weights(sample_weight, arr):
+        if sample_weight is None:
+            return None
+        w = check_sample_weight(sample_weight, arr)
+        if arr.shape[0] and bool((w <= 0).any().compute()):
+            raise InvalidDataError(
+                message("sample_weight", "weights > 0 (D-Means needs w > 0 for every observed cluster)",
+                        "a zero weight", "Drop the rows of weight 0 from the batch.")
+            )
+        return w
+
+    # ------------------------------------------------------------------------------------------ one step
+    def partial_fit(self, batch, sample_weight=None, y=None):
+        """Process one time step.
+
+        Parameters
+        ----------
+        batch : array-like of shape (n_t, n_features)
+            numpy, dask, zarr or xarray. A dask batch with several row chunks is processed with optimistic
+            concurrency (ALGORITHMS.md 8.5); anything else in memory. ``n_t = 0`` is allowed: the ages advance
+            and the deletion check runs, nothing else changes.
+        sample_weight : array-like of shape (n_t,), optional
+            Weights > 0.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        lam, Q, tau = self._rates()
+        arr, info = self._check_batch(batch)
+        w = self._weights(sample_weight, arr)
+        watch = Stopwatch()
+        t = int(self.n_batches_)
+        state = StepState(self.cluster_centers_, gammas(self.weights_, self.ages_, tau), self.ages_, lam, Q)
+        if arr.shape[0] == 0:
+            best, labels, order_rec = None, np.zeros(0, dtype=np.int64), None
+        elif info.kind == "numpy" or arr.numblocks[0] == 1:
+            Y = _as_float(batch) if info.kind == "numpy" else np.asarray(arr.compute())
+            best, labels, order_rec = self._in_memory(Y, w, state, t)
+        else:
+            best, labels, order_rec = self._occ(arr, w, state, t)
+        self._commit(best, state, arr, info, labels, watch, lam, Q)
+        self._order_records = order_rec
+        return self
+
+    def _seed(self, t: int, r: int) -> int:
+        return int(block_rng(self.seed_, _ORDER_STREAM, t, r).integers(2**62))
+
+    def _in_memory(self, Y, w, state, t):
+        finite = np.isfinite(Y).all(axis=1)
+        if not finite.all():
+            bad = int(np.flatnonzero(~finite)[0])
+            raise InvalidDataError(
+                message("batch", "finite values", f"NaN or infinity in row {bad}",
+                        "Drop or impute those rows and pass the batch again.")
+            )
+        wn = None if w is None else np.asarray(w.compute(), dtype=np.float64)
+        best = None
+        for r in range(self.n_restarts):
+            order = np.random.default_rng(self._seed(t, r)).permutation(Y.shape[0])
+            res = serial_step(Y, wn, state, order, self.max_iter)
+            if best is None or res.result.objective < best.result.objective:
+                best = res
+        return best, best.labels, ("serial", best.orders)
+
+    def _occ(self, arr, w, state, t):
+        best, best_seed = None, None
+        for r in range(self.n_restarts):
+            seed = self._seed(t, r)
+            res, all_stats = occ_step(arr, w, state, seed=seed, max_iter=self.max_iter,
+                                      prefix_size=self.prefix_size, max_proposals=self.max_proposals,
+                                      split_every=self.split_every)
+            if res is None:
+                raise_if_bad_block(all_stats, arr, "batch")
+            if best is None or res.result.objective < best.result.objective:
+                best, best_seed = res, seed
+        return best, None, ("occ", best_seed, tuple(arr.chunks[0]), best.orders)
+
+    def _commit(self, best, state, arr, info, labels, watch, lam, Q):
+        n_old = state.n_old
+        if best is None:  # empty batch: only the ages advance
+            from ..kernels.dynmeans import PassResult
+
+            res = PassResult(np.zeros((n_old, state.phi.shape[1])), np.zeros(n_old, bool), np.zeros(n_old), 0.0,
+                             np.arange(n_old))
+            history, n_iter, converged = [], 0, True
+        else:
+            res, history, n_iter, converged = best.result, best.history, best.n_iter, best.converged
+        ids, phi, wts, ages, next_id, slot_ids, counts = carry_over(
+            self.cluster_ids_, self.cluster_centers_, self.weights_, self.ages_, self.next_id_, state.gamma, res,
+            Q, lam)
+        if best is not None and not converged:
+            warnings.warn(f"{type(self).__name__} did not converge in max_iter={self.max_iter} passes on batch "
+                          f"{self.n_batches_}; increase max_iter.", ConvergenceWarning, stacklevel=3)
+        if labels is not None:
+            out = slot_ids[labels] if labels.size else labels
+            self.labels_ = out if info.kind == "numpy" else wrap_output(
+                da.from_array(out, chunks=(arr.chunks[0],)), info, "labels")
+        else:
+            has = res.has_data
+            lazy = map_labels(_labels_kernel, arr, dtype=np.int64, theta=res.theta[has], ids=slot_ids[has])
+            self.labels_ = wrap_output(lazy, info, "labels")
+        self.cluster_ids_, self.cluster_centers_, self.weights_, self.ages_ = ids, phi, wts, ages
+        self.next_id_ = int(next_id)
+        self.objective_ = float(res.objective)
+        self.objective_history_ = [float(j) for j in history]
+        self.n_iter_ = int(n_iter)
+        self.converged_ = bool(converged)
+        seconds = watch.lap()
+        k = int(np.count_nonzero(res.has_data))
+        row = {"n_clusters": k, "objective": self.objective_, "n_samples": int(arr.shape[0]), "n_iter": n_iter,
+               "seconds": seconds, **counts}
+        for key in _HISTORY_KEYS:
+            self.history_[key].append(row[key])
+        self.n_batches_ = int(self.n_batches_) + 1
+        emit(ProgressEvent(type(self).__name__, "iter", self.n_batches_, self.objective_, k, seconds,
+                           {key: row[key] for key in ("births", "deaths", "revivals", "n_samples")}))
+
+    # ------------------------------------------------------------------------------------------ use
+    def predict(self, X):
+        """Persistent id of the nearest cluster (see ``_predict_mask``) for every row; lowest id on ties.
+
+        Returns an ndarray for numpy input, a lazy dask array for dask/zarr input, a DataArray for xarray.
+        """
+        self._check_fitted("cluster_ids_")
+        mask = self._predict_mask()
+        if not mask.any():
+            raise NotFittedError(
+                message(f"{type(self).__name__}.predict", "a model with at least one cluster", "none yet",
+                        "Call partial_fit with a non-empty batch first.")
+            )
+        arr, info = check_array(X, n_features=self.n_features_in_)
+        lazy = map_labels(_labels_kernel, arr, dtype=np.int64, theta=self.cluster_centers_[mask],
+                          ids=self.cluster_ids_[mask])
+        return wrap_output(lazy, info, "labels")
+
+
+def row_blocks(arr: da.Array) -> list[da.Array]:
+    """The row blocks of ``arr`` as separate dask arrays (the time steps of ``fit``)."""
+    offsets = block_offsets(arr.chunks[0])
+    return [arr[o : o + n] for o, n in zip(offsets, arr.chunks[0])]

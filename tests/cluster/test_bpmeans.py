@@ -1,0 +1,259 @@
+"""BP-means and K-features: ALGORITHMS.md 2.8 (BP1-BP5), OCC == serial BP-means on serial_order_, dask == numpy,
+kernels against their twins, and bad input (max_features)."""
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import dclust
+from dclust.cluster import BPMeans, KFeatures, StepwiseKFeatures
+from dclust.errors import DclustError, InvalidParameterError
+from dclust.kernels.bpmeans import (
+    bp_objective,
+    bpmeans_reference,
+    collapsed_objective,
+    feature_means,
+    prune_features,
+    serial_sweep,
+    sweep_rows,
+)
+from dclust.kernels.kfeatures import exhaustive_rows, greedy_rows, greedy_rows_numpy
+
+
+def _latent(n=600, d=6, k=4, noise=0.05, seed=0, base=True):
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(k, d)) * 3
+    Z = rng.integers(0, 2, size=(n, k))
+    if base:
+        A = np.vstack([np.full(d, 0.5), A])
+        Z = np.c_[np.ones(n, int), Z]
+    return Z @ A + noise * rng.normal(size=(n, d)), Z, A
+
+
+@pytest.fixture(scope="module")
+def latent():
+    return _latent()
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+
+
+def test_sweep_follows_the_bit_rule_and_ties_keep_the_bit():
+    A = np.array([[2.0, 0.0], [0.0, 2.0]])
+    X = np.array([[1.5, 0.0], [0.5, 0.0], [1.0, 3.0]])  # 2 r.a vs ||a||^2 = 4: 6 > 4, 2 < 4, tie 4 == 4
+    Z = np.array([[0, 0], [1, 0], [1, 0]], np.uint8)
+    q, flips = sweep_rows(X, Z, A)
+    np.testing.assert_array_equal(Z, [[1, 0], [0, 0], [1, 1]])  # row 2: bit 0 tied, kept at 1 (T1)
+    np.testing.assert_allclose(q, [0.25, 0.25, 2.0])
+    assert flips == 3
+
+
+def test_serial_sweep_opens_a_feature_only_when_strictly_better():
+    X = np.array([[3.0, 0.0], [3.0, 0.0], [0.0, 2.0]])
+    Z, new, q, flips, overflow = serial_sweep(X, np.zeros((3, 0), np.uint8), np.zeros((0, 2)), 4.0)
+    np.testing.assert_array_equal(new, [[3.0, 0.0]])  # ||(0,2)||^2 = 4 is not > lam = 4 (T3)
+    np.testing.assert_array_equal(Z, [[1], [1], [0]])
+    np.testing.assert_allclose(q, [0, 0, 4])
+    assert overflow == -1
+    assert serial_sweep(X, np.zeros((3, 0), np.uint8), np.zeros((0, 2)), 1.0, max_new=1)[4] == 2
+
+
+def test_prune_deletes_empty_and_merges_identical_columns():
+    Z = np.array([[1, 0, 1, 1], [0, 0, 0, 1], [1, 0, 1, 0]], float)
+    keep, groups = prune_features(Z.T @ Z)
+    np.testing.assert_array_equal(keep, [0, 3])
+    assert groups == [[0, 2], [3]]
+
+
+def test_pinv_update_handles_singular_gram_e_mb1():
+    # column 3 = column 1 + column 2 with disjoint supports: distinct columns, singular G
+    Z = np.array([[1, 0, 1], [0, 1, 1], [1, 0, 1], [0, 1, 1]], float)
+    X = np.random.default_rng(0).normal(size=(4, 3))
+    G, B = Z.T @ Z, Z.T @ X
+    assert np.linalg.matrix_rank(G) == 2 and prune_features(G)[0].size == 3
+    A = feature_means(G, B)
+    best = np.linalg.lstsq(Z, X, rcond=None)[0]
+    np.testing.assert_allclose(Z @ A, Z @ best, atol=1e-12)
+    np.testing.assert_allclose(Z.T @ (X - Z @ A), 0, atol=1e-12)  # BP2 normal equations
+
+
+def test_bp3_collapsed_objective_equals_direct_lstsq(latent):
+    X, Z, _ = latent
+    Zf = Z.astype(float)
+    G, B = Zf.T @ Zf, Zf.T @ X
+    A = np.linalg.lstsq(Zf, X, rcond=None)[0]
+    assert collapsed_objective(G, B, float((X * X).sum()), 2.0) == pytest.approx(
+        bp_objective(X, Z, A, 2.0), rel=1e-10)
+
+
+def test_bp5_one_feature_all_ones_gives_the_mean(latent):
+    X = latent[0]
+    Z = np.ones((len(X), 1))
+    np.testing.assert_allclose(feature_means(Z.T @ Z, Z.T @ X)[0], X.mean(axis=0), rtol=1e-12)
+    Xf = X + 100.0  # every row keeps z = 1: K-features with K = 1 is the mean
+    kf = KFeatures(n_features=1, random_state=0).fit(Xf)
+    assert kf.allocation_.all()
+    np.testing.assert_allclose(kf.features_[0], Xf.mean(axis=0), rtol=1e-12)
+
+
+def test_greedy_rows_numba_equals_numpy_twin(latent):
+    X = latent[0].astype(np.float32)
+    A = np.vstack([X.mean(axis=0), X[3] - X.mean(axis=0), X[10] - X.mean(axis=0)]).astype(np.float64)
+    Zn, qn = greedy_rows(X, A)
+    Zp, qp = greedy_rows_numpy(X, A)
+    np.testing.assert_array_equal(Zn, Zp)
+    np.testing.assert_allclose(qn, qp, rtol=1e-9)
+
+
+def test_exhaustive_rows_find_the_best_combination(latent):
+    X, Z, A = latent
+    Z0 = np.zeros_like(Z, dtype=np.uint8)
+    best, moved = exhaustive_rows(X, Z0, A)
+    np.testing.assert_array_equal(best, Z)
+    assert moved == len(X) - (Z == 0).all(axis=1).sum()
+
+
+# ------------------------------------------------------------------------------------ OCC == serial BP-means
+
+
+@pytest.mark.parametrize("rows,prefix_size,max_proposals,init", [
+    (600, 1000, 4096, "empty"), (128, 0, 2, "empty"), (256, 40, 3, "empty"), (200, 0, 4096, "greedy"),
+])
+def test_occ_equals_serial_bpmeans_on_serial_order(latent, rows, prefix_size, max_proposals, init):
+    X = latent[0]
+    m = BPMeans(lam=3.0, init=init, random_state=1, prefix_size=prefix_size, max_proposals=max_proposals,
+                max_iter=6).fit(da.from_array(X, chunks=(rows, -1)))
+    Z0 = greedy_rows_numpy(X, m.init_features_)[0] if init == "greedy" else None
+    Zr, Ar, hr = bpmeans_reference(X, 3.0, m.serial_order_, features=m.init_features_, Z=Z0, max_iter=6)
+    np.testing.assert_array_equal(m.allocation_.compute(), Zr)
+    np.testing.assert_allclose(m.features_, Ar, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(m.objective_history_, hr, rtol=1e-9)
+    for order in m.serial_order_:
+        np.testing.assert_array_equal(np.sort(order), np.arange(len(X)))
+    if prefix_size == 0 and init == "empty":
+        assert sum(map(sum, m.proposals_per_epoch_)) > 0
+
+
+def test_bp1_bp2_monotone_and_normal_equations(latent):
+    X = latent[0]
+    m = BPMeans(lam=3.0, init="empty", random_state=3, max_proposals=2, prefix_size=0).fit(
+        da.from_array(X, chunks=(150, -1)))
+    J, S = m.objective_history_, m.assignment_objective_history_
+    tol = 1e-10 * (X * X).sum()
+    for a, b in zip(J, J[1:]):
+        assert b <= a + tol
+    for prev, step1 in zip(J, S[1:]):
+        assert step1 <= prev + tol  # step 1 does not raise J
+    for step1, after in zip(S, J):
+        assert after <= step1 + tol  # nor do pruning and the A-update
+    Z = m.allocation_.compute().astype(float)
+    np.testing.assert_allclose(Z.T @ (X - Z @ m.features_), 0, atol=1e-9 * np.linalg.norm(X))
+    assert m.objective_ == pytest.approx(bp_objective(X, Z, m.features_, 3.0), rel=1e-9)
+    assert m.converged_
+
+
+def test_bp4_recovers_synthetic_features_with_restarts():
+    # base feature + 4 random features; noise sigma = 0.01 (about 0.0033 min ||a||: BP4's 0.01 min ||a|| needs
+    # more restarts than a unit test should run)
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(5, 36))
+    A[0] = 0.5
+    Z = np.c_[np.ones(400), rng.integers(0, 2, size=(400, 4))]
+    sigma = 0.01
+    X = Z @ A + sigma * rng.normal(size=(400, 36))
+    lam = 5.0
+    assert 36 * sigma**2 < lam < (A * A).sum(axis=1).min()
+    fits = [BPMeans(lam=lam, init="empty", random_state=s).fit(X) for s in range(4)]
+    best = min(fits, key=lambda f: f.objective_)
+    assert best.n_latent_features_ == 5
+    err = best.allocation_ @ best.features_ - Z @ A
+    assert np.sqrt((err**2).mean()) < 3 * sigma
+
+
+def test_dask_equals_numpy_and_zarr(latent, tmp_path):
+    X = latent[0]
+    from dclust._validation import check_array
+
+    chunks = check_array(X)[0].chunks
+    a = BPMeans(lam=3.0, random_state=0, max_iter=5).fit(X)
+    b = BPMeans(lam=3.0, random_state=0, max_iter=5).fit(da.from_array(X, chunks=chunks))
+    np.testing.assert_array_equal(a.features_, b.features_)
+    np.testing.assert_array_equal(a.allocation_, b.allocation_.compute())
+    dclust.write_array(da.from_array(X, chunks=(200, -1)), tmp_path / "x.zarr")
+    c = BPMeans(lam=3.0, random_state=0, max_iter=5).fit(dclust.open_array(tmp_path / "x.zarr"))
+    d = BPMeans(lam=3.0, random_state=0, max_iter=5).fit(da.from_array(X, chunks=(200, -1)))
+    np.testing.assert_allclose(c.features_, d.features_, rtol=1e-12)
+
+
+def test_transform_is_lazy_for_dask_and_writable(latent, tmp_path):
+    X = latent[0]
+    m = BPMeans(lam=3.0, init="empty", random_state=0).fit(X)
+    Zd = m.transform(da.from_array(X, chunks=(250, -1)))
+    assert isinstance(Zd, da.Array) and Zd.dtype == np.uint8 and Zd.shape == (len(X), m.n_latent_features_)
+    dclust.write_array(Zd, tmp_path / "z.zarr")
+    back = dclust.open_array(tmp_path / "z.zarr").compute()
+    np.testing.assert_array_equal(back, m.transform(X))
+    # each row is coordinate-wise optimal against the learned features
+    Z2 = back.copy()
+    assert sweep_rows(X, Z2, m.features_)[1] == 0
+
+
+def test_kfeatures_monotone_and_stationary(latent):
+    X = latent[0]
+    kf = KFeatures(n_features=5, n_init=2, random_state=0).fit(da.from_array(X, chunks=(200, -1)))
+    J = kf.objective_history_
+    assert all(b <= a + 1e-10 * (X * X).sum() for a, b in zip(J, J[1:]))
+    Z = kf.allocation_.compute().astype(np.uint8)
+    assert sweep_rows(X, Z.copy(), kf.features_, repeat=True)[1] == 0 or not kf.converged_
+    Zf = Z.astype(float)
+    np.testing.assert_allclose(Zf.T @ (X - Zf @ kf.features_), 0, atol=1e-9 * np.linalg.norm(X))
+
+
+def test_stepwise_stops_when_the_objective_stops_decreasing():
+    rng = np.random.default_rng(2)
+    A = np.array([[5.0, 0, 0], [0, 5.0, 0]])
+    Z = rng.integers(0, 2, size=(200, 2))
+    Z[:, 0] = 1
+    X = Z @ A + 0.01 * rng.normal(size=(200, 3))
+    sk = StepwiseKFeatures(lam=1.0, n_init=2, random_state=0).fit(X)
+    J = sk.objectives_by_k_
+    k = sk.n_latent_features_
+    assert J[-1] >= J[-2] and all(b < a for a, b in zip(J[:-1], J[1:-1]))
+    assert k == len(J) - 1 == 2
+    assert sk.objective_ == pytest.approx(J[k - 1])
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+def test_max_features_error_suggests_a_larger_lam(latent):
+    X = latent[0]
+    est = BPMeans(lam=1e-6, init="empty", max_features=3, random_state=0)
+    with pytest.raises(InvalidParameterError) as info:
+        est.fit(X)
+    text = str(info.value)
+    assert "max_features=3" in text and "Increase lam" in text and "received" in text
+    assert not hasattr(est, "features_")
+    with pytest.raises(InvalidParameterError, match="Increase lam"):
+        BPMeans(lam=1e-6, init="greedy", max_features=2, random_state=0).fit(X)
+    with pytest.raises(InvalidParameterError, match="Increase lam"):
+        StepwiseKFeatures(lam=0.0, max_features=2, random_state=0).fit(X)
+
+
+@pytest.mark.parametrize("kwargs", [dict(lam=-1.0), dict(lam=float("nan")), dict(max_features=0),
+                                    dict(init="kmeans"), dict(max_proposals=0)])
+def test_bad_parameters_raise_before_work(latent, kwargs):
+    with pytest.raises(InvalidParameterError, match="expected"):
+        BPMeans(**kwargs).fit(latent[0])
+
+
+def test_bad_data(latent):
+    X = latent[0].copy()
+    X[500, 2] = np.nan
+    with pytest.raises(DclustError, match="chunk 2"):
+        BPMeans(lam=1.0).fit(da.from_array(X, chunks=(200, -1)))
+    with pytest.raises(DclustError, match="exhaustive"):
+        KFeatures(n_features=13, exhaustive=True).fit(latent[0])
+    m = BPMeans(lam=3.0, init="empty").fit(latent[0])
+    with pytest.raises(DclustError, match="features"):
+        m.transform(latent[0][:, :2])

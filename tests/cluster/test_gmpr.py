@@ -1,0 +1,269 @@
+"""GM-PR (ALGORITHMS.md 6.7): monotone log-likelihood, dask == numpy oracle, sklearn equivalence without links,
+cannot-link posteriors, the class-weight solve, and links that help on data a plain mixture gets wrong."""
+
+from __future__ import annotations
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from scipy.optimize import minimize_scalar
+from scipy.special import logsumexp
+from sklearn.metrics import adjusted_rand_score
+
+from dclust._dask.gmpr import LinkPlan, estep, total_loglik
+from dclust.cluster._gmpr import GMPR
+from dclust.constraints import ConstraintGraph
+from dclust.errors import (
+    ChunkingError, ConvergenceWarning, InfeasibleConstraintsError, InvalidDataError, InvalidParameterError,
+)
+from dclust.kernels.gmpr import (
+    MixtureParams, alpha_objective, estep_reference, link_partial, m_step, pair_posteriors, sub_log_density,
+    update_alpha,
+)
+
+
+def _params(rng, M, K, D, diag, offset=0.0):
+    means = rng.normal(size=(M, K, D)) * 2 + offset
+    if diag:
+        cov = rng.uniform(0.5, 2.0, size=(M, K, D))
+    else:
+        A = rng.normal(size=(M, K, D, D))
+        cov = np.einsum("mkij,mklj->mkil", A, A) + np.eye(D)
+    alpha = rng.dirichlet(np.ones(M) * 3)
+    pi = rng.dirichlet(np.ones(K) * 3, size=M)
+    return MixtureParams.build(alpha, pi, means, cov)
+
+
+def _links(rng, n, m):
+    i, j = rng.integers(0, n, m), rng.integers(0, n, m)
+    return ConstraintGraph.from_pairs(i, j, rng.random(m) < 0.5, n_samples=n, check_feasible=False)
+
+
+@pytest.fixture(scope="module")
+def elongated():
+    """Two long thin parallel classes: a diagonal 2-class mixture cuts them across the long axis."""
+    rng = np.random.default_rng(3)
+    n = 400
+    y = rng.integers(0, 2, n)
+    X = np.c_[rng.normal(size=n) * 12.0, rng.normal(size=n) * 0.5 + 1.0 * y]
+    return X, y
+
+
+@pytest.mark.parametrize("diag", [False, True])
+def test_estep_on_blocks_equals_the_numpy_oracle(diag):
+    rng = np.random.default_rng(0)
+    n, D, M, K = 400, 3, 3, 2
+    X = rng.normal(size=(n, D)) * 3 + 1e3  # a large offset: Chan's merge must keep the digits
+    G = _links(rng, n, 80)
+    params = _params(rng, M, K, D, diag, offset=1e3)
+    i, j, s = G.pairs()
+    ref, ll = estep_reference(X, i, j, s > 0, params)
+    for chunk, split in [(n, 8), (97, 2), (50, 3)]:
+        Xd = da.from_array(X, chunks=(chunk, -1))
+        plan = LinkPlan.from_blocks(Xd.chunks[0], G.rechunk(Xd.chunks[0]).blocks())
+        assert plan.n_links == G.n_links and plan.n_cannot == G.n_cannot
+        st = estep(Xd, plan, params, split_every=split)
+        assert st.n_rows == n - len(G.nodes()) + 2 * G.n_links
+        np.testing.assert_allclose(total_loglik(st, params.alpha, plan.n_cannot), ll, rtol=1e-10)
+        np.testing.assert_allclose(st.weight, ref.weight, rtol=1e-10)
+        np.testing.assert_allclose(st.class_counts, ref.class_counts, rtol=1e-10)
+        np.testing.assert_allclose(st.mean, ref.mean, rtol=1e-10)
+        np.testing.assert_allclose(st.scatter, ref.scatter, rtol=1e-10, atol=1e-10 * np.abs(ref.scatter).max())
+
+
+def test_fit_on_one_chunk_equals_fit_on_many_chunks():
+    rng = np.random.default_rng(1)
+    n = 600
+    X = np.concatenate([rng.normal(0, 1, (n // 2, 2)), rng.normal(4, 1.5, (n // 2, 2))])
+    G = _links(rng, n, 60)
+    kw = dict(n_classes=2, clusters_per_class=2, random_state=0, max_iter=8, tol=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        one = GMPR(**kw).fit(da.from_array(X, chunks=(n, -1)), constraints=G)
+        many = GMPR(**kw, split_every=2).fit(da.from_array(X, chunks=(160, -1)), constraints=G.rechunk((160,) * 3 + (120,)))
+    np.testing.assert_allclose(many.objective_history_, one.objective_history_, rtol=1e-10)
+    for attr in ("weights_", "sub_weights_", "means_", "covariances_"):
+        np.testing.assert_allclose(getattr(many, attr), getattr(one, attr), rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("cov", ["full", "diag"])
+@pytest.mark.parametrize("M,K", [(2, 1), (3, 2)])
+def test_log_likelihood_never_decreases(cov, M, K):
+    """GP1 with reg_covar = 0 on well-conditioned data, with must- and cannot-links (M = 3: the SLSQP path)."""
+    rng = np.random.default_rng(2)
+    n = 500
+    centres = rng.uniform(-6, 6, size=(5, 2))
+    X = centres[rng.integers(0, 5, n)] + rng.normal(size=(n, 2))
+    G = _links(rng, n, 120)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        gm = GMPR(n_classes=M, clusters_per_class=K, covariance_type=cov, reg_covar=0.0, max_iter=12,
+                  random_state=0).fit(X, constraints=G)
+    h = np.asarray(gm.objective_history_)
+    assert len(h) == gm.n_iter_ + 1 >= 3
+    assert np.all(np.diff(h) >= -1e-9 * np.abs(h[1:])), np.diff(h)
+    assert h[-1] > h[0]
+    assert gm.n_must_ + gm.n_cannot_ == G.n_links
+    np.testing.assert_allclose(gm.weights_.sum(), 1.0)
+    np.testing.assert_allclose(gm.sub_weights_.sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("cov", ["full", "diag"])
+@pytest.mark.parametrize("K", [1, 2])
+def test_one_iteration_without_links_matches_sklearn(cov, K):
+    """GP2: from the same parameters, one EM step equals sklearn's GaussianMixture on the flat M*K mixture."""
+    from sklearn.mixture import GaussianMixture
+
+    rng = np.random.default_rng(4)
+    n, D, M = 500, 3, 2
+    X = rng.normal(size=(n, D)) * 2 + rng.integers(0, 3, size=(n, 1)) * 3
+    params = _params(rng, M, K, D, cov == "diag")
+    reg = 1e-3
+    Xd = da.from_array(X, chunks=(90, -1))
+    stats = estep(Xd, LinkPlan.empty(Xd.chunks[0]), params, split_every=3)
+    new, _ = m_step(stats, params, reg)
+    alpha, accepted = update_alpha(stats.class_counts, 0, params.alpha)
+    assert accepted
+
+    flat_w = (params.alpha[:, None] * params.pi).ravel()
+    flat_cov = params.covariances.reshape((M * K,) + params.covariances.shape[2:])
+    prec = 1.0 / flat_cov if cov == "diag" else np.linalg.inv(flat_cov)
+    sk = GaussianMixture(n_components=M * K, covariance_type=cov, reg_covar=reg, max_iter=1, weights_init=flat_w,
+                         means_init=params.means.reshape(M * K, D), precisions_init=prec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sk.fit(X)
+    np.testing.assert_allclose((alpha[:, None] * new.pi).ravel(), sk.weights_, rtol=1e-10)
+    np.testing.assert_allclose(new.means.reshape(M * K, D), sk.means_, rtol=1e-10)
+    np.testing.assert_allclose(new.covariances.reshape(sk.covariances_.shape), sk.covariances_, rtol=1e-10)
+    # and the log-likelihood of the E-step is the mixture's
+    flat = sub_log_density(X, params).reshape(n, M * K) + np.log(params.alpha).repeat(K)
+    np.testing.assert_allclose(stats.loglik, logsumexp(flat, axis=1).sum(), rtol=1e-12)
+
+
+def test_cannot_link_posteriors():
+    """GP3, including two points that both strongly prefer one class (no catastrophic cancellation)."""
+    rng = np.random.default_rng(5)
+    params = _params(rng, 4, 2, 2, False)
+    Xa = np.concatenate([rng.normal(size=(20, 2)) * 3, params.means[0, :1] + 1e-3])
+    Xb = np.concatenate([rng.normal(size=(20, 2)) * 3, params.means[0, :1] - 1e-3])
+    sa, sb = sub_log_density(Xa, params), sub_log_density(Xb, params)
+    d_a, d_b = pair_posteriors(sa, sb, np.zeros(21, bool), params)
+    assert np.isfinite(d_a).all() and np.isfinite(d_b).all()
+    np.testing.assert_allclose(d_a.sum(axis=1), 1.0)
+    np.testing.assert_allclose(d_b.sum(axis=1), 1.0)
+    assert (d_a + d_b <= 1.0 + 1e-12).all()  # because P(m, m) = 0
+    part = link_partial(Xa, sa, Xb, sb, np.zeros(21, bool), params)
+    np.testing.assert_allclose(part.class_counts, d_a.sum(axis=0) + d_b.sum(axis=0))
+    np.testing.assert_allclose(part.weight.sum(), 42.0)
+
+
+def test_must_link_of_two_identical_points():
+    """GP5: s^m is proportional to alpha_m g(m)^2."""
+    rng = np.random.default_rng(6)
+    params = _params(rng, 3, 2, 2, False)
+    x = rng.normal(size=(1, 2))
+    sub = sub_log_density(x, params)
+    part = link_partial(x, sub, x, sub, np.ones(1, bool), params)
+    log_g = logsumexp(sub[0], axis=1)
+    expected = params.alpha * np.exp(2 * log_g)
+    np.testing.assert_allclose(part.class_counts, expected / expected.sum(), rtol=1e-12)
+    np.testing.assert_allclose(part.weight.sum(), 2.0)  # the pair's posterior goes to both points
+
+
+def test_two_class_closed_form_is_the_optimum():
+    """GP4: the M = 2 closed form agrees with a numerical maximisation of F to 1e-6."""
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        n_cl = int(rng.integers(1, 50))
+        c = np.array([n_cl, n_cl], dtype=float) + rng.uniform(1, 100, size=2)
+        alpha, accepted = update_alpha(c, n_cl, np.array([0.5, 0.5]))
+        res = minimize_scalar(lambda a: -alpha_objective(np.array([a, 1 - a]), c, n_cl), bounds=(1e-9, 1 - 1e-9),
+                              method="bounded", options={"xatol": 1e-12})
+        assert accepted
+        np.testing.assert_allclose(alpha[0], res.x, atol=1e-6)
+
+
+def test_class_weight_solve_never_lowers_the_objective():
+    """E-GP4: SLSQP with generalised-EM acceptance (M >= 3)."""
+    rng = np.random.default_rng(8)
+    for _ in range(10):
+        M = int(rng.integers(3, 6))
+        n_cl = int(rng.integers(0, 200))
+        c = rng.uniform(0, 100, size=M) + 2 * n_cl / M
+        old = rng.dirichlet(np.ones(M))
+        new, _ = update_alpha(c, n_cl, old)
+        np.testing.assert_allclose(new.sum(), 1.0)
+        assert (new >= 1e-12).all()
+        assert alpha_objective(new, c, n_cl) >= alpha_objective(old, c, n_cl)
+        if n_cl == 0:
+            np.testing.assert_allclose(new, c / c.sum(), rtol=1e-10)
+
+
+def test_links_improve_the_clustering_and_are_respected(elongated):
+    X, y = elongated
+    rng = np.random.default_rng(9)
+    i, j = rng.integers(0, len(y), 400), rng.integers(0, len(y), 400)
+    G = ConstraintGraph.from_pairs(i, j, y[i] == y[j], n_samples=len(y))
+    kw = dict(n_classes=2, covariance_type="diag", random_state=0)
+    plain = GMPR(**kw).fit(X)
+    linked = GMPR(**kw).fit(X, constraints=G)
+    ari_plain = adjusted_rand_score(y, plain.predict(X))
+    labels = linked.predict(X, constraints=G)
+    ari_linked = adjusted_rand_score(y, labels)
+    assert ari_plain < 0.35 and ari_linked > 0.65, (ari_plain, ari_linked)
+    a, b, s = G.pairs()
+    satisfied = np.where(s > 0, labels[a] == labels[b], labels[a] != labels[b])
+    assert satisfied.mean() >= 0.9, satisfied.mean()
+    # the model fitted with links separates the classes better than the plain one, even for unlinked prediction
+    assert adjusted_rand_score(y, linked.predict(X)) > ari_plain + 0.1
+
+
+def test_predict_proba_shapes_and_laziness(elongated):
+    X, _ = elongated
+    gm = GMPR(n_classes=2, clusters_per_class=2, random_state=0, max_iter=100, tol=1e-3).fit(X)
+    P = gm.predict_proba(X)
+    assert isinstance(P, np.ndarray) and P.shape == (len(X), 2)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    lazy = gm.predict_proba(da.from_array(X, chunks=(64, -1)))
+    assert isinstance(lazy, da.Array)
+    np.testing.assert_allclose(lazy.compute(), P, rtol=1e-12)
+    np.testing.assert_array_equal(gm.predict(X), P.argmax(axis=1))
+
+
+def test_bad_input(elongated):
+    X, y = elongated
+    n = len(y)
+    G = ConstraintGraph.from_pairs([0, 1], [2, 3], [True, False], n_samples=n)
+    with pytest.raises(InfeasibleConstraintsError, match="n_classes"):
+        GMPR(n_classes=1).fit(X, constraints=G)
+    with pytest.raises(ChunkingError, match=r"rechunk\(X.chunks\[0\]\)"):
+        GMPR().fit(da.from_array(X, chunks=(100, -1)), constraints=G)
+    with pytest.raises(InvalidDataError, match="rows"):
+        GMPR().fit(X, constraints=ConstraintGraph.from_pairs([0], [1], [True], n_samples=n + 1))
+    with pytest.raises(InvalidDataError, match="ConstraintGraph"):
+        GMPR().fit(X, constraints=[(0, 1)])
+    weighted = ConstraintGraph.from_pairs([0, 1], [2, 3], [True, False], n_samples=n, weight=[0.5, 2.0])
+    with pytest.raises(InvalidDataError, match="weight"):
+        GMPR().fit(X, constraints=weighted)
+    with pytest.raises(InvalidDataError, match="at least"):
+        GMPR(n_classes=3, clusters_per_class=2).fit(X[:5])
+    bad = X.copy()
+    bad[250, 1] = np.nan
+    with pytest.raises(InvalidDataError, match="chunk 2"):
+        GMPR(init_sample_size=10).fit(da.from_array(bad, chunks=(100, -1)))
+    with pytest.raises(InvalidParameterError, match="covariance_type"):
+        GMPR(covariance_type="spherical").fit(X)
+    with pytest.raises(InvalidParameterError, match="reg_covar"):
+        GMPR(reg_covar=-1.0).fit(X)
+
+
+def test_light_components_warn_and_nonconvergence_warns():
+    rng = np.random.default_rng(10)
+    X = rng.normal(size=(12, 3))
+    with pytest.warns(UserWarning, match="fewer than n_features"):
+        GMPR(n_classes=3, clusters_per_class=2, max_iter=3, tol=1.0, random_state=0).fit(X)
+    with pytest.warns(ConvergenceWarning, match="max_iter=1"):
+        GMPR(n_classes=2, max_iter=1, random_state=0).fit(rng.normal(size=(100, 2)))

@@ -1,0 +1,224 @@
+"""RDP-means (ALGORITHMS.md 5.2-5.5, 8.4): serial equivalence of the coloured OCC passes, monotone objective,
+reduction to DP-means, large-xi behaviour, the sparse link counts, dask == numpy, KL, bad input."""
+
+from __future__ import annotations
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from dclust import metrics
+from dclust.cluster import DPMeans
+from dclust.cluster._rdpmeans import RDPMeans
+from dclust.constraints import ConstraintGraph
+from dclust.errors import ChunkingError, InvalidDataError, InvalidParameterError
+from dclust.kernels.dpmeans import dpmeans_reference
+from dclust.kernels.rdpmeans import link_scores, rdpmeans_reference
+
+pytestmark = pytest.mark.filterwarnings("ignore::dclust.errors.ConvergenceWarning")
+
+
+@pytest.fixture(scope="module")
+def three():
+    """240 x 2 points in three overlapping blobs, with labels."""
+    rng = np.random.default_rng(0)
+    centres = np.array([[0.0, 0.0], [3.5, 0.0], [0.0, 3.5]])
+    y = np.repeat([0, 1, 2], 80)
+    return centres[y] + rng.normal(size=(240, 2)), y
+
+
+def _check_serial(model, X, G, **kw):
+    a, b, s = G.pairs()
+    z, C, h = rdpmeans_reference(X, a, b, s * G.weights(), model.lam_, model.serial_order_, **kw)
+    np.testing.assert_array_equal(np.asarray(model.labels_), z)
+    np.testing.assert_allclose(model.cluster_centers_, C, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(model.objective_history_, h["objective"], rtol=1e-10)
+    np.testing.assert_allclose(model.assignment_objective_history_, h["assign"], rtol=1e-10)
+    np.testing.assert_allclose(model.start_objective_history_, h["start"], rtol=1e-10)
+    assert model.xi_history_ == pytest.approx(h["xi"]) and model.n_iter_ == len(h["xi"])
+
+
+@pytest.mark.parametrize("chunks, noisy", [(70, False), (240, True), (33, True)])
+def test_coloured_occ_equals_serial_rdpmeans_on_serial_order(three, chunks, noisy):
+    X, y = three
+    Xd = da.from_array(X, chunks=(chunks, -1))
+    G = ConstraintGraph.from_labels_sample(y, 0.01, rng=1, p=0.85 if noisy else 1.0, chunks=Xd.chunks[0])
+    m = RDPMeans(lam=6.0, random_state=2, prefix_size=10, max_proposals=3, max_iter=8).fit(Xd, constraints=G)
+    assert m.n_colors_ >= 2
+    orders = m.serial_order_
+    assert all(np.array_equal(np.sort(o), np.arange(X.shape[0])) for o in orders)
+    _check_serial(m, X, G, max_iter=8)
+
+
+def test_serial_equivalence_with_kl_divergence_and_weighted_links():
+    rng = np.random.default_rng(5)
+    rates = rng.gamma(1.0, 4.0, size=(3, 6))
+    y = np.repeat([0, 1, 2], 40)
+    X = rng.poisson(rates[y] * 3).astype(np.float64)
+    Xd = da.from_array(X, chunks=(50, -1))
+    a, b, _ = ConstraintGraph.from_labels_sample(y, 0.02, rng=0).pairs()
+    w = rng.uniform(0.5, 2.0, a.size)
+    G = ConstraintGraph.from_pairs(a, b, y[a] == y[b], n_samples=120, chunks=Xd.chunks[0], weight=w)
+    m = RDPMeans(lam=0.15, divergence="kl", random_state=0, prefix_size=5, max_proposals=4, max_iter=6)
+    m.fit(Xd, constraints=G)
+    assert m.n_clusters_ >= 2
+    _check_serial(m, X, G, max_iter=6, divergence="kl")
+    np.testing.assert_allclose(m.cluster_centers_.sum(axis=1), 1.0)  # means of normalised rows
+    np.testing.assert_array_equal(m.predict(X[:10]), m.predict(Xd)[:10].compute())
+
+
+def test_objective_is_monotone_at_fixed_xi_and_within_each_annealed_iteration(three):
+    X, y = three
+    G = ConstraintGraph.from_labels_sample(y, 0.02, rng=4, p=0.9)
+    fixed = RDPMeans(lam=5.0, xi0=2.0, xi_rate=1.0, random_state=0, max_iter=15).fit(X, constraints=G)
+    seq = []
+    for s, a, o in zip(fixed.start_objective_history_, fixed.assignment_objective_history_, fixed.objective_history_):
+        seq += [s, a, o]
+    assert all(later <= earlier * (1 + 1e-12) + 1e-9 for earlier, later in zip(seq, seq[1:]))
+    assert fixed.converged_
+    annealed = RDPMeans(lam=5.0, random_state=0, max_iter=10).fit(X, constraints=G)
+    for s, a, o in zip(annealed.start_objective_history_, annealed.assignment_objective_history_,
+                       annealed.objective_history_):
+        assert a <= s + 1e-9 and o <= a + 1e-9
+    assert annealed.xi_history_ == pytest.approx([0.001 * 2**k for k in range(annealed.n_iter_)])
+    assert annealed.objective_paper_ == pytest.approx(
+        annealed.objective_ - annealed.xi_ * (G.n_must - annealed.n_violated_[0])
+        + annealed.xi_ * annealed.n_violated_[1])
+
+
+def test_without_links_rdpmeans_is_dpmeans(three):
+    X, _ = three
+    Xd = da.from_array(X, chunks=(50, -1))
+    kw = dict(lam=4.0, random_state=7, prefix_size=20, max_proposals=5)
+    rdp = RDPMeans(**kw, max_iter=20).fit(Xd)
+    dp = DPMeans(**kw).fit(Xd)
+    np.testing.assert_array_equal(rdp.cluster_centers_, dp.cluster_centers_)
+    np.testing.assert_array_equal(rdp.labels_.compute(), dp.predict(Xd).compute())
+    assert rdp.objective_ == pytest.approx(dp.objective_, rel=1e-12)
+    assert rdp.n_colors_ == 0 and rdp.converged_
+    # the serial reference with xi0 = 0 and links equals serial DP-means on the same order
+    y = np.repeat([0, 1, 2], 80)
+    a, b, s = ConstraintGraph.from_labels_sample(y, 0.05, rng=0).pairs()
+    order = np.random.default_rng(0).permutation(X.shape[0])
+    z, C, _ = rdpmeans_reference(X, a, b, s * 1.0, 4.0, order, xi0=0.0, max_iter=30)
+    zd, Cd, _ = dpmeans_reference(X, 4.0, order, max_iter=30)
+    np.testing.assert_array_equal(z, zd)
+    np.testing.assert_allclose(C, Cd, rtol=1e-12)
+
+
+def test_large_xi_satisfies_noiseless_links_and_beats_dpmeans(three):
+    X, y = three
+    # noiseless links: every row must-linked to 4 random rows of its class, plus cannot-links between classes
+    rng = np.random.default_rng(3)
+    i, j, ml = [], [], []
+    for c in range(3):
+        members = np.flatnonzero(y == c)
+        for _ in range(4):
+            i += members.tolist()
+            j += rng.permutation(members).tolist()
+            ml += [True] * members.size
+    a, b = rng.integers(0, 240, 300), rng.integers(0, 240, 300)
+    keep = y[a] != y[b]
+    i += a[keep].tolist()
+    j += b[keep].tolist()
+    ml += [False] * int(keep.sum())
+    G = ConstraintGraph.from_pairs(i, j, ml, n_samples=240, chunks=(120, 120))
+    Xd = da.from_array(X, chunks=(120, -1))
+    m = RDPMeans(lam=4.0, xi0=0.5, random_state=0, max_iter=12).fit(Xd, constraints=G)
+    assert m.xi_ > 100 * X.var() * X.shape[1]
+    assert m.n_violated_ == (0, 0)
+    labels = m.labels_.compute()
+    for c in range(3):
+        assert np.unique(labels[y == c]).size == 1
+    dp = DPMeans(lam=4.0, random_state=0).fit(Xd)
+    f_rdp = metrics.pairwise_f_measure(y, labels)
+    assert f_rdp >= metrics.pairwise_f_measure(y, dp.predict(Xd).compute())
+    assert f_rdp == pytest.approx(1.0)
+
+
+def test_sparse_link_counts_equal_a_brute_force_count():
+    from dclust._dask.links import build_layout
+
+    rng = np.random.default_rng(8)
+    n = 90
+    y = rng.integers(0, 3, n)
+    G = ConstraintGraph.from_labels_sample(y, 0.05, rng=2, p=0.8, chunks=(30, 25, 35))
+    layout = build_layout(G, G.chunks, "serial")
+    layout.set_ranks([rng.permutation(layout.ptr[b + 1] - layout.ptr[b]) for b in range(3)])
+    z = rng.integers(0, 4, layout.n_nodes)  # labels of the linked rows
+    E = np.zeros((n, n))
+    a, b, s = G.pairs()
+    E[a, b] = E[b, a] = s
+    z_full = np.full(n, -1)
+    z_full[layout.nodes] = z
+    seen = 0
+    for per_block in layout.phases:
+        for pb in per_block:
+            if pb is None:
+                continue
+            L = link_scores(pb.indptr, pb.cols, pb.vals, z[pb.nb], 4)
+            rows = layout.nodes[pb.ids]
+            f = np.stack([((E[rows] == 1) & (z_full[None, :] == k)).sum(axis=1) for k in range(4)], axis=1)
+            s_ = np.stack([((E[rows] == -1) & (z_full[None, :] == k)).sum(axis=1) for k in range(4)], axis=1)
+            np.testing.assert_array_equal(L, f - s_)
+            seen += rows.size
+    assert seen == layout.n_nodes
+
+
+def test_numpy_and_dask_input_give_the_same_model(three):
+    X, y = three
+    G = ConstraintGraph.from_labels_sample(y, 0.02, rng=6)
+    from dclust._validation import check_array
+
+    chunks = check_array(X)[0].chunks[0]
+    kw = dict(lam=5.0, random_state=1, max_iter=5)
+    a = RDPMeans(**kw).fit(X, constraints=G)  # numpy: the graph is realigned to dclust's chunks
+    b = RDPMeans(**kw).fit(da.from_array(X, chunks=(chunks, -1)), constraints=G.rechunk(chunks))
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    np.testing.assert_array_equal(a.labels_, b.labels_.compute())
+    assert a.objective_history_ == b.objective_history_
+    assert isinstance(a.labels_, np.ndarray) and isinstance(b.labels_, da.Array)
+    np.testing.assert_array_equal(a.fit_predict(X, constraints=G), a.labels_)
+
+
+def test_jacobi_mode_uses_one_linked_phase_and_has_no_serial_order(three):
+    X, y = three
+    G = ConstraintGraph.from_labels_sample(y, 0.03, rng=0)
+    jac = RDPMeans(lam=4.0, mode="jacobi", xi0=0.01, random_state=0, max_iter=12).fit(X, constraints=G)
+    ser = RDPMeans(lam=4.0, xi0=0.01, random_state=0, max_iter=12).fit(X, constraints=G)
+    assert jac.n_colors_ == 1 and ser.n_colors_ > 1
+    with pytest.raises(InvalidParameterError, match="serialisable"):
+        jac.serial_order_
+    dp_f = metrics.pairwise_f_measure(y, DPMeans(lam=4.0, random_state=0).fit(X).predict(X))
+    assert metrics.pairwise_f_measure(y, jac.labels_) > dp_f
+    assert metrics.pairwise_f_measure(y, ser.labels_) > dp_f
+
+
+def test_bad_input_is_rejected_with_the_fix(three):
+    X, y = three
+    Xd = da.from_array(X, chunks=(100, -1))
+    G = ConstraintGraph.from_labels_sample(y, 0.01, rng=0)
+    with pytest.raises(ChunkingError, match=r"G = G.rechunk\(X.chunks\[0\]\)"):
+        RDPMeans(lam=1.0).fit(Xd, constraints=G)
+    with pytest.raises(InvalidDataError, match="over 10 rows"):
+        RDPMeans(lam=1.0).fit(X, constraints=ConstraintGraph.from_pairs([0], [1], True, n_samples=10))
+    with pytest.raises(InvalidParameterError, match="ConstraintGraph"):
+        RDPMeans(lam=1.0).fit(X, constraints=[(0, 1, 1)])
+    for bad in (dict(lam=0.0), dict(lam=-1.0), dict(lam=1.0, xi0=0.0), dict(lam=1.0, xi_rate=0.5),
+                dict(lam=1.0, n_clusters=3), dict(), dict(n_clusters=3, divergence="kl")):
+        with pytest.raises(InvalidParameterError):
+            RDPMeans(**bad).fit(X)
+    with pytest.raises(InvalidDataError, match="counts"):
+        RDPMeans(lam=1.0, divergence="kl").fit(X)  # negative values are not counts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(Warning, match="max_iter=2"):
+            RDPMeans(lam=1.0, max_iter=2).fit(X, constraints=G)
+
+
+def test_n_clusters_sets_lam_by_the_furthest_first_heuristic(three):
+    X, y = three
+    m = RDPMeans(n_clusters=3, random_state=0, max_iter=3).fit(X, constraints=ConstraintGraph.from_labels_sample(y, 0.02, rng=0))
+    assert m.lam_ > 0 and m.n_clusters_ >= 2
