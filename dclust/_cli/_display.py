@@ -179,3 +179,45 @@ class Display:
         finally:
             progress.update(task, total=1, completed=1)
             progress.stop_task(task)
+
+    @contextlib.contextmanager
+    def stream(self, description: str, total: int | None, *, done_batches: int = 0,
+               done_points: int = 0) -> Iterator[None]:
+        """Show the per-batch progress events of a streaming estimator (``DynamicMeans``, ``AnytimeDPMeans``)
+        running inside the block: batch index, K, births/deaths/revivals, objective, points seen and throughput.
+
+        ``done_batches`` / ``done_points`` are what a resumed run had already processed (counted as seen, not in
+        the throughput of this run).
+        """
+        if self._progress is None:
+            yield
+            return
+        progress = self._progress
+        task = progress.add_task(description, total=total, completed=done_batches,
+                                 status=f"starting at batch {done_batches + 1}" if done_batches else "starting")
+        state = {"t0": time.perf_counter(), "points": 0, "seen": done_points, "batch": done_batches}
+
+        def callback(event: ProgressEvent) -> None:
+            if event.phase != "iter" or "n_samples" not in event.extra:
+                return
+            n = int(event.extra["n_samples"])
+            state["points"] += n
+            state["seen"] += n
+            rate = state["points"] / max(time.perf_counter() - state["t0"], 1e-9)
+            of = f"/{total}" if total is not None else ""
+            status = (
+                f"batch {event.iteration}{of}  K (this batch) {event.n_clusters}  "
+                f"births {event.extra.get('births', 0)}  deaths {event.extra.get('deaths', 0)}  "
+                f"revivals {event.extra.get('revivals', 0)}  "
+                f"objective {fmt_number(event.objective)}  points {fmt_number(state['seen'])}  "
+                f"{fmt_number(round(rate))} points/s"
+            )
+            state["batch"] = event.iteration
+            progress.update(task, completed=event.iteration, status=status)
+
+        try:
+            with on_progress(callback):
+                yield
+        finally:
+            progress.update(task, total=state["batch"], completed=state["batch"])  # stopped early: still done
+            progress.stop_task(task)

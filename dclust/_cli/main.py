@@ -7,6 +7,8 @@ Commands::
     dclust fit dpmeans IN.zarr (--k K | --lam L) --labels OUT.zarr --model MODEL.zarr [--seed S] [--max-iter M]
     dclust predict MODEL.zarr IN.zarr --labels OUT.zarr
     dclust info MODEL.zarr
+    dclust fit bpmeans / rdpmeans ...         (dclust._cli._more)
+    dclust stream dmeans / anytime-dpmeans ...  (dclust._cli._stream)
 
 Every command that computes runs on a Dask cluster: a ``distributed.LocalCluster`` (one single-threaded worker
 per core, ``--memory-limit`` each) unless ``--scheduler ADDRESS`` or ``$DCLUST_SCHEDULER`` names a running one
@@ -65,7 +67,7 @@ def _current_context() -> Any:
 
 app = typer.Typer(
     name="dclust",
-    help="Distributed, out-of-core clustering on Dask: generate data, fit models, predict, inspect.",
+    help="Distributed, out-of-core clustering on Dask: generate data, fit models, stream, predict, inspect.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -487,6 +489,12 @@ def info(
              for k, v in shapes.items()},
         ))
 
+
+# more commands, in their own modules (they use the helpers above): fit bpmeans/rdpmeans, stream dmeans/anytime-dpmeans
+from . import _more  # noqa: E402,F401 - registers its commands on fit_app
+from ._stream import stream_app  # noqa: E402
+
+app.add_typer(stream_app, name="stream")
 
 if __name__ == "__main__":  # pragma: no cover
     app()

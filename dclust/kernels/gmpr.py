@@ -24,6 +24,7 @@ __all__ = [
     "alpha_objective",
     "update_alpha",
     "class_posteriors",
+    "pair_posteriors",
     "estep_reference",
 ]
 

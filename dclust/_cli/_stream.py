@@ -1,0 +1,375 @@
+"""``dclust stream``: online estimators over the row batches of one store.
+
+Commands::
+
+    dclust stream dmeans IN.zarr --batch-rows N --lam L (--T-Q X --k-tau Y | --Q Q --tau T) --labels OUT.zarr
+                                 [--checkpoint PATH] [--model MODEL.zarr] [--seed S]
+    dclust stream anytime-dpmeans IN.zarr --lam L --batch-rows N --labels OUT.zarr --model MODEL.zarr
+                                 [--max-batches M] [--target-objective J] [--checkpoint PATH] [--seed S]
+
+``stream dmeans``: the consecutive row ranges of ``batch_rows`` rows are D-Means time steps
+(``DynamicMeans.partial_fit``, one batch in memory at a time). The persistent ids of every batch are written
+as soon as the batch is done, into a hidden ``.{OUT}.partial`` store next to ``OUT.zarr`` that is renamed to
+``OUT.zarr`` once the last batch is written. ``--checkpoint PATH`` saves the model (atomically) after every
+batch; when ``PATH`` exists at start the run resumes after the batches it holds (the partial label store of the
+interrupted run is kept for that), and the result equals an uninterrupted run.
+
+``stream anytime-dpmeans``: ``AnytimeDPMeans.iter_fit`` (random disjoint batches, a usable model after each),
+stopped early by ``--max-batches`` or ``--target-objective``; then the labels of every point under the final
+model are written (``predict``, streamed) and the model is saved. ``--checkpoint`` resumes as above
+(``iter_fit(resume=True)``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from typing import Annotated, Any, Optional
+
+import numpy as np
+import typer
+import zarr
+
+import dclust
+from dclust.errors import StorageError
+
+from ._display import learned_attributes
+from .main import (
+    ComponentOpt,
+    DebugOpt,
+    InputArg,
+    JsonOpt,
+    LabelsOpt,
+    MemoryLimitOpt,
+    OverwriteOpt,
+    QuietOpt,
+    SchedulerOpt,
+    SeedOpt,
+    _check_outputs,
+    _command,
+    _positive,
+    _Session,
+    _usage,
+)
+
+__all__ = ["stream_app"]
+
+stream_app = typer.Typer(
+    help="Online clustering over the row batches of a store: labels streamed out batch by batch, resumable.",
+    no_args_is_help=True,
+)
+
+
+def _bounded(low: float, inclusive: bool):
+    def check(value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and (value >= low if inclusive else value > low)):
+            raise typer.BadParameter(f"{value} is not a finite number {'>=' if inclusive else '>'} {low:g}.")
+        return value
+
+    return check
+
+
+BatchRowsOpt = Annotated[int, typer.Option("--batch-rows", min=1, help="Rows per batch (time step).")]
+LamOpt = Annotated[float, typer.Option("--lam", callback=_positive, help="Penalty per new cluster (> 0).")]
+CheckpointOpt = Annotated[
+    Optional[str],
+    typer.Option("--checkpoint", metavar="PATH",
+                 help="Save the model here after every batch; if PATH exists, resume after its batches."),
+]
+MaxIterOpt = Annotated[
+    Optional[int], typer.Option("--max-iter", min=1, help="Maximum label passes per batch (default: the estimator's).")
+]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# helpers: checkpoint, partial label store
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _load_checkpoint(path: str, fresh: Any) -> Any:
+    """The model saved at ``path``, which must be the estimator of ``fresh`` with the same parameters."""
+    model = dclust.load(path)
+    name = type(fresh).__name__
+    if type(model) is not type(fresh):
+        raise StorageError(f"--checkpoint {path!r} holds a {type(model).__name__}, not a {name}; "
+                           "pass another --checkpoint path (or remove it to start afresh).")
+    ours, theirs = fresh.get_params(), model.get_params()
+    diff = [f"{k}={theirs.get(k)!r} (now {v!r})" for k, v in ours.items() if theirs.get(k) != v]
+    if diff:
+        raise StorageError(f"--checkpoint {path!r} was written with other parameters: {', '.join(diff)}; pass the "
+                           "same parameters to resume, or another --checkpoint path to start afresh.")
+    return model
+
+
+def _local(path: str, option: str) -> str:
+    from dclust.io._write import _resolve
+
+    local = _resolve(path, option)[1]
+    if local is None:
+        raise _usage(f"{option} {path!r}: streamed output needs a local path (it is renamed into place when "
+                     "complete).")
+    return local
+
+
+def _partial_path(local: str) -> str:
+    return os.path.join(os.path.dirname(local), f".{os.path.basename(local.rstrip(os.sep))}.partial")
+
+
+def _create_partial(partial: str, n: int, batch_rows: int) -> Any:
+    from dclust.io._write import _compressors  # the codec write_labels uses for int labels
+
+    shutil.rmtree(partial, ignore_errors=True)  # a stale store of a run without a checkpoint to resume
+    dtype = np.dtype(np.int64)
+    return zarr.create_array(store=partial, shape=(n,), dtype=dtype, chunks=(max(1, min(batch_rows, n)),),
+                             compressors=_compressors("auto", dtype), zarr_format=3)
+
+
+def _open_partial(partial: str, n: int, batch_rows: int, checkpoint: str, labels: str) -> Any:
+    expected = (max(1, min(batch_rows, n)),)
+    try:
+        z = zarr.open_array(partial, mode="r+")
+        ok = z.shape == (n,) and tuple(z.chunks) == expected
+    except Exception:  # noqa: BLE001 - missing or unreadable: same message
+        ok = False
+    if not ok:
+        raise StorageError(
+            f"--checkpoint {checkpoint!r} holds an interrupted run, but the labels it wrote so far ({partial!r}) are "
+            f"missing or do not match {n} rows in batches of {batch_rows}; resume with the same input, --batch-rows "
+            f"and --labels {labels!r}, or remove the checkpoint to start afresh."
+        )
+    return z
+
+
+def _commit(partial: str, local: str, overwrite: bool) -> None:
+    """Rename the complete partial store to ``local`` (replacing an existing store only with --overwrite)."""
+    from dclust.io._write import _atomic_write, _check_new_target
+
+    _check_new_target(local, overwrite, "--labels")
+    _atomic_write(local, lambda tmp: os.replace(partial, tmp))
+
+
+def _totals(history: dict[str, list]) -> dict[str, int]:
+    return {k: int(sum(history[k])) for k in ("births", "deaths", "revivals")}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stream dmeans
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@stream_app.command("dmeans")
+def stream_dmeans(
+    input_path: InputArg,
+    batch_rows: BatchRowsOpt,
+    lam: LamOpt,
+    labels: LabelsOpt,
+    T_Q: Annotated[
+        Optional[float],
+        typer.Option("--T-Q", callback=_bounded(1.0, False), help="Steps a cluster may go unseen and be revived (> 1)."),
+    ] = None,
+    k_tau: Annotated[
+        Optional[float],
+        typer.Option("--k-tau", callback=_bounded(1.0, True), help="Largest revival radius, in units of lam (>= 1)."),
+    ] = None,
+    Q: Annotated[
+        Optional[float], typer.Option("--Q", callback=_bounded(0.0, True), help="Raw death rate Q (>= 0), with --tau.")
+    ] = None,
+    tau: Annotated[
+        Optional[float], typer.Option("--tau", callback=_bounded(0.0, True), help="Raw transition rate tau (>= 0).")
+    ] = None,
+    checkpoint: CheckpointOpt = None,
+    model_path: Annotated[
+        Optional[str], typer.Option("--model", metavar="MODEL.zarr", help="Also save the final model here.")
+    ] = None,
+    seed: SeedOpt = None,
+    max_iter: MaxIterOpt = None,
+    n_restarts: Annotated[
+        Optional[int], typer.Option("--n-restarts", min=1, help="Random orders tried per batch (default 1).")
+    ] = None,
+    component: ComponentOpt = None,
+    overwrite: OverwriteOpt = False,
+    scheduler: SchedulerOpt = None,
+    memory_limit: MemoryLimitOpt = "auto",
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """D-Means over consecutive row batches (time steps): persistent cluster ids with birth, death and revival."""
+    pair_a, pair_b = (T_Q is not None, k_tau is not None), (Q is not None, tau is not None)
+    if not ((all(pair_a) and not any(pair_b)) or (all(pair_b) and not any(pair_a))):
+        raise _usage("give exactly one complete pair: --T-Q and --k-tau, or --Q and --tau.")
+    with _command(json_out, quiet, debug) as s:
+        params: dict[str, Any] = {"lam": lam, "T_Q": T_Q, "k_tau": k_tau, "Q": Q, "tau": tau, "random_state": seed}
+        if max_iter is not None:
+            params["max_iter"] = max_iter
+        if n_restarts is not None:
+            params["n_restarts"] = n_restarts
+        fresh = dclust.DynamicMeans(**params)
+        resume = checkpoint is not None and os.path.lexists(checkpoint)
+        outputs = {"--labels": labels, **({"--model": model_path} if model_path else {})}
+        if checkpoint is not None and not resume:
+            outputs["--checkpoint"] = checkpoint
+        _check_outputs(outputs, overwrite, inputs=(input_path,) + ((checkpoint,) if resume else ()))
+        local = _local(labels, "--labels")
+        partial = _partial_path(local)
+        X = dclust.open_array(input_path, component=component, chunks=batch_rows)  # one row block per batch
+        n, d, n_batches = X.shape[0], (X.shape[1] if X.ndim > 1 else 1), X.numblocks[0]
+        model = _load_checkpoint(checkpoint, fresh) if resume else fresh
+        done = int(getattr(model, "n_batches_", 0))
+        if done > n_batches:
+            raise StorageError(f"--checkpoint {checkpoint!r} holds {done} batches, more than the {n_batches} of "
+                               f"{input_path!r} in batches of {batch_rows} rows; pass the same input and --batch-rows.")
+        seconds = _stream_dmeans(s, model, X, done, batch_rows, partial, local, checkpoint, model_path, overwrite,
+                                 scheduler, memory_limit)
+        history = model.history_
+        totals = _totals(history)
+        scalars, _ = learned_attributes(model)
+        result = {
+            "command": "stream dmeans", "estimator": "DynamicMeans", "input": os.path.abspath(input_path),
+            "component": component, "n_samples": n, "n_features": d, "batch_rows": batch_rows,
+            "n_batches": n_batches, "resumed_batches": done, "labels": local,
+            "checkpoint": os.path.abspath(checkpoint) if checkpoint else None,
+            "model": os.path.abspath(model_path) if model_path else None, "params": model.get_params(),
+            "n_clusters": int(model.n_clusters_), "n_tracked": int(model.cluster_ids_.shape[0]),
+            "cluster_ids": model.cluster_ids_, "learned": scalars, "history": history, **totals,
+            "points_per_second": round((n - sum(history["n_samples"][:done])) / max(seconds, 1e-9), 1),
+        }
+        rows = {"estimator": "DynamicMeans", "data": f"{n:,} x {d}", "batches": f"{n_batches} x {batch_rows} rows",
+                "resumed after": done, "clusters (K, last batch)": result["n_clusters"],
+                "clusters tracked": result["n_tracked"], **totals, "Q": model.Q_, "tau": model.tau_,
+                "points / s": result["points_per_second"], "labels": labels}
+        if checkpoint:
+            rows["checkpoint"] = checkpoint
+        if model_path:
+            rows["model"] = model_path
+        s.report(result, "stream DynamicMeans", rows)
+
+
+def _stream_dmeans(s: _Session, model: Any, X: Any, done: int, batch_rows: int, partial: str, local: str,
+                   checkpoint: str | None, model_path: str | None, overwrite: bool, scheduler: str | None,
+                   memory_limit: str) -> float:
+    """Fit the batches after ``done``, writing their labels as they come; returns the seconds of the batches."""
+    n, n_batches = X.shape[0], X.numblocks[0]
+    offsets = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
+    z = (_open_partial(partial, n, batch_rows, checkpoint, local) if done
+         else _create_partial(partial, n, batch_rows))
+    try:
+        with s.live(scheduler, memory_limit) as display:
+            if done:
+                display.message(f"resuming from {checkpoint}: {done} of {n_batches} batches done")
+            with display.stream(f"DynamicMeans on {n:,} x {X.shape[1]}", n_batches, done_batches=done,
+                                done_points=int(offsets[done])):
+                t = time.perf_counter()
+                for b in range(done, n_batches):
+                    model.partial_fit(X.blocks[b])
+                    z[offsets[b]:offsets[b + 1]] = np.asarray(model.labels_)
+                    if checkpoint is not None:
+                        dclust.save(model, checkpoint, overwrite=True)
+                seconds = time.perf_counter() - t
+            with display.step(f"renaming the labels into place at {local}"):
+                _commit(partial, local, overwrite)
+            if model_path:
+                with display.step(f"saving the model to {model_path}"):
+                    dclust.save(model, model_path, overwrite=overwrite)
+        return seconds
+    except BaseException:
+        if checkpoint is None:  # nothing can resume it
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stream anytime-dpmeans
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@stream_app.command("anytime-dpmeans")
+def stream_anytime_dpmeans(
+    input_path: InputArg,
+    lam: LamOpt,
+    batch_rows: BatchRowsOpt,
+    labels: LabelsOpt,
+    model_path: Annotated[str, typer.Option("--model", metavar="MODEL.zarr", help="Where to save the model.")],
+    max_batches: Annotated[
+        Optional[int], typer.Option("--max-batches", min=1, help="Stop after this many batches (in all).")
+    ] = None,
+    target_objective: Annotated[
+        Optional[float],
+        typer.Option("--target-objective", metavar="J",
+                     help="Stop once a batch's objective (eq. 18, that batch's points) is <= J."),
+    ] = None,
+    checkpoint: CheckpointOpt = None,
+    seed: SeedOpt = None,
+    max_iter: MaxIterOpt = None,
+    component: ComponentOpt = None,
+    overwrite: OverwriteOpt = False,
+    scheduler: SchedulerOpt = None,
+    memory_limit: MemoryLimitOpt = "auto",
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Any-time DP-means: one pass over random disjoint batches, a usable model after each, stop when good enough."""
+    if target_objective is not None and math.isnan(target_objective):
+        raise typer.BadParameter("nan is not a number.", param_hint="'--target-objective'")
+    with _command(json_out, quiet, debug) as s:
+        params: dict[str, Any] = {"lam": lam, "batch_rows": batch_rows, "random_state": seed}
+        if max_iter is not None:
+            params["max_iter"] = max_iter
+        fresh = dclust.AnytimeDPMeans(**params)
+        resume = checkpoint is not None and os.path.lexists(checkpoint)
+        outputs = {"--labels": labels, "--model": model_path}
+        if checkpoint is not None and not resume:
+            outputs["--checkpoint"] = checkpoint
+        _check_outputs(outputs, overwrite, inputs=(input_path,) + ((checkpoint,) if resume else ()))
+        X = dclust.open_array(input_path, component=component)
+        n, d = X.shape[0], (X.shape[1] if X.ndim > 1 else 1)
+        n_batches = -(-n // batch_rows)
+        model = _load_checkpoint(checkpoint, fresh) if resume else fresh
+        done = int(getattr(model, "n_batches_", 0))
+        stopped = "end of data" if max_batches is None or done < max_batches else "max_batches"
+        with s.live(scheduler, memory_limit) as display:
+            if resume:
+                display.message(f"resuming from {checkpoint}: {done} of {n_batches} batches done")
+            t = time.perf_counter()
+            with display.stream(f"AnytimeDPMeans on {n:,} x {d}", n_batches, done_batches=done,
+                                done_points=int(getattr(model, "n_seen_", 0))):
+                for m in (model.iter_fit(X, resume=resume) if max_batches is None or done < max_batches else ()):
+                    if checkpoint is not None:
+                        dclust.save(m, checkpoint, overwrite=True)
+                    if max_batches is not None and m.n_batches_ >= max_batches:
+                        stopped = "max_batches"
+                        break
+                    if target_objective is not None and m.objective_ <= target_objective:
+                        stopped = "target_objective"
+                        break
+            fit_seconds = time.perf_counter() - t
+            t = time.perf_counter()
+            with display.step(f"writing labels to {labels}"):
+                dclust.write_labels(model.predict(X), labels, overwrite=overwrite)
+            labels_seconds = time.perf_counter() - t
+            with display.step(f"saving the model to {model_path}"):
+                dclust.save(model, model_path, overwrite=overwrite)
+        history = model.history_
+        scalars, _ = learned_attributes(model)
+        new_points = int(model.n_seen_) - int(sum(history["n_samples"][:done]))
+        result = {
+            "command": "stream anytime-dpmeans", "estimator": "AnytimeDPMeans", "input": os.path.abspath(input_path),
+            "component": component, "n_samples": n, "n_features": d, "batch_rows": batch_rows,
+            "n_batches": n_batches, "batches_done": int(model.n_batches_), "resumed_batches": done,
+            "stopped": stopped, "n_seen": int(model.n_seen_), "labels": os.path.abspath(labels),
+            "model": os.path.abspath(model_path), "checkpoint": os.path.abspath(checkpoint) if checkpoint else None,
+            "params": model.get_params(), "n_clusters": int(model.n_clusters_), "objective": model.objective_,
+            "learned": scalars, "history": history,
+            "points_per_second": round(new_points / max(fit_seconds, 1e-9), 1),
+            "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
+        }
+        rows = {"estimator": "AnytimeDPMeans", "data": f"{n:,} x {d}",
+                "batches": f"{model.n_batches_} of {n_batches} ({stopped})", "points seen": model.n_seen_,
+                "clusters (K)": result["n_clusters"], "last batch objective": model.objective_,
+                "points / s": result["points_per_second"], "labels": labels, "model": model_path}
+        if checkpoint:
+            rows["checkpoint"] = checkpoint
+        s.report(result, "stream AnytimeDPMeans", rows)
