@@ -350,11 +350,27 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
+def _relative_paths(obj: Any) -> Any:
+    """Paths under the project (or the temp dir) are stored relative, so results carry no machine paths."""
+    import tempfile
+
+    roots = [(str(HERE.parent) + os.sep, ""), (tempfile.gettempdir() + os.sep, "$TMPDIR/")]
+    if isinstance(obj, str):
+        for root, repl in roots:
+            obj = obj.replace(root, repl)
+        return obj
+    if isinstance(obj, dict):
+        return {k: _relative_paths(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_relative_paths(v) for v in obj]
+    return obj
+
+
 def write_json(obj: Any, path: str | os.PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(jsonable(obj), indent=2, sort_keys=False) + "\n")
+    tmp.write_text(json.dumps(_relative_paths(jsonable(obj)), indent=2, sort_keys=False) + "\n")
     os.replace(tmp, path)
     return path
 

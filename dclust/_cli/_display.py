@@ -145,14 +145,19 @@ class Display:
         self._progress.stop_task(task)
 
     @contextlib.contextmanager
-    def fit(self, description: str) -> Iterator[None]:
-        """Show the progress events of a fit running inside the block (iteration, objective, K, s/iter)."""
+    def fit(self, description: str, *, client: Any = None, n_chunks: int | None = None) -> Iterator[None]:
+        """Show the progress events of a fit running inside the block (iteration, objective, K, s/iter) and, with a
+        distributed ``client``, the row chunks done in the current pass (out of ``n_chunks``), live."""
         if self._progress is None:
             yield
             return
         progress = self._progress
         task = progress.add_task(description, total=None, status="starting")
-        state: dict[str, Any] = {"iter_seconds": []}
+        state: dict[str, Any] = {"iter_seconds": [], "chunks": 0, "status": "starting"}
+
+        def on_chunk(_event: Any) -> None:  # runs on the client's event loop, once per processed chunk
+            state["chunks"] += 1
+            progress.update(task, status=f"{state['status']}  chunks {state['chunks']}/{n_chunks or '?'}")
 
         def callback(event: ProgressEvent) -> None:
             if event.phase == "init":
@@ -171,12 +176,19 @@ class Display:
                     f"done: {event.iteration} iterations, objective {fmt_number(event.objective)}, "
                     f"K {event.n_clusters}{mean}"
                 )
+            state["status"], state["chunks"] = status, 0
             progress.update(task, status=status)
 
+        if client is not None:
+            from dclust._dask.blocks import CHUNK_DONE_TOPIC
+
+            client.subscribe_topic(CHUNK_DONE_TOPIC, on_chunk)
         try:
             with on_progress(callback):
                 yield
         finally:
+            if client is not None:
+                client.unsubscribe_topic(CHUNK_DONE_TOPIC)
             progress.update(task, total=1, completed=1)
             progress.stop_task(task)
 

@@ -154,6 +154,7 @@ class _Session:
         self.recorded: list[warnings.WarningMessage] = []
         self.t0 = time.perf_counter()
         self.scheduler_address: str | None = None
+        self.client: Any = None
 
     @contextlib.contextmanager
     def live(self, scheduler: str | None = None, memory_limit: str = "auto", *, cluster: bool = True) -> Iterator[Display]:
@@ -168,7 +169,11 @@ class _Session:
                 announce=None if self.quiet else self.display.message,
             ) as client:
                 self.scheduler_address = client.scheduler.address
-                yield self.display
+                self.client = client
+                try:
+                    yield self.display
+                finally:
+                    self.client = None
 
     def warning_texts(self) -> list[str]:
         return [_one_line(f"{w.category.__name__}: {w.message}") for w in self.recorded]
@@ -335,7 +340,7 @@ def _fit(
     n, d = X.shape[0], (X.shape[1] if X.ndim > 1 else 1)
     with s.live(scheduler, memory_limit) as display:
         t = time.perf_counter()
-        with display.fit(f"{name} on {n:,} x {d}"):
+        with display.fit(f"{name} on {n:,} x {d}", client=s.client, n_chunks=X.numblocks[0]):
             estimator.fit(X)
         fit_seconds = time.perf_counter() - t
         t = time.perf_counter()

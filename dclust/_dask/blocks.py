@@ -16,9 +16,25 @@ def block_offsets(chunks: tuple[int, ...]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(chunks)[:-1]]).astype(np.int64)
 
 
+#: Topic of the events a distributed worker logs when it has processed one row chunk (``Client.subscribe_topic``).
+CHUNK_DONE_TOPIC = "dclust-chunk-done"
+
+
+def _report_chunk_done(block_index: int) -> None:
+    """Tell subscribers (the CLI's live display) that a chunk is done; nothing outside a distributed worker."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return
+    worker.log_event(CHUNK_DONE_TOPIC, block_index)
+
+
 def _partial_block(fn, kwargs, info, Xb, *aligned):
     out = np.empty(1, dtype=object)
     out[0] = fn(Xb, *aligned, offset=int(info[0, 0]), block_index=int(info[0, 1]), **kwargs)
+    _report_chunk_done(int(info[0, 1]))
     return out
 
 

@@ -37,6 +37,29 @@ _TILE = 4096
 _GEMM_TILE = 256
 
 
+@numba.njit(inline="always")
+def _row_distances(X, i, CT, dist):
+    """``dist[c] = ||X[i] - CT[:, c]||^2`` by direct differences, in float64."""
+    dist[:] = 0.0
+    for j in range(X.shape[1]):
+        xj = np.float64(X[i, j])
+        for c in range(CT.shape[1]):
+            t = xj - CT[j, c]
+            dist[c] += t * t
+
+
+@numba.njit(inline="always")
+def _argmin(dist):
+    """Lowest index of the strict minimum (-1 when every entry is NaN or inf), and that minimum."""
+    best = np.inf
+    bk = -1
+    for c in range(dist.shape[0]):
+        if dist[c] < best:
+            best = dist[c]
+            bk = c
+    return bk, best
+
+
 @numba.njit(**_FAST)
 def _nearest_direct(X, CT):
     n, d = X.shape
@@ -45,18 +68,8 @@ def _nearest_direct(X, CT):
     mind = np.full(n, np.inf)
     dist = np.empty(k)
     for i in range(n):
-        dist[:] = 0.0
-        for j in range(d):
-            xj = np.float64(X[i, j])
-            for c in range(k):
-                t = xj - CT[j, c]
-                dist[c] += t * t
-        best = np.inf
-        bk = -1
-        for c in range(k):
-            if dist[c] < best:
-                best = dist[c]
-                bk = c
+        _row_distances(X, i, CT, dist)
+        bk, best = _argmin(dist)
         if bk >= 0:
             labels[i] = bk
             mind[i] = best
@@ -182,18 +195,8 @@ def _assign_accumulate(X, C, CT, m2ct, cc, w, offset, use_gemm, tile):
                 for c in range(k):
                     dist[c] = G[i - s, c] + cc[c]
             else:
-                dist[:] = 0.0
-                for j in range(d):
-                    xj = np.float64(X[i, j])
-                    for c in range(k):
-                        t = xj - CT[j, c]
-                        dist[c] += t * t
-            best = np.inf
-            bk = -1
-            for c in range(k):
-                if dist[c] < best:
-                    best = dist[c]
-                    bk = c
+                _row_distances(X, i, CT, dist)
+            bk, best = _argmin(dist)
             if bk >= 0 and use_gemm:
                 best = 0.0
                 for j in range(d):

@@ -39,3 +39,24 @@ def test_fit_on_a_local_cluster_equals_the_threaded_scheduler(make, min_ari, blo
         np.testing.assert_array_equal(written, local.predict(data).compute())
     assert dclust.metrics.adjusted_rand_score(y, written) > min_ari
     assert client.run(lambda: True)  # the work really ran on the cluster's workers
+
+
+def test_workers_report_every_chunk_they_finish(blobs, client):
+    """The CLI's live "chunks done" counter: one event per processed row chunk, logged by the worker."""
+    import time
+
+    from dclust._dask.blocks import CHUNK_DONE_TOPIC
+
+    seen = []
+    client.subscribe_topic(CHUNK_DONE_TOPIC, seen.append)
+    try:
+        X = da.from_array(blobs[0], chunks=(500, -1))
+        km = dclust.KMeans(n_clusters=5, random_state=0, init="random", max_iter=3, tol=0).fit(X)
+        deadline = time.monotonic() + 10
+        while len(seen) < km.n_iter_ * X.numblocks[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        client.unsubscribe_topic(CHUNK_DONE_TOPIC)
+    blocks = [msg for _, msg in seen]
+    assert len(blocks) >= km.n_iter_ * X.numblocks[0]
+    assert set(blocks) == set(range(X.numblocks[0]))
