@@ -129,3 +129,27 @@ def test_dpmeans_xarray(tmp_path):
     assert "labels: DataArray dims ('time',)" in r.stdout
     ari = float(re.search(r"adjusted Rand index vs the true regimes: ([\d.]+)", r.stdout).group(1))
     assert ari > 0.95
+
+
+def test_rings_prints_both_algorithms_beside_the_paper():
+    r = run_example("rings.py", "--steps", 3, "--points", 120)
+    for name, paper in (("SD-Means", "75.1"), ("D-Means", "18.7")):
+        cells = table_row(r.stdout.replace("  ", "│"), name)
+        assert paper in cells
+        acc = float(cells[1])
+        assert 0.0 <= acc <= 100.0
+
+
+def test_uci_rdpmeans_on_iris_beats_dpmeans_with_links():
+    r = run_example("uci_rdpmeans.py", "--datasets", "iris", "--r", 0.05, "--p", 1.0, "--seeds", 1)
+    m = re.search(r"RDP-means F/ARI/NMI ([\d.]+)/([\d.]+)/([\d.]+)\s+DP-means ([\d.]+)/([\d.]+)/([\d.]+)", r.stdout)
+    assert m, r.stdout
+    rdp, dp = [float(v) for v in m.groups()[:3]], [float(v) for v in m.groups()[3:]]
+    assert all(a > b for a, b in zip(rdp, dp)), (rdp, dp)
+
+
+def test_gmpr_constraints_reports_purity_per_link_count():
+    r = run_example("gmpr_constraints.py", "--trials", 1, "--links", 0, 64)
+    rows = re.findall(r"^\s+(\d+) \|\s+([\d.]+) ± [\d.]+ \|\s+([\d.]+) ± [\d.]+$", r.stdout, flags=re.M)
+    assert [int(n) for n, *_ in rows] == [0, 64, 0, 64], r.stdout
+    assert all(0 < float(v) <= 1 for _, *vals in rows for v in vals)
