@@ -102,11 +102,32 @@ def test_cli_on_a_real_cluster_equals_the_local_cluster_and_numpy(dask_cluster, 
     np.testing.assert_allclose(in_memory.cluster_centers_, remote.cluster_centers_, rtol=1e-10)
 
 
+def _stream(model, X):
+    """Four time steps of 5,000 rows, each a dask batch of two row chunks (OCC within the batch)."""
+    for t in range(4):
+        model.partial_fit(X[t * 5_000:(t + 1) * 5_000].rechunk((2_500, -1)))
+    return model
+
+
+class _Streamed:
+    """DynamicMeans driven through ``fit`` like the batch estimators, so the same kill test applies."""
+
+    def __init__(self):
+        self.model = dclust.DynamicMeans(lam=60.0, T_Q=5.0, k_tau=1.1, random_state=1)
+
+    def fit(self, X):
+        _stream(self.model, X)
+        self.cluster_centers_ = self.model.cluster_centers_
+        self.objective_history_ = self.model.history_["objective"]
+        return self
+
+
 @pytest.mark.parametrize(
     "make",
     [lambda: dclust.KMeans(n_clusters=6, random_state=1, max_iter=8, tol=0, persist=True),
-     lambda: dclust.DPMeans(lam=60.0, random_state=1, persist=True)],
-    ids=["KMeans", "DPMeans"],
+     lambda: dclust.DPMeans(lam=60.0, random_state=1, persist=True),
+     _Streamed],
+    ids=["KMeans", "DPMeans", "DynamicMeans"],
 )
 def test_a_worker_killed_mid_fit_changes_nothing(dask_cluster, store, make):
     from distributed import Client
