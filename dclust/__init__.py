@@ -15,6 +15,8 @@ from . import constraints, errors, metrics
 from ._dask.loop import ProgressEvent, on_progress
 from .cluster import (
     BPMeans,
+    CappedDPMeans,
+    CollapsedDPMeans,
     DPMeans,
     DPMMGibbs,
     GMPR,
@@ -38,6 +40,8 @@ __all__ = [
     "KMeans",
     "DPMeans",
     "BPMeans",
+    "CollapsedDPMeans",
+    "CappedDPMeans",
     "KFeatures",
     "StepwiseKFeatures",
     "RDPMeans",

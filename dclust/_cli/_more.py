@@ -3,11 +3,12 @@
 Commands::
 
     dclust fit bpmeans  IN.zarr --lam L --features OUT.zarr [--model MODEL.zarr] [--allocation Z.zarr] [--seed S]
-    dclust fit rdpmeans IN.zarr (--lam L | --k K) --constraints LINKS.zarr --labels OUT.zarr --model MODEL.zarr
+    dclust fit rdpmeans IN.zarr (--lam L | --k K) --constraints LINKS.zarr|LINKS.csv --labels OUT.zarr --model MODEL.zarr
 
 ``fit bpmeans`` writes the learned features (the K x D matrix ``features_``) and, with ``--allocation``, the
 binary allocation Z of the training rows (``allocation_``, N x K uint8, streamed chunk by chunk). ``fit rdpmeans``
-reads a :class:`dclust.ConstraintGraph` written by ``ConstraintGraph.to_zarr`` and writes the labels of the fit
+reads a :class:`dclust.ConstraintGraph` written by ``ConstraintGraph.to_zarr``, or a links CSV (columns i, j, type
+and optionally weight; see :mod:`dclust._cli._links`), and writes the labels of the fit
 (``labels_``, which account for the links).
 """
 
@@ -22,6 +23,7 @@ import typer
 
 import dclust
 
+from . import _links  # the links CSV reader (a module import: _links imports main, which imports this module)
 from ._display import learned_attributes
 from .main import (
     ComponentOpt,
@@ -145,8 +147,8 @@ def fit_rdpmeans(
     ] = None,
     constraints: Annotated[
         str,
-        typer.Option("--constraints", metavar="LINKS.zarr",
-                     help="Must/cannot links over the rows of IN (written by ConstraintGraph.to_zarr)."),
+        typer.Option("--constraints", metavar="LINKS.zarr|LINKS.csv",
+                     help="Must/cannot links over the rows of IN: a graph (ConstraintGraph.to_zarr) or a links CSV."),
     ] = ...,
     labels: LabelsOpt = ...,
     model: ModelOpt = ...,
@@ -178,9 +180,7 @@ def fit_rdpmeans(
         _check_outputs({"--labels": labels, "--model": model}, overwrite, inputs=(input_path, constraints))
         X = dclust.open_array(input_path, component=component)
         n, d = _shape(X)
-        G = dclust.ConstraintGraph.from_zarr(constraints)
-        if G.n_samples == n:  # the same rows in other blocks: align them (another row count is fit's error)
-            G = G.rechunk(X.chunks[0])
+        G = _links.load_constraints(constraints, X)  # a Zarr graph realigned to X's row blocks, or a links CSV
         with s.live(scheduler, memory_limit) as display:
             t = time.perf_counter()
             with display.fit(f"RDPMeans on {n:,} x {d} with {G.n_must:,} must- and {G.n_cannot:,} cannot-links"):

@@ -8,6 +8,7 @@ Commands::
     dclust predict MODEL.zarr IN.zarr --labels OUT.zarr
     dclust info MODEL.zarr
     dclust fit bpmeans / rdpmeans ...         (dclust._cli._more)
+    dclust fit gmpr ... / dclust constraints import ...  (dclust._cli._links)
     dclust stream dmeans / anytime-dpmeans ...  (dclust._cli._stream)
 
 Every command that computes runs on a Dask cluster: a ``distributed.LocalCluster`` (one single-threaded worker
@@ -497,6 +498,7 @@ def info(
 
 # more commands, in their own modules (they use the helpers above): fit bpmeans/rdpmeans, stream dmeans/anytime-dpmeans
 from . import _more  # noqa: E402,F401 - registers its commands on fit_app
+from . import _links  # noqa: E402,F401 - registers fit gmpr on fit_app and the constraints group on app
 from ._stream import stream_app  # noqa: E402
 
 app.add_typer(stream_app, name="stream")

@@ -1,6 +1,7 @@
 """Batch estimators with scikit-learn conventions."""
 
 from ._bpmeans import BPMeans
+from ._collapsed import CappedDPMeans, CollapsedDPMeans
 from ._dpmeans import DPMeans
 from ._gmpr import GMPR
 from ._kfeatures import KFeatures, StepwiseKFeatures
@@ -11,6 +12,8 @@ from ._tvclust import TVClust
 
 __all__ = [
     "BPMeans",
+    "CappedDPMeans",
+    "CollapsedDPMeans",
     "DPMeans",
     "DPMMGibbs",
     "GMPR",

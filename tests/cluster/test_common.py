@@ -30,6 +30,8 @@ CONFIGS = {
     "StepwiseKFeatures": dict(lam=50000.0, random_state=0, max_iter=3, max_features=6),
     "GMPR": dict(n_classes=5, random_state=0, max_iter=20, tol=1e-4),
     "TVClust": dict(random_state=0, n_sweeps=3),
+    "CollapsedDPMeans": dict(lam=30.0, random_state=0),
+    "CappedDPMeans": dict(lam=30.0, max_clusters=4, random_state=0),
 }
 
 #: The fitted state that defines a model, by kind: centres (clusterings), features (feature allocations), mixture
@@ -50,6 +52,7 @@ def _is_fitted(est) -> bool:
 
 def _batch_estimators():
     import dclust.cluster  # noqa: F401  (registers)
+    import dclust.cluster._collapsed  # noqa: F401  (registers the in-memory collapsed/capped DP-means)
     import dclust.cluster._references  # noqa: F401  (registers the in-memory reference estimators)
 
     return sorted(name for name, cls in ESTIMATORS.items() if cls.__module__.startswith("dclust.cluster"))

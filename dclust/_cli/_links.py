@@ -1,0 +1,311 @@
+"""``dclust constraints import`` and ``dclust fit gmpr``; the CSV link reader shared with ``fit rdpmeans``.
+
+Commands::
+
+    dclust constraints import PAIRS.csv --chunks-like IN.zarr OUT.zarr [--n-samples N] [--no-check-feasible]
+    dclust fit gmpr IN.zarr --classes C [--clusters-per-class M] [--constraints LINKS.zarr|LINKS.csv]
+                    [--covariance full|diag] --labels OUT.zarr --model MODEL.zarr [--seed S] [--max-iter M]
+
+A links CSV has a header row with the columns ``i``, ``j`` (row indices of IN, 0-based) and ``type`` (``must`` /
+``cannot``, ``ml`` / ``cl`` or ``1`` / ``-1``, case-insensitive), and optionally ``weight`` (a positive confidence
+per link). ``constraints import`` turns it into a :class:`dclust.ConstraintGraph` aligned to the row chunks of IN and
+writes it with ``ConstraintGraph.to_zarr``; ``fit rdpmeans`` and ``fit gmpr`` read such a Zarr graph or the CSV
+itself (the same reader and checks, with the default feasibility check). ``fit gmpr`` writes the labels of the
+fitted mixture for the rows of IN, using the links (linked rows get their pair posterior, see ``GMPR.predict_proba``).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+from enum import Enum
+from typing import Annotated, Any, NamedTuple, Optional
+
+import numpy as np
+import typer
+
+import dclust
+from dclust.errors import InvalidDataError, message
+
+from ._display import learned_attributes
+from .main import (
+    ComponentOpt,
+    DebugOpt,
+    InputArg,
+    JsonOpt,
+    LabelsOpt,
+    MaxIterOpt,
+    MemoryLimitOpt,
+    ModelOpt,
+    OverwriteOpt,
+    QuietOpt,
+    SchedulerOpt,
+    SeedOpt,
+    _check_outputs,
+    _command,
+    app,
+    fit_app,
+)
+
+__all__ = ["constraints_app", "constraints_import", "fit_gmpr", "read_links_csv", "load_constraints", "LinkPairs"]
+
+constraints_app = typer.Typer(
+    help="Must-link / cannot-link constraint graphs over the rows of a data set.", no_args_is_help=True
+)
+app.add_typer(constraints_app, name="constraints")
+
+_MUST = {"must", "ml", "1", "+1", "must-link", "must_link", "mustlink"}
+_CANNOT = {"cannot", "cl", "-1", "cannot-link", "cannot_link", "cannotlink"}
+_REQUIRED = ("i", "j", "type")
+
+
+class LinkPairs(NamedTuple):
+    """The rows of a links CSV: endpoints, must-link flags, and the weights (None without a ``weight`` column)."""
+
+    i: np.ndarray
+    j: np.ndarray
+    must_link: np.ndarray
+    weight: Optional[np.ndarray]
+
+
+def is_csv(path: str) -> bool:
+    return str(path).lower().endswith(".csv")
+
+
+def _bad(path: str, line: int | None, expected: str, received: str, fix: str) -> InvalidDataError:
+    where = f"links CSV {path!r}" + (f" line {line}" if line is not None else "")
+    return InvalidDataError(message(where, expected, received, fix))
+
+
+def _index(path: str, line: int, column: str, text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise _bad(path, line, f"an integer row index in column {column!r}", repr(text),
+                   "Row indices are 0-based integers.") from None
+
+
+def read_links_csv(path: str) -> LinkPairs:
+    """Read a links CSV (header ``i, j, type[, weight]``); raise InvalidDataError naming the line of a bad row."""
+    with open(path, newline="", encoding="utf-8-sig") as fh:  # a missing file: FileNotFoundError (exit 1)
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            raise _bad(path, None, "a header row with the columns i, j, type", "an empty file",
+                       "Write the header 'i,j,type' (optionally ',weight') and one link per line.")
+        names = [h.strip().lower() for h in header]
+        missing = [c for c in _REQUIRED if c not in names]
+        if missing:
+            raise _bad(path, 1, "a header with the columns i, j, type (and optionally weight)",
+                       f"the columns {', '.join(repr(h) for h in header)} (missing {', '.join(missing)})",
+                       "Name the columns i, j and type in the first row.")
+        if len(set(names)) != len(names):
+            raise _bad(path, 1, "each column once", f"the columns {', '.join(repr(h) for h in header)}",
+                       "Remove the repeated column.")
+        col = {name: names.index(name) for name in names}
+        has_weight = "weight" in col
+        i: list[int] = []
+        j: list[int] = []
+        must: list[bool] = []
+        weight: list[float] = []
+        for row in reader:
+            line = reader.line_num
+            if not row or all(not cell.strip() for cell in row):
+                continue  # blank lines
+            if len(row) != len(names):
+                raise _bad(path, line, f"{len(names)} fields like the header", f"{len(row)} fields",
+                           "Give every link the same columns as the header.")
+            i.append(_index(path, line, "i", row[col["i"]]))
+            j.append(_index(path, line, "j", row[col["j"]]))
+            kind = row[col["type"]].strip().lower()
+            if kind in _MUST:
+                must.append(True)
+            elif kind in _CANNOT:
+                must.append(False)
+            else:
+                raise _bad(path, line, "a link type must/cannot, ml/cl or 1/-1", repr(row[col["type"]]),
+                           "Fix the type column.")
+            if has_weight:
+                text = row[col["weight"]]
+                try:
+                    w = float(text)
+                except ValueError:
+                    raise _bad(path, line, "a number in column 'weight'", repr(text),
+                               "Weights are positive confidences (1 = certain).") from None
+                if not (np.isfinite(w) and w > 0):
+                    raise _bad(path, line, "a finite weight > 0", repr(text),
+                               "Weights are positive confidences; drop links you do not trust.")
+                weight.append(w)
+    return LinkPairs(np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64), np.asarray(must, dtype=bool),
+                     np.asarray(weight, dtype=np.float64) if has_weight else None)
+
+
+def graph_from_csv(path: str, n_samples: int, chunks: Any, *, check_feasible: bool = True) -> Any:
+    """A ConstraintGraph over ``n_samples`` rows in the row blocks ``chunks``, from a links CSV."""
+    pairs = read_links_csv(path)
+    return dclust.ConstraintGraph.from_pairs(
+        pairs.i, pairs.j, pairs.must_link, n_samples=n_samples, chunks=chunks, weight=pairs.weight,
+        check_feasible=check_feasible,
+    )
+
+
+def load_constraints(path: str, X: Any) -> Any:
+    """The links of ``--constraints``: a links CSV, or a Zarr graph (``to_zarr``), aligned to the row chunks of X."""
+    if is_csv(path):
+        return graph_from_csv(path, X.shape[0], X.chunks[0])
+    G = dclust.ConstraintGraph.from_zarr(path)
+    if G.n_samples == X.shape[0]:  # the same rows in other blocks: align them (another row count is fit's error)
+        G = G.rechunk(X.chunks[0])
+    return G
+
+
+def _shape(X: Any) -> tuple[int, int]:
+    return X.shape[0], (X.shape[1] if X.ndim > 1 else 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# constraints import
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@constraints_app.command("import")
+def constraints_import(
+    pairs_csv: Annotated[
+        str, typer.Argument(metavar="PAIRS.csv", help="Links CSV with the columns i, j, type (and optionally weight).")
+    ],
+    out: Annotated[str, typer.Argument(metavar="OUT.zarr", help="New Zarr store for the constraint graph.")],
+    chunks_like: Annotated[
+        str, typer.Option("--chunks-like", metavar="IN.zarr", help="Data whose row count and row chunks to align to.")
+    ],
+    n_samples: Annotated[
+        Optional[int],
+        typer.Option("--n-samples", min=1, help="Number of rows the links refer to (checked against IN.zarr)."),
+    ] = None,
+    check_feasible: Annotated[
+        bool,
+        typer.Option("--check-feasible/--no-check-feasible",
+                     help="Reject cannot-links inside a must-link component (off: noisy links, for RDP-means)."),
+    ] = True,
+    component: ComponentOpt = None,
+    overwrite: OverwriteOpt = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Turn a CSV of must-/cannot-links into a ConstraintGraph aligned to the row chunks of IN.zarr."""
+    with _command(json_out, quiet, debug) as s:
+        _check_outputs({"OUT.zarr": out}, overwrite, inputs=(pairs_csv, chunks_like))
+        X = dclust.open_array(chunks_like, component=component)  # metadata only
+        n = X.shape[0]
+        if n_samples is not None and n_samples != n:
+            raise InvalidDataError(message(
+                "--n-samples", f"the row count of --chunks-like {chunks_like!r} ({n})", str(n_samples),
+                "Drop --n-samples or give the data the links refer to."))
+        with s.live(cluster=False) as display:
+            t = time.perf_counter()
+            with display.step(f"reading links from {pairs_csv}"):
+                pairs = read_links_csv(pairs_csv)
+                G = dclust.ConstraintGraph.from_pairs(
+                    pairs.i, pairs.j, pairs.must_link, n_samples=n, chunks=X.chunks[0], weight=pairs.weight,
+                    check_feasible=check_feasible,
+                )
+            with display.step(f"writing {G.n_links:,} links to {out}"):
+                G.to_zarr(out, overwrite=overwrite)
+            seconds = time.perf_counter() - t
+        result = {
+            "command": "constraints import", "input": os.path.abspath(pairs_csv),
+            "chunks_like": os.path.abspath(chunks_like), "component": component, "output": os.path.abspath(out),
+            "n_samples": n, "n_row_blocks": len(X.chunks[0]), "n_pairs_read": int(pairs.i.size),
+            "n_must": G.n_must, "n_cannot": G.n_cannot, "n_links": G.n_links, "n_blocks": G.n_blocks,
+            "weighted": pairs.weight is not None, "check_feasible": check_feasible, "nbytes": G.nbytes,
+            "seconds": round(seconds, 3),
+        }
+        rows = {"links": f"{G.n_must:,} must, {G.n_cannot:,} cannot ({int(pairs.i.size):,} rows read)",
+                "rows (N)": n, "row blocks": len(X.chunks[0]), "weighted": pairs.weight is not None,
+                "graph": out}
+        s.report(result, "constraints import", rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# fit gmpr
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class Covariance(str, Enum):
+    full = "full"
+    diag = "diag"
+
+
+@fit_app.command("gmpr")
+def fit_gmpr(
+    input_path: InputArg,
+    classes: Annotated[int, typer.Option("--classes", min=1, help="Number of classes (the output labels).")],
+    labels: LabelsOpt,
+    model: ModelOpt,
+    clusters_per_class: Annotated[
+        int, typer.Option("--clusters-per-class", min=1, help="Gaussian sub-clusters per class.")
+    ] = 1,
+    constraints: Annotated[
+        Optional[str],
+        typer.Option("--constraints", metavar="LINKS.zarr|LINKS.csv",
+                     help="Must/cannot links over the rows of IN: a graph (ConstraintGraph.to_zarr) or a links CSV."),
+    ] = None,
+    covariance: Annotated[Covariance, typer.Option("--covariance", help="Covariance of every Gaussian.")] = (
+        Covariance.full
+    ),
+    seed: SeedOpt = None,
+    max_iter: MaxIterOpt = None,
+    component: ComponentOpt = None,
+    overwrite: OverwriteOpt = False,
+    scheduler: SchedulerOpt = None,
+    memory_limit: MemoryLimitOpt = "auto",
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """GM-PR: EM for a Gaussian mixture per class, with must-links and cannot-links between classes."""
+    with _command(json_out, quiet, debug) as s:
+        params: dict[str, Any] = {"n_classes": classes, "clusters_per_class": clusters_per_class,
+                                  "covariance_type": covariance.value, "random_state": seed}
+        if max_iter is not None:
+            params["max_iter"] = max_iter
+        estimator = dclust.GMPR(**params)
+        inputs = (input_path, constraints) if constraints else (input_path,)
+        _check_outputs({"--labels": labels, "--model": model}, overwrite, inputs=inputs)
+        X = dclust.open_array(input_path, component=component)
+        n, d = _shape(X)
+        G = load_constraints(constraints, X) if constraints else None
+        links = f" with {G.n_must:,} must- and {G.n_cannot:,} cannot-links" if G is not None else ""
+        with s.live(scheduler, memory_limit) as display:
+            t = time.perf_counter()
+            with display.fit(f"GMPR on {n:,} x {d}{links}", client=s.client, n_chunks=X.numblocks[0]):
+                estimator.fit(X, constraints=G)
+            fit_seconds = time.perf_counter() - t
+            t = time.perf_counter()
+            with display.step(f"writing labels to {labels}"):
+                dclust.write_labels(estimator.predict(X, constraints=G), labels, overwrite=overwrite)
+            labels_seconds = time.perf_counter() - t
+            with display.step(f"saving the model to {model}"):
+                dclust.save(estimator, model, overwrite=overwrite)
+        scalars, _ = learned_attributes(estimator)
+        n_must, n_cannot = (G.n_must, G.n_cannot) if G is not None else (0, 0)
+        result = {
+            "command": "fit gmpr", "estimator": "GMPR", "input": os.path.abspath(input_path),
+            "component": component, "n_samples": n, "n_features": d,
+            "constraints": os.path.abspath(constraints) if constraints else None, "n_must": n_must,
+            "n_cannot": n_cannot, "labels": os.path.abspath(labels), "model": os.path.abspath(model),
+            "params": estimator.get_params(), "n_classes": classes, "clusters_per_class": clusters_per_class,
+            "class_weights": np.asarray(estimator.weights_).tolist(), "learned": scalars,
+            "objective_history": list(estimator.objective_history_),
+            "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
+        }
+        iters = max(1, int(estimator.n_iter_))
+        rows: dict[str, Any] = {
+            "estimator": "GMPR", "data": f"{n:,} x {d}", "links": f"{n_must:,} must, {n_cannot:,} cannot",
+            "classes": classes, "clusters per class": clusters_per_class, "covariance": covariance.value,
+            "log-likelihood": estimator.log_likelihood_, "iterations": estimator.n_iter_,
+            "converged": estimator.converged_, "fit seconds": round(fit_seconds, 2),
+            "seconds / iteration": round(fit_seconds / iters, 3), "labels": labels, "model": model,
+        }
+        s.report(result, "fit GMPR", rows)

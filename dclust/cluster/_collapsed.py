@@ -1,0 +1,260 @@
+"""In-memory serial DP-means variants of MAD-Bayes ([MB] section 4.1): collapsed DP-means (ALGORITHMS.md 1.4) and
+capped DP-means (1.5).
+
+Both accept numpy, dask, zarr or xarray input, check the number of rows from metadata against ``max_samples`` (a
+clear :class:`~dclust.errors.InvalidDataError` above it) and only then compute the data into memory.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .._dask.loop import ProgressEvent, Stopwatch, emit
+from .._registry import register
+from .._validation import SEED, Interval, Options, as_generator
+from ..errors import ConvergenceWarning
+from ..kernels import collapsed as K
+from ._base import CentroidMixin
+from ._references import _InMemory
+
+__all__ = ["CollapsedDPMeans", "CappedDPMeans"]
+
+
+def _processing_order(n: int, shuffle: bool, random_state) -> np.ndarray:
+    """The permutation drawn once per fit and reused in every pass (ALGORITHMS.md section 0)."""
+    if not shuffle:
+        return np.arange(n, dtype=np.int64)
+    return as_generator(random_state).permutation(n).astype(np.int64)
+
+
+@register
+class CollapsedDPMeans(CentroidMixin, _InMemory):
+    """Collapsed DP-means ([MB] eq. 8/9, ALGORITHMS.md 1.4): the centres are always the cluster means.
+
+    Minimises ``J_C(z) = sum_k SSE_k + lam * K`` by a Hartigan-style descent: every point, in a seeded processing
+    order reused in every pass, leaves its cluster and joins the cluster with the smallest exact increase
+    ``n_k/(n_k+1) * ||x - xbar_k||^2``, or opens a new cluster when every increase is strictly above ``lam``.
+    A point moves only when that strictly lowers ``J_C`` (ties: stay, then lowest index), so ``J_C`` never
+    increases and the descent stops at a point where no single move lowers it. Serial, O(N K D) per pass.
+
+    Parameters
+    ----------
+    lam : float, default 1.0
+        Penalty per cluster in squared-distance units (``lam = λ²`` of [MB]); ``lam >= 0``.
+    init : {"mean", "empty"}, default "mean"
+        Start with every row in one cluster, or with no cluster (the first pass seats the rows one by one).
+    max_iter : int, default 100
+        Maximum number of passes.
+    shuffle : bool, default True
+        Visit the rows in a random permutation drawn from ``random_state``; False uses the row order.
+    random_state : int, Generator or None
+        Fixes the processing order (and so the result).
+    max_samples : int, default 100000
+        Largest number of rows accepted (the data are computed into memory).
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray (n_clusters_, n_features)
+        Means of the clusters, numbered in creation order.
+    labels_ : ndarray (n_samples,) int64
+    cluster_sizes_ : ndarray (n_clusters_,) int64
+    n_clusters_ : int
+    objective_ : float
+        ``J_C = SSE + lam * n_clusters_`` at the end (the [KJ] offset; [MB] charges ``lam`` less).
+    objective_history_ : list of float
+        ``J_C`` after every pass (non-increasing).
+    n_iter_ : int
+    converged_ : bool
+    order_ : ndarray (n_samples,) int64
+        The processing order used.
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dclust.cluster._collapsed import CollapsedDPMeans
+    >>> X = np.array([[0.0, 0.0], [0.0, 1.0], [10.0, 0.0], [10.0, 1.0]])
+    >>> m = CollapsedDPMeans(lam=4.0, random_state=0).fit(X)
+    >>> m.n_clusters_, m.objective_
+    (2, 9.0)
+    """
+
+    _parameter_constraints = {
+        "lam": [Interval("real", 0, None, "left")],
+        "init": [Options(("mean", "empty"))],
+        "max_iter": [Interval("int", 1, None)],
+        "shuffle": [Options((True, False))],
+        "random_state": [SEED],
+        "max_samples": [Interval("int", 1, None)],
+    }
+    _cost_note = "a serial in-memory descent, O(N K D) per pass"
+
+    def __init__(self, *, lam=1.0, init="mean", max_iter=100, shuffle=True, random_state=None,
+                 max_samples=100_000):
+        self.lam = lam
+        self.init = init
+        self.max_iter = max_iter
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.max_samples = max_samples
+
+    def fit(self, X, y=None) -> "CollapsedDPMeans":
+        """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
+        self._validate_params()
+        X, _ = self._load(X)
+        n, d = X.shape
+        lam = float(self.lam)
+        order = _processing_order(n, self.shuffle, self.random_state)
+        labels = np.zeros(n, dtype=np.int64) if self.init == "mean" else np.full(n, -1, dtype=np.int64)
+        history = []
+        converged = False
+        watch = Stopwatch()
+        for it in range(self.max_iter):
+            labels, moved = K.collapsed_pass(X, order, labels, lam)
+            history.append(K.collapsed_objective(X, labels, lam))
+            emit(ProgressEvent("CollapsedDPMeans", "iter", it + 1, history[-1], int(labels.max()) + 1, watch.lap(),
+                               {"moved": moved}))
+            if moved == 0:
+                converged = True
+                break
+        if not converged:
+            warnings.warn(
+                f"CollapsedDPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
+                ConvergenceWarning, stacklevel=2,
+            )
+        k = int(labels.max()) + 1
+        counts, sums = K.collapsed_stats(X, labels, k)
+        self.cluster_centers_ = sums / counts[:, None]
+        self.labels_ = labels
+        self.cluster_sizes_ = counts
+        self.n_clusters_ = k
+        self.objective_ = history[-1]
+        self.objective_history_ = history
+        self.n_iter_ = it + 1
+        self.converged_ = converged
+        self.order_ = order
+        self.n_features_in_ = d
+        emit(ProgressEvent("CollapsedDPMeans", "done", it + 1, history[-1], k, 0.0))
+        return self
+
+    def fit_predict(self, X, y=None):
+        """``fit(X).labels_``."""
+        return self.fit(X).labels_
+
+
+@register
+class CappedDPMeans(CentroidMixin, _InMemory):
+    """Capped DP-means ([MB] eq. 12, ALGORITHMS.md 1.5): serial DP-means that never opens more than
+    ``max_clusters`` clusters.
+
+    Each pass visits the rows in a seeded order (reused in every pass) against fixed centres: a row farther than
+    ``lam`` from every centre opens a new cluster at itself while fewer than ``max_clusters`` exist, otherwise it
+    joins its nearest centre (lowest index on ties). Then empty clusters are deleted (creation order kept) and the
+    centres move to the means. With ``max_clusters=None`` this is serial DP-means (1.2) in memory.
+
+    Parameters
+    ----------
+    lam : float, default 1.0
+        Penalty per cluster in squared-distance units; ``lam >= 0``.
+    max_clusters : int or None, default None
+        The cap ``K_max`` (None: no cap).
+    init : {"mean", "empty"}, default "mean"
+        Start from one cluster at the mean of X, or from no cluster.
+    max_iter : int, default 100
+    shuffle : bool, default True
+        Visit the rows in a random permutation drawn from ``random_state``; False uses the row order.
+    random_state : int, Generator or None
+    max_samples : int, default 100000
+        Largest number of rows accepted (the data are computed into memory).
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray (n_clusters_, n_features)
+    labels_ : ndarray (n_samples,) int64
+    n_clusters_ : int
+    objective_ : float
+        ``SSE + lam * n_clusters_`` at the end (the [KJ] offset; as ``n_clusters_ <= max_clusters``, this is
+        [MB] eq. 12 plus ``lam``).
+    objective_history_ : list of float
+        The objective after each pass's mean update (non-increasing).
+    n_iter_ : int
+    converged_ : bool
+    order_ : ndarray (n_samples,) int64
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dclust.cluster._collapsed import CappedDPMeans
+    >>> X = np.array([[0.0, 0.0], [0.0, 1.0], [10.0, 0.0], [10.0, 1.0], [20.0, 0.0]])
+    >>> CappedDPMeans(lam=4.0, max_clusters=2, random_state=0).fit(X).n_clusters_
+    2
+    """
+
+    _parameter_constraints = {
+        "lam": [Interval("real", 0, None, "left")],
+        "max_clusters": [Interval("int", 1, None), Options((None,))],
+        "init": [Options(("mean", "empty"))],
+        "max_iter": [Interval("int", 1, None)],
+        "shuffle": [Options((True, False))],
+        "random_state": [SEED],
+        "max_samples": [Interval("int", 1, None)],
+    }
+    _cost_note = "a serial in-memory algorithm, O(N K D) per pass"
+
+    def __init__(self, *, lam=1.0, max_clusters=None, init="mean", max_iter=100, shuffle=True, random_state=None,
+                 max_samples=100_000):
+        self.lam = lam
+        self.max_clusters = max_clusters
+        self.init = init
+        self.max_iter = max_iter
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.max_samples = max_samples
+
+    def fit(self, X, y=None) -> "CappedDPMeans":
+        """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
+        self._validate_params()
+        X, _ = self._load(X)
+        n, d = X.shape
+        lam = float(self.lam)
+        kmax = n if self.max_clusters is None else int(self.max_clusters)
+        order = _processing_order(n, self.shuffle, self.random_state)
+        if self.init == "mean":
+            C, labels = X.mean(axis=0, keepdims=True), np.zeros(n, dtype=np.int64)
+        else:
+            C, labels = np.empty((0, d)), np.full(n, -1, dtype=np.int64)
+        history = []
+        converged = False
+        watch = Stopwatch()
+        for it in range(self.max_iter):
+            new, C = K.capped_pass(X, order, C, labels, lam, kmax)
+            history.append(K.collapsed_objective(X, new, lam))
+            emit(ProgressEvent("CappedDPMeans", "iter", it + 1, history[-1], C.shape[0], watch.lap()))
+            changed = not np.array_equal(new, labels)
+            labels = new
+            if not changed:
+                converged = True
+                break
+        if not converged:
+            warnings.warn(
+                f"CappedDPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
+                ConvergenceWarning, stacklevel=2,
+            )
+        self.cluster_centers_ = C
+        self.labels_ = labels
+        self.n_clusters_ = int(C.shape[0])
+        self.objective_ = history[-1]
+        self.objective_history_ = history
+        self.n_iter_ = it + 1
+        self.converged_ = converged
+        self.order_ = order
+        self.n_features_in_ = d
+        emit(ProgressEvent("CappedDPMeans", "done", it + 1, history[-1], self.n_clusters_, 0.0))
+        return self
+
+    def fit_predict(self, X, y=None):
+        """``fit(X).labels_``."""
+        return self.fit(X).labels_

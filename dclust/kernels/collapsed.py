@@ -1,0 +1,263 @@
+"""Serial in-memory kernels: collapsed DP-means (ALGORITHMS.md 1.4) and capped DP-means (1.5), plus plain-Python
+references used as test oracles.
+
+Collapsed DP-means is a Hartigan-style descent on ``J_C(z) = sum_k SSE_k + lam*K``: each point, in a fixed
+processing order, is removed from its cluster and re-inserted where the exact increase
+``n_k/(n_k+1)*||x - xbar_k||^2`` is smallest, or opens a new cluster when every increase is strictly above ``lam``
+(tie rules T1 to T3 of section 0; E-MB5 for the exact increment). A point that was alone in its cluster joins the
+best cluster when the increase is at most ``lam`` (T3), so with ``lam = 0`` duplicates share one cluster.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = [
+    "collapsed_stats",
+    "collapsed_objective",
+    "collapsed_pass",
+    "collapsed_dpmeans_reference",
+    "capped_pass",
+    "capped_dpmeans_reference",
+]
+
+
+def collapsed_stats(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact ``(counts, sums)`` of the clusters ``0..k-1`` from the labels."""
+    counts = np.bincount(labels, minlength=k).astype(np.int64)
+    sums = np.zeros((k, X.shape[1]))
+    np.add.at(sums, labels, X)
+    return counts, sums
+
+
+def collapsed_objective(X: np.ndarray, labels: np.ndarray, lam: float) -> float:
+    """``sum_k sum_{z_n=k} ||x_n - xbar_k||^2 + lam*K`` computed directly (two-pass, no cancellation)."""
+    X = np.asarray(X, dtype=np.float64)
+    ks, z = np.unique(np.asarray(labels), return_inverse=True)
+    counts, sums = collapsed_stats(X, z.reshape(-1), ks.size)
+    sse = float(((X - (sums / counts[:, None])[z.reshape(-1)]) ** 2).sum())
+    return sse + float(lam) * ks.size
+
+
+@numba.njit(nogil=True, cache=True)
+def _increase(x, counts, sums, c):
+    m = counts[c]
+    s = 0.0
+    for j in range(x.shape[0]):
+        t = x[j] - sums[c, j] / m
+        s += t * t
+    return m / (m + 1.0) * s
+
+
+@numba.njit(nogil=True, cache=True)
+def _collapsed_pass(X, order, z, counts, sums, live, k, lam):
+    d = X.shape[1]
+    moved = 0
+    for t in range(order.shape[0]):
+        i = order[t]
+        x = X[i]
+        c = z[i]
+        singleton = False
+        if c >= 0:
+            counts[c] -= 1
+            for j in range(d):
+                sums[c, j] -= x[j]
+            if counts[c] == 0:
+                live[c] = False
+                singleton = True
+                for j in range(d):
+                    sums[c, j] = 0.0
+        best = np.inf
+        bk = -1
+        for q in range(k):
+            if live[q]:
+                delta = _increase(x, counts, sums, q)
+                if delta < best:  # T2: lowest index on ties
+                    best = delta
+                    bk = q
+        if c >= 0 and not singleton:
+            dc = _increase(x, counts, sums, c)
+            if dc <= best:  # T1: stay on ties
+                best = dc
+                bk = c
+        if singleton:
+            # the cluster {i} is re-opened only when strictly better (T3), in its old slot. Joining at an increase
+            # equal to lam leaves J_C unchanged and lowers K, so (J_C, K) still decreases at every move.
+            target = bk if (bk >= 0 and best <= lam) else c
+        elif bk < 0 or best > lam:  # T3: open only when strictly better
+            target = k
+            k += 1
+        else:
+            target = bk
+        counts[target] += 1
+        for j in range(d):
+            sums[target, j] += x[j]
+        live[target] = True
+        if target != c:
+            moved += 1
+        z[i] = target
+    return k, moved
+
+
+def collapsed_pass(X: np.ndarray, order: np.ndarray, labels: np.ndarray, lam: float) -> tuple[np.ndarray, int]:
+    """One pass of collapsed DP-means over ``order``.
+
+    ``labels`` holds clusters ``0..K-1`` (every one non-empty) or -1 for unassigned rows. Returns the new labels,
+    relabelled ``0..K'-1`` keeping creation order, and the number of rows that changed cluster.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    n = X.shape[0]
+    z = np.asarray(labels, dtype=np.int64).copy()
+    k = int(z.max()) + 1 if n and z.max() >= 0 else 0
+    cap = k + n
+    counts = np.zeros(cap, dtype=np.int64)
+    sums = np.zeros((cap, X.shape[1]))
+    assigned = z >= 0
+    if k:
+        c0, s0 = collapsed_stats(X[assigned], z[assigned], k)
+        counts[:k], sums[:k] = c0, s0
+    live = counts > 0
+    k, moved = _collapsed_pass(X, np.asarray(order, dtype=np.int64), z, counts, sums, live, k, float(lam))
+    keep = np.flatnonzero(live[:k])
+    remap = np.full(k, -1, dtype=np.int64)
+    remap[keep] = np.arange(keep.size)
+    return remap[z], int(moved)
+
+
+def collapsed_dpmeans_reference(X, lam, order, *, init="mean", max_iter=100):
+    """Collapsed DP-means (ALGORITHMS.md 1.4) in plain Python: the oracle of the tests.
+
+    Returns ``(labels, history)``; labels are numbered in creation order, history holds ``J_C`` after each pass.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    clusters: list[list[int] | None] = []  # slot -> members (None once dropped)
+    z = [-1] * n
+    if init == "mean":
+        clusters.append(list(range(n)))
+        z = [0] * n
+    history = []
+
+    def increase(x, members):
+        m = len(members)
+        mean = X[members].sum(axis=0) / m if m > 1 else X[members[0]].copy()
+        return m / (m + 1.0) * float(sum((x[j] - mean[j]) ** 2 for j in range(x.size)))
+
+    for _ in range(max_iter):
+        moved = 0
+        for i in order:
+            c = z[i]
+            singleton = False
+            if c >= 0:
+                clusters[c].remove(i)
+                if not clusters[c]:
+                    clusters[c] = None
+                    singleton = True
+            deltas = [(increase(X[i], mem), q) for q, mem in enumerate(clusters) if mem]
+            best, bk = min(deltas) if deltas else (np.inf, -1)
+            if c >= 0 and not singleton:
+                dc = increase(X[i], clusters[c])
+                if dc <= best:
+                    best, bk = dc, c
+            if singleton:
+                target = bk if (bk >= 0 and best <= lam) else c
+                if target == c:
+                    clusters[c] = []
+            elif bk < 0 or best > lam:
+                clusters.append([])
+                target = len(clusters) - 1
+            else:
+                target = bk
+            clusters[target].append(i)
+            moved += target != c
+            z[i] = target
+        live = [q for q, mem in enumerate(clusters) if mem]
+        remap = {q: r for r, q in enumerate(live)}
+        z = [remap[q] for q in z]
+        clusters = [clusters[q] for q in live]
+        history.append(collapsed_objective(X, np.array(z), lam))
+        if not moved:
+            break
+    return np.array(z, dtype=np.int64), history
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@numba.njit(nogil=True, cache=True)
+def _capped_pass(X, order, C, z, lam, kmax):
+    n, d = X.shape
+    k0 = C.shape[0]
+    cap = max(k0, min(kmax, k0 + n))
+    centres = np.empty((cap, d))
+    centres[:k0] = C
+    k = k0
+    labels = z.copy()
+    for t in range(order.shape[0]):
+        i = order[t]
+        best = np.inf
+        bk = -1
+        for c in range(k):
+            s = 0.0
+            for j in range(d):
+                u = X[i, j] - centres[c, j]
+                s += u * u
+            if s < best:  # T2
+                best = s
+                bk = c
+        if k < kmax and (k == 0 or best > lam):  # T3, and never beyond kmax
+            centres[k] = X[i]
+            labels[i] = k
+            k += 1
+        else:
+            labels[i] = bk
+    return labels, centres[:k].copy()
+
+
+def capped_pass(X: np.ndarray, order: np.ndarray, centres: np.ndarray, labels: np.ndarray, lam: float,
+                max_clusters: int) -> tuple[np.ndarray, np.ndarray]:
+    """One label pass of capped DP-means (1.2 with at most ``max_clusters`` centres), then the mean update.
+
+    Returns ``(labels, centres)`` with empty clusters deleted and the rest numbered in creation order.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    C = np.ascontiguousarray(centres, dtype=np.float64).reshape(-1, X.shape[1])
+    z, C = _capped_pass(X, np.asarray(order, dtype=np.int64), C, np.asarray(labels, dtype=np.int64), float(lam),
+                        int(max_clusters))
+    used = np.flatnonzero(np.bincount(z, minlength=C.shape[0]))
+    remap = np.full(C.shape[0], -1, dtype=np.int64)
+    remap[used] = np.arange(used.size)
+    z = remap[z]
+    counts, sums = collapsed_stats(X, z, used.size)
+    return z, sums / counts[:, None]
+
+
+def capped_dpmeans_reference(X, lam, order, max_clusters, *, init="mean", max_iter=100):
+    """Capped DP-means (ALGORITHMS.md 1.5) in plain Python. Returns ``(labels, centres, history)``."""
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    if init == "mean":
+        centres, z = [X.mean(axis=0)], np.zeros(n, dtype=np.int64)
+    else:
+        centres, z = [], np.full(n, -1, dtype=np.int64)
+    history = []
+    for _ in range(max_iter):
+        new = z.copy()
+        for i in order:
+            d = [float(((X[i] - c) ** 2).sum()) for c in centres]
+            if len(centres) < max_clusters and (not d or min(d) > lam):
+                centres.append(X[i].copy())
+                new[i] = len(centres) - 1
+            else:
+                new[i] = int(np.argmin(d))
+        used = [c for c in range(len(centres)) if (new == c).any()]
+        remap = {c: r for r, c in enumerate(used)}
+        new = np.array([remap[c] for c in new], dtype=np.int64)
+        centres = [X[new == c].mean(axis=0) for c in range(len(used))]
+        history.append(collapsed_objective(X, new, lam))
+        changed = not np.array_equal(new, z)
+        z = new
+        if not changed:
+            break
+    return z, np.array(centres), history
