@@ -11,7 +11,7 @@
 Usage::
 
     python examples/demo.py --out demo-output            # the full demo (2,000,000 x 8, K = 16)
-    python examples/demo.py --out /tmp/demo --n 20000    # a quick run
+    python examples/demo.py --out demo-quick --n 20000    # a quick run
 
 Every output under ``--out`` is replaced on each run. The ``if __name__ == "__main__":`` guard is required: the
 cluster's worker processes re-import this file.

@@ -11,7 +11,7 @@ Usage::
 
     python examples/dpmeans_xarray.py                     # 200,000 readings of 6 channels, 5 regimes
     python examples/dpmeans_xarray.py --n 20000           # toy size
-    python examples/dpmeans_xarray.py --lam 40 --out /tmp/regimes.zarr
+    python examples/dpmeans_xarray.py --lam 40 --out regimes.zarr
 
 Without ``--lam``, lam is chosen by the furthest-first heuristic for a target of ``--k`` clusters.
 """

@@ -5,10 +5,10 @@ streamed back to a new Zarr store, and the scores are tree-reduced from the labe
 
 Usage::
 
-    python examples/kmeans_zarr.py --out /tmp/kmeans-example                 # 1,000,000 x 8, K = 16
-    python examples/kmeans_zarr.py --out /tmp/kmeans-example --n 20000       # toy size
-    python examples/kmeans_zarr.py --out /tmp/k --scheduler tcp://host:8786  # on a running Dask cluster
-    python examples/kmeans_zarr.py --out /tmp/k --scheduler local            # on a new local cluster
+    python examples/kmeans_zarr.py --out kmeans-example                 # 1,000,000 x 8, K = 16
+    python examples/kmeans_zarr.py --out kmeans-example --n 20000       # toy size
+    python examples/kmeans_zarr.py --out k-example --scheduler tcp://host:8786  # on a running Dask cluster
+    python examples/kmeans_zarr.py --out k-example --scheduler local            # on a new local cluster
 
 Without ``--scheduler`` dclust computes on Dask's default (threaded) scheduler. The outputs under ``--out``
 (points.zarr, truth.zarr, labels.zarr, model.zarr) are replaced on every run.
