@@ -29,11 +29,9 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy")
 
 _FAST = dict(_JIT, fastmath={"reassoc", "contract", "arcp", "nsz"})  # keeps NaN/inf semantics
 
-#: Above this many multiply-adds per row (D x K), :func:`nearest` gets distances from one GEMM per tile of rows.
-GEMM_THRESHOLD = 1024
-#: From this many features on, the fused :func:`assign_stats` uses BLAS tiles (measured faster from D = 3 on).
+#: From this many features on, :func:`nearest` and :func:`assign_stats` use BLAS tiles of rows (measured faster
+#: from D = 3 on); below, direct differences. The chosen distance is always recomputed exactly.
 GEMM_MIN_FEATURES = 3
-_TILE = 4096
 _GEMM_TILE = 256
 
 
@@ -60,66 +58,10 @@ def _argmin(dist):
     return bk, best
 
 
-@numba.njit(**_FAST)
-def _nearest_direct(X, CT):
-    n, d = X.shape
-    k = CT.shape[1]
-    labels = np.full(n, -1, dtype=np.int32)
-    mind = np.full(n, np.inf)
-    dist = np.empty(k)
-    for i in range(n):
-        _row_distances(X, i, CT, dist)
-        bk, best = _argmin(dist)
-        if bk >= 0:
-            labels[i] = bk
-            mind[i] = best
-        elif k > 0:
-            mind[i] = np.nan
-    return labels, mind
-
-
-@numba.njit(**_JIT)
-def _exact_dist(X, C, labels):
-    """Recompute the squared distance to the chosen centre by direct differences (float64)."""
-    n, d = X.shape
-    out = np.empty(n)
-    for i in range(n):
-        c = labels[i]
-        if c < 0:
-            out[i] = np.nan
-            continue
-        s = 0.0
-        for j in range(d):
-            t = np.float64(X[i, j]) - C[c, j]
-            s += t * t
-        out[i] = s
-    return out
-
-
-def _nearest_gemm(X, C):
-    """Tiles of rows: ``-2 X C^T + ||C||^2`` by GEMM in X's precision, argmin, exact distance recomputed."""
-    n = X.shape[0]
-    Cx = C.astype(X.dtype if X.dtype in (np.float32, np.float64) else np.float64)
-    m2ct = -2.0 * Cx.T
-    cc = (C * C).sum(axis=1).astype(Cx.dtype)
-    labels = np.empty(n, dtype=np.int32)
-    for s in range(0, n, _TILE):
-        xt = X[s : s + _TILE]
-        d = xt @ m2ct
-        d += cc
-        labels[s : s + _TILE] = np.argmin(d, axis=1)
-        bad = ~np.isfinite(d).all(axis=1)
-        if bad.any():
-            labels[s : s + _TILE][bad] = -1
-    return labels, _exact_dist(X, C, labels)
-
-
 def _nearest(X, C):
     if C.shape[0] == 0:
         return np.full(X.shape[0], -1, np.int32), np.full(X.shape[0], np.inf)
-    if X.shape[1] * C.shape[0] > GEMM_THRESHOLD:
-        return _nearest_gemm(X, C)
-    return _nearest_direct(X, np.ascontiguousarray(C.T))
+    return _fused(X, C, np.ones(X.shape[0]), 0)[:2]  # the assignment path of assign_stats, so labels agree
 
 
 def nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -127,7 +69,7 @@ def nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Returns ``labels`` (int32, -1 for a non-finite row) and ``dist`` (float64, NaN for a non-finite row).
     """
-    return _nearest(np.ascontiguousarray(X), np.ascontiguousarray(C, dtype=np.float64))
+    return _nearest(_float_block(X), np.ascontiguousarray(C, dtype=np.float64))
 
 
 def nearest_numpy(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -299,6 +241,16 @@ def _float_block(X) -> np.ndarray:
     return np.ascontiguousarray(X)
 
 
+def _fused(X, C, w, offset):
+    """Run :func:`_assign_accumulate` on a float block with >= 1 centre: BLAS tiles from GEMM_MIN_FEATURES on."""
+    use_gemm = X.shape[1] >= GEMM_MIN_FEATURES
+    m2ct = np.ascontiguousarray(-2.0 * C.T, dtype=X.dtype)
+    cc = (C * C).sum(axis=1)
+    tile = _GEMM_TILE if use_gemm else max(X.shape[0], 1)
+    with _one_blas_thread() if use_gemm else contextlib.nullcontext():
+        return _assign_accumulate(X, C, np.ascontiguousarray(C.T), m2ct, cc, w, np.uint64(offset), use_gemm, tile)
+
+
 def assign_stats(X, C, sample_weight=None, *, offset: int = 0, block_index: int = 0):
     """Assign every row of one block to its nearest centre and fold it into :class:`ClusterStats`.
 
@@ -312,13 +264,7 @@ def assign_stats(X, C, sample_weight=None, *, offset: int = 0, block_index: int 
         labels, mind = _nearest(X, C)
         return stats_from_assignment(X, labels, mind, sample_weight, 0, offset, block_index), labels, mind
     w = _weights(n, sample_weight)
-    use_gemm = X.shape[1] >= GEMM_MIN_FEATURES
-    m2ct = np.ascontiguousarray(-2.0 * C.T, dtype=X.dtype)
-    cc = (C * C).sum(axis=1)
-    with _one_blas_thread() if use_gemm else contextlib.nullcontext():
-        labels, mind, weight, mean, fp, cost, n_bad = _assign_accumulate(
-            X, C, np.ascontiguousarray(C.T), m2ct, cc, w, np.uint64(offset), use_gemm, _GEMM_TILE if use_gemm else n or 1
-        )
+    labels, mind, weight, mean, fp, cost, n_bad = _fused(X, C, w, offset)
     return _finish(X, labels, w, weight, mean, fp, cost, n_bad, block_index), labels, mind
 
 

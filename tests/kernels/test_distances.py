@@ -47,7 +47,7 @@ def test_gemm_path_recomputes_exact_distances(monkeypatch):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 5)) + 1e4  # large offset: the GEMM form alone would lose digits
     C = X[:7] + 0.01
-    monkeypatch.setattr(distances, "GEMM_THRESHOLD", 0)
+    monkeypatch.setattr(distances, "GEMM_MIN_FEATURES", 1)
     lab, dist = nearest(X, C)
     lab2, dist2 = nearest_numpy(X, C)
     np.testing.assert_array_equal(lab[:7], np.arange(7))
