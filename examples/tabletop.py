@@ -5,8 +5,10 @@ Synthetic stand-in for the tabletop images of Griffiths & Ghahramani (ALGORITHMS
 plus N(0, noise^2) pixel noise (``dclust.datasets.make_tabletop``). Each method learns a binary feature allocation
 Z and features A; the table printed compares
 
-- seconds per run (BP-means and K-features: mean over ``--restarts`` greedy-initialised runs, the lowest objective
-  kept, as [MB] does; Gibbs: one chain of ``--sweeps`` sweeps),
+- seconds per run (BP-means: one fit whose ``n_init = --restarts`` restarts of serial BP-means run on all the
+  images (they fit in the serial-prefix sample), each followed by the deletion of redundant features, the lowest
+  objective kept, as [MB] does; the fit time divided by the restarts. K-features: mean over ``--restarts``
+  greedy-initialised runs, the lowest objective kept; Gibbs: one chain of ``--sweeps`` sweeps),
 - K, the number of features learned (the truth is 1 base + 4 objects = 5),
 - objects recovered: generating features matched by a learned feature within 0.1 RMS, counting a learned
   ``-object`` whose bits are the complement (the recoding [MB] 5.1 describes: the object inside the base feature),
@@ -18,7 +20,7 @@ features) on the real 100 images.
     python examples/tabletop.py                       # 100 images, 100 restarts, 1000 sweeps
     python examples/tabletop.py --n 400 --noise 0.2 --restarts 20 --sweeps 300
 
-BP-means is ``dclust.cluster.BPMeans`` (greedy initialisation), stepwise K-features is
+BP-means is ``dclust.cluster.BPMeans`` (``init="sample"``), stepwise K-features is
 ``dclust.cluster.StepwiseKFeatures`` (ALGORITHMS.md 2.5), the Gibbs sampler is ``IBPGibbs`` with
 ``sigma_x = --noise``, ``sigma_a = 1``, ``alpha = 1`` and a continuation burn-in (``--anneal``).
 """
@@ -102,8 +104,10 @@ def main(argv=None) -> dict:
         rms = float(np.sqrt(((np.asarray(Z, dtype=np.float64) @ A - clean) ** 2).mean()))
         rows[name] = dict(seconds=seconds, K=int(A.shape[0]), recovered=found, bit_accuracy=acc, rms=rms, note=note)
 
-    bp, sec = best_of(lambda s: BPMeans(lam=args.lam, random_state=s), data.X, args.restarts, args.seed)
-    report("BP-means", sec, bp.allocation_, bp.features_, f"best of {args.restarts}")
+    t0 = time.perf_counter()
+    bp = BPMeans(lam=args.lam, n_init=args.restarts, prefix_size=max(1000, args.n), random_state=args.seed).fit(data.X)
+    report("BP-means", (time.perf_counter() - t0) / args.restarts, bp.allocation_, bp.features_,
+           f"best of {args.restarts}")
 
     kf, sec = best_of(lambda s: StepwiseKFeatures(lam=args.lam, random_state=s), data.X, args.restarts, args.seed)
     report("stepwise K-features", sec, kf.allocation_, kf.features_, f"best of {args.restarts}")

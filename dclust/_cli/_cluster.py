@@ -7,6 +7,14 @@ inside it computes there.
 
 A script that uses this with the default (process-based) local cluster must keep its top level under
 ``if __name__ == "__main__":`` -- the worker processes re-import the main module.
+
+TLS: ``tls_ca``/``tls_cert``/``tls_key`` (CLI ``--tls-ca/--tls-cert/--tls-key``, environment ``DCLUST_TLS_CA``/
+``DCLUST_TLS_CERT``/``DCLUST_TLS_KEY``) connect to a ``tls://`` scheduler through
+``distributed.security.Security(..., require_encryption=True)``: the CA that signed the scheduler's certificate,
+and the client certificate and key the scheduler checks (mutual TLS, as ``dask scheduler --tls-ca-file ...
+--tls-cert ... --tls-key ...`` requires). The CLI options are defined once here (:data:`TlsCaOpt`, ...) and
+every command that takes ``--scheduler`` declares them; their values travel in the click context
+(:func:`tls_from_context`), so command bodies stay unchanged.
 """
 
 from __future__ import annotations
@@ -15,13 +23,102 @@ import contextlib
 import logging
 import os
 import socket
-from typing import Callable, Iterator
+from typing import Annotated, Any, Callable, Iterator, Optional
 
-__all__ = ["dask_client", "SCHEDULER_ENV", "DEFAULT_DASHBOARD_PORT"]
+import typer
+
+from dclust.errors import InvalidParameterError, message
+
+__all__ = ["dask_client", "SCHEDULER_ENV", "TLS_ENV", "DEFAULT_DASHBOARD_PORT", "TlsCaOpt", "TlsCertOpt",
+           "TlsKeyOpt", "tls_from_context", "security"]
 
 #: Environment variable naming a running scheduler (``tcp://host:8786``), used when no address is passed.
 SCHEDULER_ENV = "DCLUST_SCHEDULER"
+#: Environment variables for the TLS files, used when no path is passed.
+TLS_ENV = {"tls_ca": "DCLUST_TLS_CA", "tls_cert": "DCLUST_TLS_CERT", "tls_key": "DCLUST_TLS_KEY"}
 DEFAULT_DASHBOARD_PORT = 8787
+_TLS_META = "dclust_tls"
+
+
+def _remember_tls(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
+    ctx.meta.setdefault(_TLS_META, {})[param.name] = value or None
+    return value
+
+
+def _tls_option(name: str, what: str) -> Any:
+    return typer.Option(
+        f"--{name.replace('_', '-')}", envvar=TLS_ENV[name], metavar="FILE.pem", callback=_remember_tls,
+        help=f"TLS to the scheduler (tls://host:port): {what} (PEM).",
+    )
+
+
+TlsCaOpt = Annotated[Optional[str], _tls_option("tls_ca", "the CA certificate that signed the scheduler's")]
+TlsCertOpt = Annotated[Optional[str], _tls_option("tls_cert", "this client's certificate")]
+TlsKeyOpt = Annotated[Optional[str], _tls_option("tls_key", "this client's private key")]
+
+
+def tls_from_context(ctx: Any = None) -> dict[str, Optional[str]]:
+    """The ``--tls-*`` values of the running command (``{}`` outside a command)."""
+    if ctx is None:
+        from . import main
+
+        ctx = main._current_context()
+    while ctx is not None:
+        if _TLS_META in ctx.meta:
+            return dict(ctx.meta[_TLS_META])
+        ctx = ctx.parent
+    return {}
+
+
+def security(
+    address: str | None, tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None
+) -> Any:
+    """A ``distributed.security.Security`` requiring encryption, or None when no TLS file is named anywhere.
+
+    Missing arguments fall back to ``$DCLUST_TLS_CA``/``$DCLUST_TLS_CERT``/``$DCLUST_TLS_KEY``.
+
+    Raises
+    ------
+    InvalidParameterError
+        Some but not all three files are named, a file does not exist, no scheduler address is given, the
+        address is not ``tls://``, or a ``tls://`` address comes without TLS files.
+    """
+    given = {"tls_ca": tls_ca, "tls_cert": tls_cert, "tls_key": tls_key}
+    files = {k: (v or os.environ.get(TLS_ENV[k], "").strip() or None) for k, v in given.items()}
+    options = ", ".join(f"--{k.replace('_', '-')}" for k in files)
+    if not any(files.values()):
+        if address is not None and address.startswith("tls://"):
+            raise InvalidParameterError(
+                message("--scheduler", f"{options} (or {', '.join(TLS_ENV.values())}) for a tls:// scheduler",
+                        f"{address!r} without TLS files", "Pass the CA certificate, client certificate and key.")
+            )
+        return None
+    missing = [f"--{k.replace('_', '-')}" for k, v in files.items() if not v]
+    if missing:
+        raise InvalidParameterError(
+            message("TLS", f"all of {options} (or {', '.join(TLS_ENV.values())})", f"no {', '.join(missing)}",
+                    "Pass the CA certificate, the client certificate and the client key together.")
+        )
+    for k, v in files.items():
+        if not os.path.isfile(v):
+            raise InvalidParameterError(
+                message(f"--{k.replace('_', '-')}", "an existing PEM file", repr(v), "Check the path.")
+            )
+    if address is None:
+        raise InvalidParameterError(
+            message("TLS options", f"a running scheduler (--scheduler tls://host:port or ${SCHEDULER_ENV})",
+                    "no scheduler address (the local cluster needs no TLS)",
+                    f"Pass --scheduler, or drop {options}.")
+        )
+    if not address.startswith("tls://"):
+        raise InvalidParameterError(
+            message("--scheduler with TLS", "a tls:// address", repr(address),
+                    f"Use tls://{address.split('://', 1)[-1]} (the scheduler must be started with --tls-* too).")
+        )
+    from distributed.security import Security
+
+    return Security(tls_ca_file=files["tls_ca"], tls_client_cert=files["tls_cert"], tls_client_key=files["tls_key"],
+                    require_encryption=True)
 
 
 def _port_free(port: int) -> bool:
@@ -48,6 +145,9 @@ def dask_client(
     processes: bool = True,
     timeout: float = 10.0,
     announce: Callable[[str], None] | None = None,
+    tls_ca: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
 ) -> Iterator["distributed.Client"]:  # noqa: F821
     """Yield a :class:`distributed.Client` that is Dask's default scheduler for the ``with`` block.
 
@@ -67,19 +167,25 @@ def dask_client(
         Seconds to wait for a running scheduler to answer.
     announce : callable, optional
         Called once with a one-line description including the dashboard link (the CLI prints it on stderr).
+    tls_ca, tls_cert, tls_key : str, optional
+        PEM files for TLS to a ``tls://`` scheduler: the CA certificate, this client's certificate and key.
+        Default: ``$DCLUST_TLS_CA``, ``$DCLUST_TLS_CERT``, ``$DCLUST_TLS_KEY``. All three or none.
 
     Raises
     ------
     OSError
-        The named scheduler cannot be reached within ``timeout`` seconds.
+        The named scheduler cannot be reached within ``timeout`` seconds (or refuses the TLS handshake).
+    InvalidParameterError
+        Incomplete or misplaced TLS options (see :func:`security`).
     """
     from distributed import Client, LocalCluster
 
     address = resolve_scheduler(scheduler)
+    sec = security(address, tls_ca, tls_cert, tls_key)
     cluster = None
     if address is not None:
         try:
-            client = Client(address, timeout=timeout, set_as_default=True)
+            client = Client(address, timeout=timeout, set_as_default=True, security=sec)
         except (OSError, TimeoutError) as exc:
             raise OSError(
                 f"cannot reach the Dask scheduler at {address!r} within {timeout:g}s ({exc}). Start one with "

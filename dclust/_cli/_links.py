@@ -29,6 +29,7 @@ import dclust
 from dclust.errors import InvalidDataError, message
 
 from ._display import learned_attributes
+from ._cluster import TlsCaOpt, TlsCertOpt, TlsKeyOpt
 from .main import (
     ComponentOpt,
     DebugOpt,
@@ -259,6 +260,7 @@ def fit_gmpr(
     component: ComponentOpt = None,
     overwrite: OverwriteOpt = False,
     scheduler: SchedulerOpt = None,
+    tls_ca: TlsCaOpt = None, tls_cert: TlsCertOpt = None, tls_key: TlsKeyOpt = None,
     memory_limit: MemoryLimitOpt = "auto",
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,

@@ -25,6 +25,7 @@ import dclust
 
 from . import _links  # the links CSV reader (a module import: _links imports main, which imports this module)
 from ._display import learned_attributes
+from ._cluster import TlsCaOpt, TlsCertOpt, TlsKeyOpt
 from .main import (
     ComponentOpt,
     DebugOpt,
@@ -80,6 +81,7 @@ def fit_bpmeans(
     component: ComponentOpt = None,
     overwrite: OverwriteOpt = False,
     scheduler: SchedulerOpt = None,
+    tls_ca: TlsCaOpt = None, tls_cert: TlsCertOpt = None, tls_key: TlsKeyOpt = None,
     memory_limit: MemoryLimitOpt = "auto",
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -163,6 +165,7 @@ def fit_rdpmeans(
     component: ComponentOpt = None,
     overwrite: OverwriteOpt = False,
     scheduler: SchedulerOpt = None,
+    tls_ca: TlsCaOpt = None, tls_cert: TlsCertOpt = None, tls_key: TlsKeyOpt = None,
     memory_limit: MemoryLimitOpt = "auto",
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,

@@ -11,7 +11,8 @@ Commands::
 (``DynamicMeans.partial_fit``, one batch in memory at a time). The persistent ids of every batch are written
 as soon as the batch is done, into a hidden ``.{OUT}.partial`` store next to ``OUT.zarr`` that is renamed to
 ``OUT.zarr`` once the last batch is written. ``--checkpoint PATH`` saves the model (atomically) after every
-batch; when ``PATH`` exists at start the run resumes after the batches it holds (the partial label store of the
+batch, once its labels are written (the format of ``DynamicMeans(checkpoint=...)``, also a model ``dclust.load``
+reads); when ``PATH`` exists at start the run resumes after the batches it holds (the partial label store of the
 interrupted run is kept for that), and the result equals an uninterrupted run.
 
 ``stream anytime-dpmeans``: ``AnytimeDPMeans.iter_fit`` (random disjoint batches, a usable model after each),
@@ -34,8 +35,10 @@ import zarr
 
 import dclust
 from dclust.errors import StorageError
+from dclust.stream._checkpoint import save_state
 
 from ._display import learned_attributes
+from ._cluster import TlsCaOpt, TlsCertOpt, TlsKeyOpt
 from .main import (
     ComponentOpt,
     DebugOpt,
@@ -88,18 +91,15 @@ MaxIterOpt = Annotated[
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _load_checkpoint(path: str, fresh: Any) -> Any:
-    """The model saved at ``path``, which must be the estimator of ``fresh`` with the same parameters."""
-    model = dclust.load(path)
-    name = type(fresh).__name__
-    if type(model) is not type(fresh):
-        raise StorageError(f"--checkpoint {path!r} holds a {type(model).__name__}, not a {name}; "
-                           "pass another --checkpoint path (or remove it to start afresh).")
-    ours, theirs = fresh.get_params(), model.get_params()
-    diff = [f"{k}={theirs.get(k)!r} (now {v!r})" for k, v in ours.items() if theirs.get(k) != v]
-    if diff:
-        raise StorageError(f"--checkpoint {path!r} was written with other parameters: {', '.join(diff)}; pass the "
-                           "same parameters to resume, or another --checkpoint path to start afresh.")
+def _load_checkpoint(path: str, model: Any, fingerprint: dict | None = None) -> Any:
+    """``model`` with the state of the checkpoint at ``path`` (validated by the estimator's checkpoint code: same
+    estimator, parameters and data), the error naming the option."""
+    from dclust.stream._checkpoint import resume_state
+
+    try:
+        resume_state(model, fingerprint, path=path)
+    except StorageError as exc:
+        raise type(exc)(f"--checkpoint {path!r}: {exc}") from None
     return model
 
 
@@ -191,6 +191,7 @@ def stream_dmeans(
     component: ComponentOpt = None,
     overwrite: OverwriteOpt = False,
     scheduler: SchedulerOpt = None,
+    tls_ca: TlsCaOpt = None, tls_cert: TlsCertOpt = None, tls_key: TlsKeyOpt = None,
     memory_limit: MemoryLimitOpt = "auto",
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -265,8 +266,8 @@ def _stream_dmeans(s: _Session, model: Any, X: Any, done: int, batch_rows: int, 
                 for b in range(done, n_batches):
                     model.partial_fit(X.blocks[b])
                     z[offsets[b]:offsets[b + 1]] = np.asarray(model.labels_)
-                    if checkpoint is not None:
-                        dclust.save(model, checkpoint, overwrite=True)
+                    if checkpoint is not None:  # after the batch's labels: a resume never skips unwritten ones
+                        save_state(model, path=checkpoint)
                 seconds = time.perf_counter() - t
             with display.step(f"renaming the labels into place at {local}"):
                 _commit(partial, local, overwrite)
@@ -306,6 +307,7 @@ def stream_anytime_dpmeans(
     component: ComponentOpt = None,
     overwrite: OverwriteOpt = False,
     scheduler: SchedulerOpt = None,
+    tls_ca: TlsCaOpt = None, tls_cert: TlsCertOpt = None, tls_key: TlsKeyOpt = None,
     memory_limit: MemoryLimitOpt = "auto",
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -318,7 +320,7 @@ def stream_anytime_dpmeans(
         params: dict[str, Any] = {"lam": lam, "batch_rows": batch_rows, "random_state": seed}
         if max_iter is not None:
             params["max_iter"] = max_iter
-        fresh = dclust.AnytimeDPMeans(**params)
+        fresh = dclust.AnytimeDPMeans(**params, checkpoint=checkpoint)  # saved after every batch by iter_fit
         resume = checkpoint is not None and os.path.lexists(checkpoint)
         outputs = {"--labels": labels, "--model": model_path}
         if checkpoint is not None and not resume:
@@ -327,7 +329,12 @@ def stream_anytime_dpmeans(
         X = dclust.open_array(input_path, component=component)
         n, d = X.shape[0], (X.shape[1] if X.ndim > 1 else 1)
         n_batches = -(-n // batch_rows)
-        model = _load_checkpoint(checkpoint, fresh) if resume else fresh
+        if resume:
+            from dclust.stream._checkpoint import fingerprint_of
+
+            model = _load_checkpoint(checkpoint, fresh, fingerprint_of(fresh, fresh._batches(X)[0]))
+        else:
+            model = fresh
         done = int(getattr(model, "n_batches_", 0))
         stopped = "end of data" if max_batches is None or done < max_batches else "max_batches"
         with s.live(scheduler, memory_limit) as display:
@@ -337,8 +344,6 @@ def stream_anytime_dpmeans(
             with display.stream(f"AnytimeDPMeans on {n:,} x {d}", n_batches, done_batches=done,
                                 done_points=int(getattr(model, "n_seen_", 0))):
                 for m in (model.iter_fit(X, resume=resume) if max_batches is None or done < max_batches else ()):
-                    if checkpoint is not None:
-                        dclust.save(m, checkpoint, overwrite=True)
                     if max_batches is not None and m.n_batches_ >= max_batches:
                         stopped = "max_batches"
                         break

@@ -4,7 +4,9 @@ Commands::
 
     dclust generate blobs OUT.zarr --n N [--d D] [--k K] [--chunk-rows R] [--seed S] [--truth TRUTH.zarr]
     dclust fit kmeans  IN.zarr --k K          --labels OUT.zarr --model MODEL.zarr [--seed S] [--max-iter M]
+                                                 [--checkpoint CK]
     dclust fit dpmeans IN.zarr (--k K | --lam L) --labels OUT.zarr --model MODEL.zarr [--seed S] [--max-iter M]
+                                                 [--checkpoint CK]
     dclust predict MODEL.zarr IN.zarr --labels OUT.zarr
     dclust info MODEL.zarr
     dclust fit bpmeans / rdpmeans ...         (dclust._cli._more)
@@ -15,6 +17,10 @@ Every command that computes runs on a Dask cluster: a ``distributed.LocalCluster
 per core, ``--memory-limit`` each) unless ``--scheduler ADDRESS`` or ``$DCLUST_SCHEDULER`` names a running one
 (see :mod:`dclust._cli._cluster`). Progress and the dashboard link go to stderr; results go to stdout (a table, or
 one JSON object with ``--json``).
+
+``--checkpoint CK`` (fit kmeans, fit dpmeans) saves the fit's state in the directory CK after every iteration
+(atomically); rerunning the same command after a crash resumes from it and ends with the identical model. The
+labels and the model are written after the fit, each under a temporary name renamed into place when complete.
 
 Exit codes: 0 success; 2 usage error (bad or conflicting options, including dclust's InvalidParameterError);
 1 data or runtime error (missing input, existing output without ``--overwrite``, invalid data, ...), reported as
@@ -41,7 +47,7 @@ from rich.console import Console
 import dclust
 from dclust.errors import InvalidParameterError, StorageError
 
-from ._cluster import SCHEDULER_ENV, dask_client
+from ._cluster import SCHEDULER_ENV, TlsCaOpt, TlsCertOpt, TlsKeyOpt, dask_client, tls_from_context
 from ._display import Display, key_value_table, learned_attributes, to_jsonable
 
 __all__ = ["app"]
@@ -118,6 +124,11 @@ ComponentOpt = Annotated[
     typer.Option("--component", metavar="NAME", help="Array inside the input Zarr group (e.g. 'X')."),
 ]
 LabelsOpt = Annotated[str, typer.Option("--labels", metavar="OUT.zarr", help="Where to write the labels (Zarr).")]
+FitCheckpointOpt = Annotated[
+    Optional[str],
+    typer.Option("--checkpoint", metavar="PATH",
+                 help="Save the fit's state here after every iteration; if PATH exists, resume from it."),
+]
 
 
 def _version_callback(value: bool) -> None:
@@ -168,6 +179,7 @@ class _Session:
                 scheduler,
                 memory_limit=_memory_limit(memory_limit),
                 announce=None if self.quiet else self.display.message,
+                **tls_from_context(),
             ) as client:
                 self.scheduler_address = client.scheduler.address
                 self.client = client
@@ -283,6 +295,7 @@ def generate_blobs(
     codec: Annotated[Codec, typer.Option("--codec", help="Compression of the points store.")] = Codec.auto,
     overwrite: OverwriteOpt = False,
     scheduler: SchedulerOpt = None,
+    tls_ca: TlsCaOpt = None, tls_cert: TlsCertOpt = None, tls_key: TlsKeyOpt = None,
     memory_limit: MemoryLimitOpt = "auto",
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -333,13 +346,19 @@ def _positive(value: float | None) -> float | None:
 
 def _fit(
     s: _Session, estimator: Any, input_path: str, component: str | None, labels: str, model: str,
-    overwrite: bool, scheduler: str | None, memory_limit: str,
+    overwrite: bool, scheduler: str | None, memory_limit: str, checkpoint: str | None = None,
 ) -> None:
     name = type(estimator).__name__
-    _check_outputs({"--labels": labels, "--model": model}, overwrite, inputs=(input_path,))
+    resume = checkpoint is not None and os.path.lexists(checkpoint)
+    outputs = {"--labels": labels, "--model": model}
+    if checkpoint is not None and not resume:
+        outputs["--checkpoint"] = checkpoint
+    _check_outputs(outputs, overwrite, inputs=(input_path,) + ((checkpoint,) if resume else ()))
     X = dclust.open_array(input_path, component=component)
     n, d = X.shape[0], (X.shape[1] if X.ndim > 1 else 1)
     with s.live(scheduler, memory_limit) as display:
+        if resume:
+            display.message(f"resuming from the checkpoint {checkpoint}")
         t = time.perf_counter()
         with display.fit(f"{name} on {n:,} x {d}", client=s.client, n_chunks=X.numblocks[0]):
             estimator.fit(X)
@@ -357,6 +376,7 @@ def _fit(
         "command": f"fit {name.lower()}", "estimator": name, "input": os.path.abspath(input_path),
         "component": component, "n_samples": n, "n_features": d, "labels": os.path.abspath(labels),
         "model": os.path.abspath(model), "params": estimator.get_params(), "n_clusters": n_clusters,
+        "checkpoint": os.path.abspath(checkpoint) if checkpoint else None, "resumed": resume,
         "learned": scalars, "objective_history": history,
         "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
     }
@@ -365,6 +385,8 @@ def _fit(
     iters = max(1, int(scalars.get("n_iter_", 1)))
     rows.update({"fit seconds": round(fit_seconds, 2), "seconds / iteration": round(fit_seconds / iters, 3),
                  "labels": labels, "model": model})
+    if checkpoint:
+        rows["checkpoint"] = f"{checkpoint} ({'resumed' if resume else 'new'})"
     s.report(result, f"fit {name}", rows)
 
 
@@ -376,9 +398,11 @@ def fit_kmeans(
     model: ModelOpt,
     seed: SeedOpt = None,
     max_iter: MaxIterOpt = None,
+    checkpoint: FitCheckpointOpt = None,
     component: ComponentOpt = None,
     overwrite: OverwriteOpt = False,
     scheduler: SchedulerOpt = None,
+    tls_ca: TlsCaOpt = None, tls_cert: TlsCertOpt = None, tls_key: TlsKeyOpt = None,
     memory_limit: MemoryLimitOpt = "auto",
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -386,10 +410,11 @@ def fit_kmeans(
 ) -> None:
     """k-means (k-means|| seeding, Lloyd iterations) with K clusters."""
     with _command(json_out, quiet, debug) as s:
-        params: dict[str, Any] = {"n_clusters": k, "random_state": seed}
+        params: dict[str, Any] = {"n_clusters": k, "random_state": seed, "checkpoint": checkpoint}
         if max_iter is not None:
             params["max_iter"] = max_iter
-        _fit(s, dclust.KMeans(**params), input_path, component, labels, model, overwrite, scheduler, memory_limit)
+        _fit(s, dclust.KMeans(**params), input_path, component, labels, model, overwrite, scheduler, memory_limit,
+             checkpoint)
 
 
 @fit_app.command("dpmeans")
@@ -406,9 +431,11 @@ def fit_dpmeans(
     model: ModelOpt = ...,
     seed: SeedOpt = None,
     max_iter: MaxIterOpt = None,
+    checkpoint: FitCheckpointOpt = None,
     component: ComponentOpt = None,
     overwrite: OverwriteOpt = False,
     scheduler: SchedulerOpt = None,
+    tls_ca: TlsCaOpt = None, tls_cert: TlsCertOpt = None, tls_key: TlsKeyOpt = None,
     memory_limit: MemoryLimitOpt = "auto",
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -418,10 +445,11 @@ def fit_dpmeans(
     if (k is None) == (lam is None):
         raise _usage("give exactly one of --k (target number of clusters) and --lam (penalty per cluster).")
     with _command(json_out, quiet, debug) as s:
-        params: dict[str, Any] = {"lam": lam, "n_clusters": k, "random_state": seed}
+        params: dict[str, Any] = {"lam": lam, "n_clusters": k, "random_state": seed, "checkpoint": checkpoint}
         if max_iter is not None:
             params["max_iter"] = max_iter
-        _fit(s, dclust.DPMeans(**params), input_path, component, labels, model, overwrite, scheduler, memory_limit)
+        _fit(s, dclust.DPMeans(**params), input_path, component, labels, model, overwrite, scheduler, memory_limit,
+             checkpoint)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -437,6 +465,7 @@ def predict(
     component: ComponentOpt = None,
     overwrite: OverwriteOpt = False,
     scheduler: SchedulerOpt = None,
+    tls_ca: TlsCaOpt = None, tls_cert: TlsCertOpt = None, tls_key: TlsKeyOpt = None,
     memory_limit: MemoryLimitOpt = "auto",
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -505,3 +534,5 @@ app.add_typer(stream_app, name="stream")
 
 if __name__ == "__main__":  # pragma: no cover
     app()
+from ._video import video_app; app.add_typer(video_app, name="video")  # noqa: E402,E702
+from ._pointcloud import pointcloud_app; app.add_typer(pointcloud_app, name="pointcloud")  # noqa: E402,E702

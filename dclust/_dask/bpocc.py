@@ -74,7 +74,7 @@ def _merge_patches(into: dict, new: dict) -> None:
 
 
 def bp_occ_pass(X: da.Array, Z: da.Array, A: np.ndarray, lam: float, *, seed: int, starts: np.ndarray,
-                patches: dict, max_proposals: int, max_features: int, split_every=None):
+                patches: dict, max_proposals: int, max_features: int, capped: bool = False, split_every=None):
     """One BP-means step 1 with OCC over the rows not yet processed (``starts`` per block).
 
     Parameters
@@ -85,6 +85,9 @@ def bp_occ_pass(X: da.Array, Z: da.Array, A: np.ndarray, lam: float, *, seed: in
     A : (K0, D) features at the start (including any opened by a serial prefix).
     patches : dict
         Pending driver decisions per block (e.g. the serial prefix's rows).
+    capped : bool
+        Capped BP-means ([MB] eq. 15): at ``max_features`` features, rows stop opening features (and blocks stop
+        proposing) instead of raising :class:`FeatureOverflow`.
 
     Returns
     -------
@@ -112,7 +115,8 @@ def bp_occ_pass(X: da.Array, Z: da.Array, A: np.ndarray, lam: float, *, seed: in
         Zt = da.concatenate([widen(zb[b], K) for b in todo]) if todo.size > 1 else widen(zb[todo[0]], K)
         kw_patches = {int(b): pending.pop(int(b)) for b in todo if int(b) in pending}
         parts = map_with_bits(
-            _epoch_partial, X, Zt, blocks=todo, seed=seed, starts=starts, features=A, lam=float(lam),
+            _epoch_partial, X, Zt, blocks=todo, seed=seed, starts=starts, features=A,
+            lam=np.inf if capped and K >= max_features else float(lam),
             max_proposals=int(max_proposals), patches=kw_patches,
         ).persist()
         gram, props = dask.compute(
@@ -133,7 +137,8 @@ def bp_occ_pass(X: da.Array, Z: da.Array, A: np.ndarray, lam: float, *, seed: in
         new = np.empty((0, d))
         if index.size:
             Zv, new, q, flips, overflow = serial_sweep(
-                rows, zbits, A, lam, R=resid, k_from=np.full(index.size, K), max_new=max(0, max_features - K)
+                rows, zbits, A, lam, R=resid, k_from=np.full(index.size, K), max_new=max(0, max_features - K),
+                saturate=capped,
             )
             if overflow >= 0:
                 raise FeatureOverflow(max_features + 1, float((resid * resid).sum(axis=1).max()), "OCC validation")

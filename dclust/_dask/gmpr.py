@@ -100,11 +100,10 @@ def _linked_mask(plan: LinkPlan) -> da.Array:
 
 def _block_kernel(Xb, mask, *, offset, block_index, params):
     linked = np.flatnonzero(mask) if mask is not None else np.zeros(0, np.intp)
-    X = np.asarray(Xb, dtype=np.float64)
-    partial = unlinked_partial(X, params, linked, block_index=block_index)
-    if linked.size and partial.bad_block < 0 and not np.isfinite(X[linked]).all():
+    partial = unlinked_partial(Xb, params, linked, block_index=block_index)  # reads float32 as it is
+    rows = np.asarray(Xb[linked], dtype=np.float64)
+    if linked.size and partial.bad_block < 0 and not np.isfinite(rows).all():
         partial.bad_block = block_index
-    rows = X[linked]
     sub = sub_log_density(rows, params) if linked.size and np.isfinite(rows).all() else None
     return _BlockOut(partial, rows, sub)
 

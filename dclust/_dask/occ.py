@@ -18,7 +18,7 @@ from ..kernels.stats import ClusterStats
 from .blocks import block_offsets, map_partials
 from .reduce import tree_reduce
 
-__all__ = ["EpochRecord", "PassRecord", "gather_prefix", "occ_pass", "prefix_counts"]
+__all__ = ["EpochRecord", "PassRecord", "gather_prefix", "occ_pass", "prefix_counts", "records_state", "records_from"]
 
 
 @dataclass
@@ -137,3 +137,47 @@ def occ_pass(X, w, centres, lam, *, seed, starts, max_proposals, split_every=Non
     if not total:  # the serial prefix already covered every row
         return ClusterStats.identity(C.shape[0], X.shape[1]), C, epochs
     return ClusterStats.merge_all(total), C, epochs
+
+
+def records_state(records: list[PassRecord]) -> dict:
+    """The pass records as a few flat int64 arrays (for checkpoints; :func:`records_from` inverts it)."""
+    epochs = [(p, ep) for p, rec in enumerate(records) for ep in rec.epochs]
+    cat = lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)  # noqa: E731
+    return {
+        "n_passes": len(records),
+        "prefixes": cat([r.prefix for r in records]),
+        "prefix_sizes": np.array([r.prefix.size for r in records], dtype=np.int64),
+        "epoch_pass": np.array([p for p, _ in epochs], dtype=np.int64),
+        "epoch_blocks": np.array([ep.blocks.size for _, ep in epochs], dtype=np.int64),
+        "epoch_proposals": np.array([ep.proposals.size for _, ep in epochs], dtype=np.int64),
+        "accepted": np.array([ep.accepted for _, ep in epochs], dtype=np.int64),
+        "blocks": cat([ep.blocks for _, ep in epochs]),
+        "starts": cat([ep.starts for _, ep in epochs]),
+        "stops": cat([ep.stops for _, ep in epochs]),
+        "proposals": cat([ep.proposals for _, ep in epochs]),
+    }
+
+
+def records_from(state: dict) -> list[PassRecord]:
+    """The pass records saved by :func:`records_state` (ValueError if the arrays do not fit together)."""
+    n = int(state["n_passes"])
+    sizes = np.asarray(state["prefix_sizes"], dtype=np.int64)
+    ep_pass, ep_blocks, ep_props = (np.asarray(state[k], dtype=np.int64)
+                                    for k in ("epoch_pass", "epoch_blocks", "epoch_proposals"))
+    accepted = np.asarray(state["accepted"], dtype=np.int64)
+    blocks, starts, stops, props = (np.asarray(state[k], dtype=np.int64)
+                                    for k in ("blocks", "starts", "stops", "proposals"))
+    prefixes = np.asarray(state["prefixes"], dtype=np.int64)
+    if (sizes.size != n or sizes.sum() != prefixes.size or not (ep_pass.size == ep_blocks.size == ep_props.size
+            == accepted.size) or ep_blocks.sum() != blocks.size or blocks.size != starts.size or starts.size
+            != stops.size or ep_props.sum() != props.size or (ep_pass.size and not (0 <= ep_pass).all())
+            or (ep_pass.size and ep_pass.max() >= n)):
+        raise ValueError("pass records whose arrays do not fit together")
+    p_off = np.concatenate([[0], np.cumsum(sizes)])
+    records = [PassRecord(prefixes[p_off[p]:p_off[p + 1]].copy(), []) for p in range(n)]
+    b, q = 0, 0
+    for p, nb, nq, acc in zip(ep_pass, ep_blocks, ep_props, accepted):
+        records[p].epochs.append(EpochRecord(blocks[b:b + nb].copy(), starts[b:b + nb].copy(),
+                                             stops[b:b + nb].copy(), props[q:q + nq].copy(), int(acc)))
+        b, q = b + nb, q + nq
+    return records

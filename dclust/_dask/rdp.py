@@ -212,12 +212,94 @@ def _colour_phase(lparts, layout, c, C, z, *, lam, xi, kind, max_proposals, spli
             order_out.append(layout.nodes[ids])
 
 
+def _fused_block(part, state, pb, *, lam, xi, kind):
+    Xl, index, _ = part[0]
+    C, z = state[0], state[1]
+    return linked_block(Xl, index, sel=pb.sel, indptr=pb.indptr, cols=pb.cols, vals=pb.vals, z_nb=z[pb.nb],
+                        centres=C, lam=lam, xi=xi, kind=kind, start=0, max_proposals=np.iinfo(np.int64).max)
+
+
+def _fused_validate(state, results, blocks, ids, nodes, *, lam, kind):
+    """The end of one colour phase inside the task graph: commit the blocks' labels, validate the proposals
+    serially (in (position, block) order) and return the next state ``(C, z, stats, order)``."""
+    C, z, stats, order = state
+    z = z.copy()
+    stats, order = list(stats), list(order)
+    d = C.shape[1]
+    prop_ids, prop_pos, prop_blk, prop_rows = [], [], [], []
+    for b, res, ib, nb in zip(blocks, results, ids, nodes):
+        ok = res.labels >= 0
+        z[ib[ok]] = res.labels[ok]
+        order.append(nb[ok])
+        stats.append(res.stats)
+        prop_ids.append(ib[res.position])
+        prop_pos.append(res.position)
+        prop_blk.append(np.full(res.position.size, b))
+        prop_rows.append(res.rows)
+    srt = np.lexsort((np.concatenate(prop_blk), np.concatenate(prop_pos)))
+    pid = np.concatenate(prop_ids)[srt]
+    if pid.size:
+        rows = np.concatenate(prop_rows).reshape(-1, d)[srt]
+        nodes_all = np.concatenate([nb[res.position] for res, nb in zip(results, nodes)])[srt]
+        k0 = C.shape[0]
+        labels, dist, new = validate_proposals(rows, lam, kind)
+        C = np.vstack([C, new])
+        z[pid] = k0 + labels
+        stats.append(ClusterStats.from_labels(rows, k0 + labels, C.shape[0], cost=float(dist.sum()),
+                                              index=nodes_all))
+        order.append(nodes_all)
+    return C, z, stats, order
+
+
+def _colour_phases_fused(lparts, layout, C, z, *, lam, xi, kind, total, order_out):
+    """All colour phases of a pass in ONE task graph (one round trip): phase ``c``'s block tasks read the state
+    left by phase ``c - 1``'s validation task, which runs on a worker instead of the driver. Each phase is one
+    OCC epoch (``max_proposals`` applies to phase 0 only): still serial RDP-means on the recorded order.
+
+    The graph is written as task specs with fixed keys (no tokenising or traversal of the O(links) arguments)."""
+    from dask._task_spec import DataNode, List, Task, TaskRef
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    if lparts is None or layout.n_colours == 0:
+        return C, z
+    tag = fresh_name(_fused_block)
+    part_keys = [k for k in lparts.__dask_keys__()]
+    dsk: dict = {}
+    state = DataNode(None, (C, z, [], []))
+    last = None
+    for c in range(layout.n_colours):
+        blocks = [b for b, pb in enumerate(layout.phases[c]) if pb is not None]
+        if not blocks:
+            continue
+        res = []
+        for b in blocks:
+            key = (f"{tag}-block", c, b)
+            dsk[key] = Task(key, _fused_block, TaskRef(part_keys[b]), state, DataNode(None, layout.phases[c][b]),
+                            lam=lam, xi=xi, kind=kind)
+            res.append(TaskRef(key))
+        ids = [layout.phases[c][b].ids for b in blocks]
+        last = (f"{tag}-validate", c)
+        dsk[last] = Task(last, _fused_validate, state, List(*res), DataNode(None, blocks), DataNode(None, ids),
+                         DataNode(None, [layout.nodes[i] for i in ids]), lam=lam, kind=kind)
+        state = TaskRef(last)
+    if last is None:
+        return C, z
+    graph = HighLevelGraph.from_collections(f"{tag}-validate", dsk, dependencies=[lparts])
+    C, z_new, stats, order = Delayed(last, graph, layer=f"{tag}-validate").compute()
+    z[:] = z_new
+    total.extend(stats)
+    order_out.extend(order)
+    return C, z
+
+
 def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, seed, starts, max_proposals, split_every=None,
-             prefix=None) -> PassResult:
+             prefix=None, fused=True) -> PassResult:
     """One RDP-means pass. ``z`` (labels of the linked rows, by node id) is updated in place.
 
     ``prefix`` is ``(index, rows)`` of the serial prefix (first pass; processed first, on the driver, against
-    ``C``). Returns the statistics of every row (labels indexing the returned centres), the centres, and the
+    ``C``). ``fused``: all colour phases in one task graph (:func:`_colour_phases_fused`); otherwise one round
+    trip per colour phase and epoch (at most ``max_proposals`` proposals per block and epoch). Returns the statistics of every row (labels indexing the returned centres), the centres, and the
     pass record.
     """
     total: list[ClusterStats] = []
@@ -234,9 +316,13 @@ def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, seed, starts
     C, epochs = _phase0(X, layout, C, lam=lam, kind=kind, seed=seed, starts=starts, max_proposals=max_proposals,
                         split_every=split_every, total=total, drv_rows=drv_rows, drv_labels=drv_labels)
     linked_order: list[np.ndarray] = []
-    for c in range(layout.n_colours):
-        C = _colour_phase(lparts, layout, c, C, z, lam=lam, xi=xi, kind=kind, max_proposals=max_proposals,
-                          split_every=split_every, total=total, order_out=linked_order)
+    if fused:
+        C, z = _colour_phases_fused(lparts, layout, C, z, lam=lam, xi=xi, kind=kind, total=total,
+                                    order_out=linked_order)
+    else:
+        for c in range(layout.n_colours):
+            C = _colour_phase(lparts, layout, c, C, z, lam=lam, xi=xi, kind=kind, max_proposals=max_proposals,
+                              split_every=split_every, total=total, order_out=linked_order)
     stats = ClusterStats.merge_all(total) if total else ClusterStats.identity(C.shape[0], X.shape[1])
     if stats.n_clusters < C.shape[0]:
         stats = stats.merge(ClusterStats.identity(C.shape[0], X.shape[1]))

@@ -4,6 +4,7 @@ shared centroid-model methods (predict, transform, score) built on the fused ker
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Any
 
 import dask.array as da
@@ -11,12 +12,17 @@ import numpy as np
 
 from .._dask.blocks import block_offsets, map_labels, map_partials
 from .._dask.reduce import tree_reduce
-from .._validation import InputInfo, check_array, validate_params
+from .._dask.loop import NoCheckpoint
+from .._validation import InputInfo, _Kind, check_array, validate_params
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels.distances import assign_stats, nearest
 from ..kernels.stats import ClusterStats
 
-__all__ = ["BaseEstimator", "CentroidMixin", "clone", "raise_if_bad_block"]
+__all__ = ["BaseEstimator", "CentroidMixin", "clone", "raise_if_bad_block", "CHECKPOINT"]
+
+#: Constraint of the ``checkpoint`` parameter: a local directory (str or os.PathLike, or a file:// URL), or None.
+CHECKPOINT = _Kind("None or a path (str or os.PathLike) of a checkpoint directory",
+                   lambda v: v is None or isinstance(v, (str, os.PathLike)))
 
 
 class BaseEstimator:
@@ -60,6 +66,19 @@ class BaseEstimator:
 
     def _validate_params(self) -> None:
         validate_params(self)
+
+    def _checkpointer(self, X=None, sample_weight=None, *, fingerprint: bool = True):
+        """The checkpoint of this fit (``dclust.io._checkpoint``), or a no-op object when ``checkpoint`` is None.
+
+        ``X`` (and ``sample_weight``), dask arrays, are fingerprinted so that a checkpoint of other data is refused.
+        """
+        path = getattr(self, "checkpoint", None)
+        if path is None:
+            return NoCheckpoint()
+        from ..io._checkpoint import Checkpointer, data_fingerprint  # io is above this layer: imported lazily
+
+        fp = data_fingerprint(X, sample_weight) if (fingerprint and X is not None) else None
+        return Checkpointer(path, self, fp)
 
     def _check_fitted(self, attribute: str = "cluster_centers_") -> None:
         if not hasattr(self, attribute):

@@ -9,18 +9,34 @@ import numpy as np
 
 from .._dask.blocks import persist_if_fits
 from .._dask.bpocc import bp_occ_pass, patch_bits
-from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, select_bits
+from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, select_bits, transform_bits
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
 from .._dask.occ import PassRecord, prefix_counts
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array
 from ..errors import ConvergenceWarning
-from ..kernels.bpmeans import collapsed_objective, feature_means, gram_partial, prune_features, serial_sweep
+from ..kernels.bpmeans import (
+    collapsed_objective,
+    feature_means,
+    gram_partial,
+    prune_features,
+    sample_restarts,
+    serial_sweep,
+    sweep_rows,
+)
 from ..kernels.kfeatures import greedy_rows
 from ._base import BaseEstimator, wrap_output
 from ._features import FeatureMixin, first_pass, overflow_error
 
 __all__ = ["BPMeans"]
+
+
+def _swept(rows: np.ndarray, A: np.ndarray) -> np.ndarray:
+    """Bits of in-memory rows swept from zero over ``A`` until stable (what :func:`transform_bits` gives)."""
+    Z = np.zeros((rows.shape[0], A.shape[0]), np.uint8)
+    if A.shape[0]:
+        sweep_rows(rows, Z, A, repeat=True)
+    return Z
 
 
 def _pad_gram(g: Gram, k: int) -> Gram:
@@ -41,14 +57,29 @@ class BPMeans(FeatureMixin, BaseEstimator):
     ----------
     lam : float
         Penalty per feature, in squared-distance units (ALGORITHMS.md section 0; [MB]'s ``lambda^2``).
-    init : {"greedy", "empty"}, default "greedy"
+    init : {"sample", "greedy", "empty"}, default "sample"
+        "sample": ``n_init`` restarts of serial BP-means on the rows of the serial prefix (``prefix_size`` rows,
+        already gathered by the first pass over the data, so this costs no extra pass), each followed by the
+        deletion of redundant features (a feature goes when the rows using it lose less than ``lam`` of squared
+        error without it) and BP-means again; the features of the restart with the lowest objective on the
+        sample start the fit. This avoids the local optima where BP-means keeps "combination" features
+        (``a + b`` next to ``a`` and ``-b``) that its opening rule creates from the first rows it sees. With
+        ``prefix_size=0`` it is "empty".
         "greedy": the K-means++-style initialisation of ALGORITHMS.md 2.6 (a base feature at the mean, then
-        features drawn from residuals while the objective decreases; one pass per feature). "empty": K = 0.
+        features drawn from the residuals of rows whose squared residual exceeds ``lam`` while the objective
+        decreases; one pass per feature). "empty": K = 0.
+    n_init : int, default 10
+        Restarts on the sample for ``init="sample"`` (ignored otherwise).
     max_iter : int, default 100
         Maximum number of passes.
     max_features : int, default 100
         Bound on K. A ``lam`` so small that more features would be opened raises an error suggesting a larger
         ``lam``, instead of growing Z (n_samples x K bytes) until memory runs out.
+    capped : bool, default False
+        Capped BP-means ([MB] eq. 15, ALGORITHMS.md 2.4): never more than ``max_features`` features. Once K
+        reaches it, rows whose residual exceeds ``lam`` keep their swept bits instead of opening a feature (no
+        error); the objective is ``||X - ZA||^2 + lam * min(K, max_features)``, which is the same number since
+        K never exceeds the cap. The OCC result still equals serial capped BP-means on ``serial_order_``.
     random_state : int, Generator or None
         Fixes the processing order and the greedy draws (and so the result, for a fixed chunking).
     prefix_size : int, default 1000
@@ -97,9 +128,11 @@ class BPMeans(FeatureMixin, BaseEstimator):
 
     _parameter_constraints = {
         "lam": [Interval("real", 0, None, "left")],
-        "init": [Options(("greedy", "empty"))],
+        "init": [Options(("sample", "greedy", "empty"))],
+        "n_init": [Interval("int", 1, None)],
         "max_iter": [Interval("int", 1, None)],
         "max_features": [Interval("int", 1, None)],
+        "capped": [Options((True, False))],
         "random_state": [SEED],
         "prefix_size": [Interval("int", 0, None)],
         "max_proposals": [Interval("int", 1, None)],
@@ -108,12 +141,14 @@ class BPMeans(FeatureMixin, BaseEstimator):
     }
     _transient_attributes = ("serial_order_", "allocation_")
 
-    def __init__(self, *, lam=1.0, init="greedy", max_iter=100, max_features=100, random_state=None,
-                 prefix_size=1000, max_proposals=4096, persist="auto", split_every=None):
+    def __init__(self, *, lam=1.0, init="sample", n_init=10, max_iter=100, max_features=100, capped=False,
+                 random_state=None, prefix_size=1000, max_proposals=4096, persist="auto", split_every=None):
         self.lam = lam
         self.init = init
+        self.n_init = n_init
         self.max_iter = max_iter
         self.max_features = max_features
+        self.capped = capped
         self.random_state = random_state
         self.prefix_size = prefix_size
         self.max_proposals = max_proposals
@@ -142,22 +177,36 @@ class BPMeans(FeatureMixin, BaseEstimator):
         n, d = arr.shape
         chunks = tuple(arr.chunks[0])
         greedy = self.init == "greedy"
+        cap = self.max_features if self.capped else None
         if greedy:
             A, _, passes = greedy_init(arr, mean, lam=lam, n_features=None, seed=seed,
-                                       max_features=self.max_features, split_every=self.split_every)
+                                       max_features=self.max_features, split_every=self.split_every,
+                                       capped=self.capped)
+        elif self.init == "sample" and p_rows.shape[0]:
+            try:
+                A, _ = sample_restarts(p_rows, lam, n_init=self.n_init, seed=seed, max_features=self.max_features,
+                                       cap=cap)
+            except OverflowError:
+                q = (p_rows * p_rows).sum(axis=1)
+                raise FeatureOverflow(self.max_features + 1, float(q.max()), "initialisation sample") from None
+            passes = 0
         else:
             A, passes = np.zeros((0, d)), 0
         self.init_features_ = A.copy()
-        Z = init_bits(arr, A, greedy).persist()
+        if greedy or A.shape[0] == 0:
+            Z = init_bits(arr, A, greedy).persist()
+        else:  # lazy: computed by the first epoch's tasks, from the same reads of X
+            Z = transform_bits(arr, A)
         emit(ProgressEvent("BPMeans", "init", passes, float("nan"), A.shape[0], watch.lap(), {"lam": lam}))
         history, assign_history, records, proposals = [], [], [], []
         converged = False
         for it in range(self.max_iter):
             starts, patches, pre = np.zeros(len(chunks), np.int64), {}, None
             if it == 0 and p_index.size:
-                Zp = greedy_rows(p_rows, A)[0] if greedy else np.zeros((p_index.size, A.shape[0]), np.uint8)
+                Zp = greedy_rows(p_rows, A)[0] if greedy else _swept(p_rows, A)
                 Zp, new, q, flips, overflow = serial_sweep(p_rows, Zp, A, lam,
-                                                           max_new=max(0, self.max_features - A.shape[0]))
+                                                           max_new=max(0, self.max_features - A.shape[0]),
+                                                           saturate=self.capped)
                 if overflow >= 0:
                     raise FeatureOverflow(self.max_features + 1, float(np.max(q[:overflow], initial=lam)),
                                           "serial prefix")
@@ -168,7 +217,7 @@ class BPMeans(FeatureMixin, BaseEstimator):
             k_start = A.shape[0] - (0 if pre is None else new.shape[0])
             Zpass, A_all, gram, epochs, n_props = bp_occ_pass(
                 arr, Z, A, lam, seed=seed, starts=starts, patches=patches, max_proposals=self.max_proposals,
-                max_features=self.max_features, split_every=self.split_every,
+                max_features=self.max_features, capped=self.capped, split_every=self.split_every,
             )
             k_all = A_all.shape[0]
             gram = _pad_gram(Gram.merge_all([gram] + ([pre] if pre is not None else [])), k_all)

@@ -9,13 +9,13 @@ import numpy as np
 from .._dask.blocks import persist_if_fits
 from .._dask.init import furthest_first
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
-from .._dask.occ import gather_prefix, occ_pass, prefix_counts
+from .._dask.occ import PassRecord, gather_prefix, occ_pass, prefix_counts, records_from, records_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array, check_sample_weight
 from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
 from ..kernels.dpmeans import serial_assign
 from ..kernels.stats import ClusterStats
-from ._base import BaseEstimator, CentroidMixin, raise_if_bad_block
+from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
 
 __all__ = ["DPMeans"]
 
@@ -44,8 +44,9 @@ class DPMeans(CentroidMixin, BaseEstimator):
         Points processed serially on the driver at the start of the first pass (``b0`` of ALGORITHMS.md 8.2).
     max_proposals : int, default 4096
         Proposals a block may send per epoch; beyond that the rest of the block waits for the next epoch.
-    persist, split_every
-        As in :class:`KMeans`.
+    persist, split_every, checkpoint
+        As in :class:`KMeans`: with ``checkpoint``, the state is saved atomically after every pass and an
+        interrupted fit resumes from it with the identical result.
 
     Attributes
     ----------
@@ -84,12 +85,13 @@ class DPMeans(CentroidMixin, BaseEstimator):
         "max_proposals": [Interval("int", 1, None)],
         "persist": [Options(("auto", True, False))],
         "split_every": [Interval("int", 2, None), Options((None,))],
+        "checkpoint": [CHECKPOINT],
     }
     _transient_attributes = ("serial_order_",)
 
     def __init__(
         self, *, lam=None, n_clusters=None, init="mean", max_iter=100, random_state=None, prefix_size=1000,
-        max_proposals=4096, persist="auto", split_every=None,
+        max_proposals=4096, persist="auto", split_every=None, checkpoint=None,
     ):
         self.lam = lam
         self.n_clusters = n_clusters
@@ -100,6 +102,7 @@ class DPMeans(CentroidMixin, BaseEstimator):
         self.max_proposals = max_proposals
         self.persist = persist
         self.split_every = split_every
+        self.checkpoint = checkpoint
 
     def _check_lam_or_k(self, n: int) -> None:
         if (self.lam is None) == (self.n_clusters is None):
@@ -121,14 +124,81 @@ class DPMeans(CentroidMixin, BaseEstimator):
         n, d = arr.shape
         self._check_lam_or_k(n)
         w = check_sample_weight(sample_weight, arr)
-        rng = as_generator(self.random_state)
-        seed = int(rng.integers(2**62))
+        ck = self._checkpointer(arr, w)
+        state = ck.resume()
+        if state is not None and state.get("phase") == "done":
+            extra = ck.restore_attributes(self, state)
+            with ck.reading():
+                self._order_records = (int(extra["seed"]), tuple(arr.chunks[0]), records_from(extra["records"]))
+            if not self.converged_:
+                warnings.warn(f"DPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
+                              ConvergenceWarning, stacklevel=2)
+            emit(ProgressEvent("DPMeans", "done", self.n_iter_, self.objective_, self.n_clusters_, 0.0))
+            return self
         if info.kind != "numpy":
             arr = persist_if_fits(arr, self.persist, logger)
         watch = Stopwatch()
         counts = prefix_counts(arr.chunks[0], self.prefix_size)
+        if state is not None:
+            first, seed, lam, C, prev_fp, history, assign_history, records = self._unpack(ck, state, d)
+            p_index = prefix_stats = None
+        else:
+            first, seed, lam, C, prev_fp, prefix_stats, p_index = self._start(arr, w, d, counts, ck, watch)
+            history, assign_history, records = [], [], []
+        converged = False
+        for it in range(first, self.max_iter):
+            starts = counts if it == 0 else np.zeros_like(counts)
+            stats, C_all, epochs = occ_pass(
+                arr, w, C, lam, seed=seed, starts=starts, max_proposals=self.max_proposals,
+                split_every=self.split_every,
+            )
+            if it == 0:
+                stats = stats.merge(prefix_stats)
+            elif it == first:
+                ck.check_content(*stats.total())  # every row is in a pass after the first: the resumed data
+            assign_history.append(stats.cost + lam * C_all.shape[0])
+            keep = np.flatnonzero(stats.weight > 0)
+            stats = stats.select(keep)
+            C = stats.mean
+            history.append(float(stats.scatter.sum() + lam * keep.size))
+            records.append(PassRecord(p_index if it == 0 else PassRecord().prefix, epochs))
+            converged = prev_fp is not None and np.array_equal(stats.fingerprint, prev_fp)
+            if ck.active and not converged and it + 1 < self.max_iter:
+                ck.save({"phase": "iter", "iteration": it + 1, "seed": seed, "lam": lam, "centres": C,
+                         "prev_fp": stats.fingerprint, "history": history, "assign_history": assign_history,
+                         "records": records_state(records)})
+            emit(ProgressEvent("DPMeans", "iter", it + 1, history[-1], keep.size, watch.lap(),
+                               {"epochs": len(epochs), "opened": int(sum(e.accepted for e in epochs))}))
+            if converged:
+                break
+            prev_fp = stats.fingerprint
+        if not converged:
+            warnings.warn(
+                f"DPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
+                ConvergenceWarning, stacklevel=2,
+            )
+        self.cluster_centers_ = C
+        self.n_clusters_ = int(C.shape[0])
+        self.lam_ = lam
+        self.objective_ = history[-1]
+        self.objective_history_ = history
+        self.assignment_objective_history_ = assign_history
+        self.n_iter_ = it + 1
+        self.converged_ = converged
+        self.n_features_in_ = d
+        self._order_records = (seed, tuple(arr.chunks[0]), records)
+        if ck.active:
+            ck.save_done(self, seed=seed, records=records_state(records))
+        emit(ProgressEvent("DPMeans", "done", it + 1, history[-1], self.n_clusters_, 0.0))
+        return self
+
+    def _start(self, arr, w, d, counts, ck, watch):
+        """The first pass (prefix, statistics, NaN check), lam, and the serial prefix of a fresh fit."""
+        rng = as_generator(self.random_state)
+        seed = int(rng.integers(2**62))
         all_stats, p_index, p_rows, p_w = gather_prefix(arr, w, seed=seed, counts=counts, split_every=self.split_every)
         raise_if_bad_block(all_stats, arr)
+        ck.check_content(*all_stats.total())
         mean = all_stats.mean[:1]
         if self.n_clusters is not None:
             lams, _ = furthest_first(arr, self.n_clusters, mean, self.split_every)
@@ -148,47 +218,23 @@ class DPMeans(CentroidMixin, BaseEstimator):
         labels, dist, new = serial_assign(p_rows, C, lam)
         C = np.vstack([C, new])
         prefix_stats = ClusterStats.from_labels(p_rows, labels, C.shape[0], p_w, cost=float(p_w @ dist), index=p_index)
-        history, assign_history, records = [], [], []
-        converged = False
-        for it in range(self.max_iter):
-            starts = counts if it == 0 else np.zeros_like(counts)
-            stats, C_all, epochs = occ_pass(
-                arr, w, C, lam, seed=seed, starts=starts, max_proposals=self.max_proposals,
-                split_every=self.split_every,
-            )
-            if it == 0:
-                stats = stats.merge(prefix_stats)
-            assign_history.append(stats.cost + lam * C_all.shape[0])
-            keep = np.flatnonzero(stats.weight > 0)
-            stats = stats.select(keep)
-            C = stats.mean
-            history.append(float(stats.scatter.sum() + lam * keep.size))
-            from .._dask.occ import PassRecord
+        return 0, seed, lam, C, prev_fp, prefix_stats, p_index
 
-            records.append(PassRecord(p_index if it == 0 else PassRecord().prefix, epochs))
-            emit(ProgressEvent("DPMeans", "iter", it + 1, history[-1], keep.size, watch.lap(),
-                               {"epochs": len(epochs), "opened": int(sum(e.accepted for e in epochs))}))
-            if prev_fp is not None and np.array_equal(stats.fingerprint, prev_fp):
-                converged = True
-                break
-            prev_fp = stats.fingerprint
-        if not converged:
-            warnings.warn(
-                f"DPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
-                ConvergenceWarning, stacklevel=2,
-            )
-        self.cluster_centers_ = C
-        self.n_clusters_ = int(C.shape[0])
-        self.lam_ = lam
-        self.objective_ = history[-1]
-        self.objective_history_ = history
-        self.assignment_objective_history_ = assign_history
-        self.n_iter_ = it + 1
-        self.converged_ = converged
-        self.n_features_in_ = d
-        self._order_records = (seed, tuple(arr.chunks[0]), records)
-        emit(ProgressEvent("DPMeans", "done", it + 1, history[-1], self.n_clusters_, 0.0))
-        return self
+    def _unpack(self, ck, state, d):
+        """The loop state of a checkpoint after a pass, shapes checked."""
+        with ck.reading():
+            first, seed, lam = int(state["iteration"]), int(state["seed"]), float(state["lam"])
+            if state["phase"] != "iter" or not 0 < first < self.max_iter or not (lam > 0 and np.isfinite(lam)):
+                raise ValueError(f"phase {state['phase']!r}, pass {first} (max_iter={self.max_iter}), lam={lam}")
+            C = ck.require_shape("centres", state["centres"], (None, d)).astype(np.float64)
+            prev_fp = ck.require_shape("partition fingerprint", state["prev_fp"], (C.shape[0],)).astype(np.uint64)
+            history = [float(v) for v in state["history"]]
+            assign_history = [float(v) for v in state["assign_history"]]
+            records = records_from(state["records"])
+            if not len(history) == len(assign_history) == len(records) == first:
+                raise ValueError(f"histories of {len(history)}, {len(assign_history)}, {len(records)} passes; "
+                                 f"expected {first}")
+        return first, seed, lam, C, prev_fp, history, assign_history, records
 
     @property
     def serial_order_(self) -> list[np.ndarray]:

@@ -6,31 +6,44 @@ import numpy as np
 
 from .._dask.blocks import persist_if_fits
 from .._dask.init import farthest_rows, kmeans_parallel, kmeans_plusplus_sample, random_rows, reduce_stats
-from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
+from .._dask.loop import ProgressEvent, Stopwatch, emit, logger, rng_state, set_rng_state
 from .._registry import register
 from .._validation import ARRAY, SEED, Interval, Options, as_generator, check_array, check_sample_weight
 from ..errors import InvalidDataError, InvalidParameterError, message
-from ._base import BaseEstimator, CentroidMixin, raise_if_bad_block
+from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
 
 __all__ = ["KMeans", "lloyd"]
 
 
-def lloyd(X, w, centres, *, max_iter: int, tol: float, split_every=None, name: str = "KMeans"):
+def lloyd(X, w, centres, *, max_iter: int, tol: float, split_every=None, name: str = "KMeans", state=None,
+          save=None, check_content=None):
     """Lloyd iterations from ``centres`` until the partition repeats, the squared centre shift is <= the
     absolute tolerance (``tol`` times the mean feature variance, as in scikit-learn), or ``max_iter``.
 
     Empty clusters move to the rows farthest from their centres (one extra pass, only when it happens).
     Returns ``(centres, inertia, n_iter, history)``; ``history`` holds the objective of every label pass.
+
+    Checkpoints: ``save(state)``, when given, is called after every iteration that does not stop the loop (before
+    its progress event) with the loop state (a dict of arrays and JSON scalars); ``state`` (such a dict) resumes
+    the loop after that iteration, ignoring ``centres``. ``check_content(weight, mean, scatter)`` receives the
+    one-cluster statistics of the data at the first pass (of the fresh or resumed loop).
     """
     C = np.asarray(centres, dtype=np.float64).copy()
     k = C.shape[0]
     history: list[float] = []
     old_fp = None
     tol_abs = 0.0
+    start = 0
+    if state is not None:
+        start, C = int(state["iteration"]), np.array(state["centres"], dtype=np.float64)
+        history, tol_abs = [float(v) for v in state["history"]], float(state["tol_abs"])
+        old_fp = None if state["old_fp"] is None else np.asarray(state["old_fp"], dtype=np.uint64)
     strict = False
     watch = Stopwatch()
-    for i in range(max_iter):
+    for i in range(start, max_iter):
         stats = reduce_stats(X, w, C, split_every)
+        if i == start and check_content is not None:
+            check_content(*stats.total())
         if i == 0:
             raise_if_bad_block(stats, X)
             total_w, _, total_scatter = stats.total()
@@ -44,8 +57,12 @@ def lloyd(X, w, centres, *, max_iter: int, tol: float, split_every=None, name: s
         history.append(float(stats.cost))
         shift = float(((new - C) ** 2).sum())
         C = new
+        stop = (old_fp is not None and np.array_equal(stats.fingerprint, old_fp) and not empty.size)
+        if save is not None and not stop and shift > tol_abs and i + 1 < max_iter:
+            save({"iteration": i + 1, "centres": C, "history": history, "tol_abs": tol_abs,
+                  "old_fp": stats.fingerprint})
         emit(ProgressEvent(name, "iter", i + 1, stats.cost, k, watch.lap(), {"center_shift": shift}))
-        if old_fp is not None and np.array_equal(stats.fingerprint, old_fp) and not empty.size:
+        if stop:
             strict = True
             break
         if shift <= tol_abs:
@@ -85,6 +102,11 @@ class KMeans(CentroidMixin, BaseEstimator):
         Keep the data in (cluster) memory between iterations; "auto" does it when it fits comfortably.
     split_every : int or None
         Fan-in of the tree reduction (default 8).
+    checkpoint : str or os.PathLike, optional
+        A directory where the state of the fit is saved atomically after every iteration (Zarr + JSON, no
+        pickle). If it holds the checkpoint of an interrupted fit of the same parameters and data, ``fit``
+        resumes from it and ends with the identical model; after a complete fit it holds the final model and a
+        rerun returns at once. Other parameters or data are refused (``StorageError``).
 
     Attributes
     ----------
@@ -119,11 +141,13 @@ class KMeans(CentroidMixin, BaseEstimator):
         "init_sample_size": [Interval("int", 1, None)],
         "persist": [Options(("auto", True, False))],
         "split_every": [Interval("int", 2, None), Options((None,))],
+        "checkpoint": [CHECKPOINT],
     }
 
     def __init__(
         self, *, n_clusters=8, init="k-means||", n_init=1, max_iter=300, tol=1e-4, random_state=None,
         oversampling_factor=2.0, init_rounds=5, init_sample_size=10_000, persist="auto", split_every=None,
+        checkpoint=None,
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -136,6 +160,7 @@ class KMeans(CentroidMixin, BaseEstimator):
         self.init_sample_size = init_sample_size
         self.persist = persist
         self.split_every = split_every
+        self.checkpoint = checkpoint
 
     def _check_init(self, n_features: int) -> None:
         if isinstance(self.init, str):
@@ -181,21 +206,68 @@ class KMeans(CentroidMixin, BaseEstimator):
         self._check_init(d)
         w = check_sample_weight(sample_weight, arr)
         rng = as_generator(self.random_state)
+        ck = self._checkpointer(arr, w)
+        state = ck.resume()
+        if state is not None and state.get("phase") == "done":
+            ck.restore_attributes(self, state)
+            emit(ProgressEvent("KMeans", "done", self.n_iter_, self.inertia_, self.n_clusters, 0.0))
+            return self
+        first, best, inner = 0, None, None
+        if state is not None:
+            first, best, inner, rng = self._unpack(ck, state, d)
         if info.kind != "numpy":
             arr = persist_if_fits(arr, self.persist, logger)
-        best = None
-        for _ in range(self.n_init):
-            watch = Stopwatch()
-            c0 = self._seed(arr, w, rng)
-            emit(ProgressEvent("KMeans", "init", 0, float("nan"), self.n_clusters, watch.lap()))
-            result = lloyd(arr, w, c0, max_iter=self.max_iter, tol=self.tol, split_every=self.split_every)
+        for j in range(first, self.n_init):
+            if inner is None:
+                watch = Stopwatch()
+                c0 = self._seed(arr, w, rng)
+                emit(ProgressEvent("KMeans", "init", 0, float("nan"), self.n_clusters, watch.lap()))
+            else:
+                c0 = inner["centres"]
+            save = None
+            if ck.active:
+                outer = {"phase": "iter", "init": j, "rng": rng_state(rng), "best": _best_state(best)}
+                save = lambda s, outer=outer: ck.save({**outer, "lloyd": s})  # noqa: E731
+            result = lloyd(arr, w, c0, max_iter=self.max_iter, tol=self.tol, split_every=self.split_every,
+                           state=inner, save=save, check_content=ck.check_content if ck.active else None)
+            inner = None
             if best is None or result[1] < best[1]:
                 best = result
+            if ck.active and j + 1 < self.n_init:
+                ck.save({"phase": "init", "init": j + 1, "rng": rng_state(rng), "best": _best_state(best)})
         centres, inertia, n_iter, history = best
         self.cluster_centers_ = centres
         self.inertia_ = inertia
         self.n_iter_ = n_iter
         self.objective_history_ = history
         self.n_features_in_ = d
+        ck.save_done(self)
         emit(ProgressEvent("KMeans", "done", n_iter, inertia, self.n_clusters, 0.0))
         return self
+
+    def _unpack(self, ck, state, d):
+        """(first init, best so far, Lloyd state or None, generator) of a checkpoint, shapes checked."""
+        k = self.n_clusters
+        with ck.reading():
+            first = int(state["init"])
+            if not 0 <= first < self.n_init or state["phase"] not in ("iter", "init"):
+                raise ValueError(f"phase {state['phase']!r} at init {first} of n_init={self.n_init}")
+            rng = set_rng_state(state["rng"])
+            best = state["best"]
+            if best is not None:
+                best = (ck.require_shape("best centres", best["centres"], (k, d)).astype(np.float64),
+                        float(best["inertia"]), int(best["n_iter"]), [float(v) for v in best["history"]])
+            inner = state.get("lloyd") if state["phase"] == "iter" else None
+            if inner is not None:
+                ck.require_shape("centres", inner["centres"], (k, d))
+                if inner["old_fp"] is not None:
+                    ck.require_shape("partition fingerprint", inner["old_fp"], (k,))
+                if not 0 < int(inner["iteration"]) < self.max_iter or len(inner["history"]) != int(inner["iteration"]):
+                    raise ValueError(f"iteration {inner['iteration']} with max_iter={self.max_iter}")
+        return first, best, inner, rng
+
+
+def _best_state(best):
+    if best is None:
+        return None
+    return {"centres": best[0], "inertia": best[1], "n_iter": best[2], "history": best[3]}

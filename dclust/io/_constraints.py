@@ -14,7 +14,7 @@ import numpy as np
 import zarr
 
 from ..errors import FormatVersionError, StorageError, message
-from ._write import _atomic_write, _check_new_target, _remote_exists, _resolve
+from ._write import _atomic_write, _atomic_write_remote, _check_new_target, _remote_exists, _resolve
 
 __all__ = ["write_constraints", "read_constraints", "FORMAT"]
 
@@ -42,7 +42,8 @@ def write_constraints(
         if _remote_exists(url) and not overwrite:
             raise StorageError(message(f"ConstraintGraph.to_zarr(path={url!r})", "a new location, or overwrite=True",
                                        "a location that already exists", "Pass overwrite=True or choose another path."))
-        _write_group(url, doc, arrays, overwrite=True)
+        _atomic_write_remote(url, lambda tmp: _write_group(tmp, doc, arrays, overwrite=False),
+                             what="ConstraintGraph.to_zarr")
         return url
     _check_new_target(local, overwrite, "ConstraintGraph.to_zarr")
     _atomic_write(local, lambda tmp: _write_group(tmp, doc, arrays, overwrite=False))
@@ -53,7 +54,7 @@ def read_constraints(path: str | os.PathLike) -> tuple[dict[str, Any], np.ndarra
     """``(attributes, i, j, value)`` of a store written by :func:`write_constraints`."""
     url, local = _resolve(path, "ConstraintGraph.from_zarr")
     shown = repr(os.fspath(path))
-    if local is not None and not os.path.exists(local):
+    if (not os.path.exists(local)) if local is not None else not _remote_exists(url):
         raise StorageError(message(f"ConstraintGraph.from_zarr({shown})", "an existing constraint store",
                                    "a path that does not exist", "Check the path (written by G.to_zarr)."))
     try:

@@ -30,7 +30,7 @@ import numpy as np
 import zarr
 
 from ..errors import DclustError, FormatVersionError, StorageError, message
-from ._write import _atomic_write, _check_new_target, _remote_exists, _resolve, _store
+from ._write import _atomic_write, _atomic_write_remote, _check_new_target, _remote_exists, _resolve, _store
 
 __all__ = ["save", "load"]
 
@@ -57,6 +57,8 @@ def _encode(value: Any) -> Any:
         return None if value is None else bool(value)
     if isinstance(value, str):
         return value
+    if isinstance(value, os.PathLike):  # e.g. checkpoint=pathlib.Path(...): saved as its str
+        return os.fspath(value)
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
@@ -110,7 +112,8 @@ def _encode_section(
     for name, value in values.items():
         if _is_saved_array(value):
             arrays[name] = value
-            entries[name] = {_TAG: "dask_array" if isinstance(value, da.Array) else "array"}
+            entries[name] = {_TAG: "dask_array" if isinstance(value, da.Array) else "array",
+                             "shape": [int(n) for n in value.shape], "dtype": value.dtype.str}
             continue
         try:
             entries[name] = _encode(value)
@@ -218,7 +221,8 @@ def save(model: Any, path: str | os.PathLike, *, overwrite: bool = False) -> str
     Notes
     -----
     Local paths are written under a temporary sibling name and renamed into place when complete; a failure
-    leaves any previous store intact. Non-local fsspec URLs are written in place.
+    leaves any previous store intact. Non-local fsspec URLs are written under a temporary prefix and moved
+    into place root metadata last (see :mod:`dclust.io._write`).
     """
     doc, arrays = _collect(model)
     url, local = _resolve(path, "save")
@@ -228,7 +232,7 @@ def save(model: Any, path: str | os.PathLike, *, overwrite: bool = False) -> str
                 message(f"save(path={url!r})", "a location where no store exists yet, or overwrite=True",
                         "a location that already exists", "Pass overwrite=True or choose another path.")
             )
-        _write_model(url, doc, arrays, None)
+        _atomic_write_remote(url, lambda tmp: _write_model(tmp, doc, arrays, None), what="save")
         return url
     _check_new_target(local, overwrite, "save")
     _atomic_write(local, lambda tmp: _write_model(tmp, doc, arrays, os.path.join(tmp, "zarr.json")))
@@ -296,7 +300,13 @@ def load(path: str | os.PathLike) -> Any:
                        f"estimator={name!r}, params of type {type(params).__name__}, "
                        f"attributes of type {type(learned).__name__}")
     cls = _estimator_class(name, shown)
-    kwargs = {k: _read_value(group, "params", k, v) for k, v in params.items()}
+    for section, names in (("params", params), ("attributes", learned)):
+        bad = [k for k in names if not (isinstance(k, str) and k.isidentifier() and not k.startswith("_")
+                                        and (section == "params" or k.endswith("_")))]
+        if bad:
+            raise _corrupt(shown, f"{section} named like Python attributes"
+                           + (" ending in '_'" if section == "attributes" else ""), f"names {bad!r}")
+    kwargs = {k: _read_value(group, "params", k, v, shown) for k, v in params.items()}
     try:
         model = cls(**kwargs)
     except TypeError as exc:
@@ -304,23 +314,111 @@ def load(path: str | os.PathLike) -> Any:
             message(f"load({shown})", f"parameters accepted by {name}", f"{sorted(kwargs)} ({exc})",
                     f"The model was saved by dclust {attrs.get('dclust_version')}; load it with that version.")
         ) from exc
+    if hasattr(model, "_validate_params"):
+        try:
+            model._validate_params()
+        except DclustError as exc:
+            raise _corrupt(shown, f"valid {name} parameters", str(exc)) from exc
     for k, v in learned.items():
-        setattr(model, k, _read_value(group, "attributes", k, v))
+        setattr(model, k, _read_value(group, "attributes", k, v, shown))
+    _check_consistent(model, shown)
     return model
 
 
-def _read_value(group: Any, section: str, name: str, entry: Any) -> Any:
+_NUMERIC = "biufc"
+
+
+def _read_value(group: Any, section: str, name: str, entry: Any, shown: str) -> Any:
     if isinstance(entry, dict) and entry.get(_TAG) in ("array", "dask_array"):
         try:
             node = group[f"{section}/{name}"]
-        except KeyError:
+        except Exception:  # noqa: BLE001 - KeyError, or zarr refusing damaged/unsafe metadata
             node = None
         if not isinstance(node, zarr.Array):
-            raise _corrupt(repr(str(group.store_path)), f"an array {section}/{name}", "none")
+            raise _corrupt(shown, f"an array {section}/{name}", "none (missing or unreadable)")
+        _check_safe_array(node, shown, f"{section}/{name}")
+        shape, dtype = entry.get("shape"), entry.get("dtype")
+        if shape is not None and list(node.shape) != shape:
+            raise _corrupt(shown, f"{section}/{name} of shape {tuple(shape)} (as saved)", f"shape {node.shape}")
+        if dtype is not None and np.dtype(node.dtype).str != dtype:
+            raise _corrupt(shown, f"{section}/{name} of dtype {dtype} (as saved)", f"dtype {node.dtype}")
         if entry[_TAG] == "dask_array":
             return da.from_zarr(node)
-        return np.asarray(node[...])
-    return _decode(entry)
+        try:
+            return np.asarray(node[...])
+        except Exception as exc:  # noqa: BLE001 - truncated or undecodable chunks
+            raise _corrupt(shown, f"readable chunks in {section}/{name}", f"{type(exc).__name__}: {exc}") from exc
+    try:
+        return _decode(entry)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, DclustError):
+            raise
+        raise _corrupt(shown, f"a valid JSON value for {section}/{name}", repr(entry)[:80]) from exc
+
+
+def _check_safe_array(node: Any, shown: str, name: str) -> None:
+    """Numeric dtype only, and no codec that unpickles (numcodecs' ``pickle``): never execute stored bytes."""
+    if np.dtype(node.dtype).kind not in _NUMERIC:
+        raise _corrupt(shown, f"a numeric array {name}", f"dtype {node.dtype}")
+
+    def codecs(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                if key in ("id", "name") and isinstance(value, str):
+                    yield value
+                yield from codecs(value)
+        elif isinstance(obj, (list, tuple)):
+            for value in obj:
+                yield from codecs(value)
+
+    unsafe = [c for c in codecs(node.metadata.to_dict()) if "pickle" in c.lower()]
+    if unsafe:
+        raise _corrupt(shown, f"{name} without object-deserialising codecs", f"codecs {unsafe}")
+
+
+#: Learned attributes that are always arrays when present, and the per-cluster vectors among them (length K).
+_ARRAY_ATTRIBUTES = ("cluster_centers_", "cluster_ids_", "weights_", "ages_", "features_", "init_features_",
+                     "means_", "covariances_", "sub_weights_")
+_PER_CLUSTER = ("cluster_ids_", "ages_", "weights_")
+_COUNTS = ("n_features_in_", "n_clusters_", "n_iter_", "n_latent_features_", "n_batches_")
+
+
+def _check_consistent(model: Any, shown: str) -> None:
+    """Learned attributes have the types and agree on the shapes that a fitted model always has."""
+    learned = vars(model)
+    for name, value in learned.items():
+        if name in _COUNTS and value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise _corrupt(shown, f"{name} as a non-negative int", repr(value)[:60])
+    for name in _ARRAY_ATTRIBUTES:
+        if name in learned and not (isinstance(learned[name], (np.ndarray, da.Array))
+                                    and learned[name].dtype.kind in _NUMERIC and learned[name].ndim >= 1):
+            raise _corrupt(shown, f"{name} as a numeric array", f"{type(learned[name]).__name__}")
+    lengths = {name: learned[name].shape for name in _PER_CLUSTER if name in learned}
+    if "cluster_centers_" in learned and lengths:
+        lengths["cluster_centers_"] = learned["cluster_centers_"].shape[:1]
+    if len({shape[:1] for shape in lengths.values()}) > 1 or any(len(s) != 1 for n, s in lengths.items()
+                                                                   if n != "cluster_centers_"):
+        raise _corrupt(shown, "per-cluster attributes of one length K", f"shapes {lengths} (mismatched shapes)")
+    n_features = learned.get("n_features_in_")
+    for name in ("features_", "means_"):
+        if name in learned and isinstance(n_features, int) and learned[name].shape[-1] != n_features:
+            raise _corrupt(shown, f"{name} with n_features_in_={n_features} columns",
+                           f"shape {learned[name].shape} (mismatched shapes)")
+    centers = learned.get("cluster_centers_")
+    if centers is None:
+        return
+    if not isinstance(centers, (np.ndarray, da.Array)) or centers.ndim != 2 or centers.dtype.kind not in "fc":
+        raise _corrupt(shown, "cluster_centers_ as a 2-D float array",
+                       f"{type(centers).__name__} {getattr(centers, 'shape', '')} {getattr(centers, 'dtype', '')}")
+    n_features = getattr(model, "n_features_in_", None)
+    if isinstance(n_features, int) and centers.shape[1] != n_features:
+        raise _corrupt(shown, f"cluster_centers_ with n_features_in_={n_features} columns",
+                       f"shape {centers.shape} (mismatched shapes)")
+    k = vars(model).get("n_clusters_")  # a stored attribute; DynamicMeans' is a property (clusters of the last batch)
+    if isinstance(k, int) and not isinstance(k, bool) and centers.shape[0] != k:
+        raise _corrupt(shown, f"cluster_centers_ with n_clusters_={k} rows",
+                       f"shape {centers.shape} (mismatched shapes)")
 
 
 def _estimator_class(name: str, shown: str) -> type:

@@ -44,6 +44,15 @@ def _check_rows(chunks: Any) -> int | tuple[int, ...] | None:
     )
 
 
+def _check_row_sum(rows: int | tuple[int, ...] | None, n: int) -> None:
+    """Row block sizes given as a tuple must add up to the number of rows."""
+    if isinstance(rows, tuple) and sum(rows) != n:
+        raise InvalidParameterError(
+            message("open_array(chunks=...)", f"row block sizes adding up to the {n} rows", f"{rows} (sum "
+                    f"{sum(rows)})", "Pass an int (rows per block) instead, or sizes that add up to the rows.")
+        )
+
+
 def _default_rows(shape: tuple[int, ...], itemsize: int) -> int:
     row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * itemsize)
     return max(1, DEFAULT_BLOCK_BYTES // row_bytes)
@@ -59,6 +68,7 @@ def _finish(arr: da.Array, rows: int | tuple[int, ...] | None) -> da.Array:
                     "other dimensions are stacked into features.")
         )
     if rows is not None:
+        _check_row_sum(rows, arr.shape[0])
         arr = arr.rechunk({0: rows})
     if arr.ndim == 2:
         arr = _one_feature_chunk(arr, "X")
@@ -158,6 +168,7 @@ def open_array(
                     f"{type(source).__name__} (object dtype)", "Pass numeric data.")
         )
     if arr.ndim in (1, 2):
+        _check_row_sum(rows, arr.shape[0])
         arr = da.from_array(arr, chunks=(rows or _default_rows(arr.shape, arr.dtype.itemsize),) + (-1,) * (arr.ndim - 1))
         rows = None
     else:
@@ -176,6 +187,7 @@ def _from_zarr(z: Any, rows: int | tuple[int, ...] | None) -> da.Array:
     if rows is None:
         arr = da.from_zarr(z)  # the store's chunks
     else:  # whole rows: one block along the features
+        _check_row_sum(rows, z.shape[0])
         arr = da.from_zarr(z, chunks=(rows,) + tuple((s,) for s in z.shape[1:]))
     return _finish(arr, None)
 

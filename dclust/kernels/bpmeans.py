@@ -27,6 +27,9 @@ __all__ = [
     "bp_objective",
     "collapsed_objective",
     "bpmeans_reference",
+    "delete_redundant",
+    "serial_bpmeans",
+    "sample_restarts",
 ]
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy")
@@ -131,7 +134,7 @@ def sweep_rows(X: np.ndarray, Z: np.ndarray, A: np.ndarray, *, repeat: bool = Fa
 
 
 @numba.njit(**_JIT)
-def _serial_sweep(X, Z0, R, A0, lam, k_from, max_new):
+def _serial_sweep(X, Z0, R, A0, lam, k_from, max_new, saturate):
     m, D = X.shape
     K0 = A0.shape[0]
     A = np.empty((K0 + max_new, D))
@@ -155,7 +158,7 @@ def _serial_sweep(X, Z0, R, A0, lam, k_from, max_new):
             k0 = k_from[i]
         flips += _sweep_from(r, Zo[i], A[:K], aa[:K], k0)
         qi = _sq(r)
-        if qi > lam:  # T3: a new feature only when strictly better
+        if qi > lam and not (saturate and K - K0 >= max_new):  # T3: a new feature only when strictly better
             if K - K0 >= max_new:
                 overflow = i
                 break
@@ -168,7 +171,7 @@ def _serial_sweep(X, Z0, R, A0, lam, k_from, max_new):
     return Zo[:, :K].copy(), A[K0:K].copy(), q, flips, overflow
 
 
-def serial_sweep(X, Z, A, lam, *, R=None, k_from=None, max_new=None):
+def serial_sweep(X, Z, A, lam, *, R=None, k_from=None, max_new=None, saturate=False):
     """Serial BP-means step 1 over the rows of ``X`` in order, opening features (ALGORITHMS.md 2.2 and 8.3).
 
     Parameters
@@ -186,6 +189,9 @@ def serial_sweep(X, Z, A, lam, *, R=None, k_from=None, max_new=None):
         resumes at bit ``k_from[i]``. Rows with ``k_from[i] < 0`` (the default) are swept from bit 0.
     max_new : int, optional
         Most features that may be opened (default m).
+    saturate : bool, default False
+        What happens when a row would open feature ``K0 + max_new + 1``: stop and report it in ``overflow``
+        (False), or keep the row's swept bits and open nothing (True: capped BP-means, [MB] eq. 15).
 
     Returns
     -------
@@ -209,27 +215,32 @@ def serial_sweep(X, Z, A, lam, *, R=None, k_from=None, max_new=None):
         k_from = np.full(m, -1, dtype=np.int64)
     max_new = m if max_new is None else int(max_new)
     return _serial_sweep(X, Z, np.ascontiguousarray(R, dtype=np.float64), A, float(lam),
-                         np.asarray(k_from, dtype=np.int64), max_new)
+                         np.asarray(k_from, dtype=np.int64), max_new, bool(saturate))
 
 
 @numba.njit(**_JIT)
 def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
+    """The OCC epoch of one block, fused with the (G, B, sse) partial of the rows that do not propose."""
     n, D = X.shape
+    K = A.shape[0]
     propose = np.zeros(n, dtype=np.bool_)
-    q = np.zeros(n)
-    R = np.empty((0, D))
+    G = np.zeros((K, K))
+    B = np.zeros((K, D))
     r = np.empty(D)
+    on = np.empty(K, dtype=np.int64)
     flips = 0
     count = 0
+    sse = 0.0
     stop = n
-    pos = np.empty(n, dtype=np.int64)
-    res = np.empty((max_proposals, D))
+    pos = np.empty(min(n, max_proposals), dtype=np.int64)
+    res = np.empty((min(n, max_proposals), D))
     for p in range(start, n):
         i = perm[p]
-        _residual(X[i], Z[i], A, r)
-        flips += _sweep_from(r, Z[i], A, aa, 0)
+        x = X[i]
+        z = Z[i]
+        _residual(x, z, A, r)
+        flips += _sweep_from(r, z, A, aa, 0)
         qi = _sq(r)
-        q[i] = qi
         if qi > lam:
             propose[i] = True
             pos[count] = p
@@ -238,7 +249,66 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
             if count >= max_proposals:
                 stop = p + 1
                 break
-    return propose, q, pos[:count].copy(), res[:count].copy(), flips, stop
+            continue
+        sse += qi
+        m = 0
+        for k in range(K):
+            if z[k]:
+                on[m] = k
+                m += 1
+        for a in range(m):
+            ka = on[a]
+            for b in range(m):
+                G[ka, on[b]] += 1.0
+            for j in range(D):
+                B[ka, j] += x[j]
+    return propose, pos[:count].copy(), res[:count].copy(), flips, stop, G, B, sse
+
+
+@numba.njit(**_JIT)
+def _bp_scan(X, Z, A, aa, lam, max_proposals):
+    """:func:`_bp_block` over all rows in storage order (sequential memory access), for a block that starts at
+    position 0. A row's sweep does not depend on the other rows, so this gives the same bits, residuals and
+    proposals as the permuted order as long as fewer than ``max_proposals`` rows propose (else ``ok`` is False
+    and the caller runs the permuted kernel, which stops at the ``max_proposals``-th proposal)."""
+    n, D = X.shape
+    K = A.shape[0]
+    G = np.zeros((K, K))
+    B = np.zeros((K, D))
+    r = np.empty(D)
+    on = np.empty(K, dtype=np.int64)
+    cap = min(n, max_proposals)
+    local = np.empty(cap, dtype=np.int64)
+    res = np.empty((cap, D))
+    flips = 0
+    count = 0
+    sse = 0.0
+    for i in range(n):
+        x = X[i]
+        z = Z[i]
+        _residual(x, z, A, r)
+        flips += _sweep_from(r, z, A, aa, 0)
+        qi = _sq(r)
+        if qi > lam:
+            if count + 1 >= max_proposals:
+                return False, local[:0].copy(), res[:0].copy(), flips, G, B, sse
+            local[count] = i
+            res[count] = r
+            count += 1
+            continue
+        sse += qi
+        m = 0
+        for k in range(K):
+            if z[k]:
+                on[m] = k
+                m += 1
+        for a in range(m):
+            ka = on[a]
+            for b in range(m):
+                G[ka, on[b]] += 1.0
+            for j in range(D):
+                B[ka, j] += x[j]
+    return True, local[:count].copy(), res[:count].copy(), flips, G, B, sse
 
 
 def gram_partial(X: np.ndarray, Z: np.ndarray, rows: np.ndarray | None = None):
@@ -276,12 +346,21 @@ def bp_block(Xb, Zb, *, offset, perm, features, lam, start, max_proposals) -> BP
     A = np.ascontiguousarray(features, dtype=np.float64)
     Z = np.array(Zb, dtype=np.uint8, order="C", copy=True)
     aa = _norms(A)
-    propose, q, pos, res, flips, stop = _bp_block(Xb, Z, A, aa, perm, int(start), float(lam), int(max_proposals))
-    done = perm[start:stop]
-    final = done[~propose[done]]
-    G, B = gram_partial(Xb, Z, final)
+    if int(start) == 0 and Xb.shape[0]:
+        ok, local, res, flips, G, B, sse = _bp_scan(Xb, Z, A, aa, float(lam), int(max_proposals))
+        if ok:
+            inv = np.empty(perm.size, dtype=np.int64)
+            inv[perm] = np.arange(perm.size)
+            pos = inv[local]
+            o = np.argsort(pos, kind="stable")
+            local, pos, res = local[o], pos[o], res[o]
+            return BPBlockResult(Z, G, B, float(sse), int(flips), local + offset, pos,
+                                 np.asarray(Xb[local], dtype=np.float64), res, Z[local].copy(), int(Xb.shape[0]))
+        Z = np.array(Zb, dtype=np.uint8, order="C", copy=True)
+    propose, pos, res, flips, stop, G, B, sse = _bp_block(Xb, Z, A, aa, perm, int(start), float(lam),
+                                                          int(max_proposals))
     local = perm[pos]
-    return BPBlockResult(Z, G, B, float(q[final].sum()), int(flips), local.astype(np.int64) + offset, pos,
+    return BPBlockResult(Z, G, B, float(sse), int(flips), local.astype(np.int64) + offset, pos,
                          np.asarray(Xb[local], dtype=np.float64), res, Z[local].copy(), int(stop))
 
 
@@ -355,7 +434,7 @@ def _ref_sweep(x, z, A, lam_open=None):
     return r, q, flips
 
 
-def bpmeans_reference(X, lam, orders, *, features=None, Z=None, max_iter=100):
+def bpmeans_reference(X, lam, orders, *, features=None, Z=None, max_iter=100, cap=None):
     """Serial BP-means (ALGORITHMS.md 2.2), plain Python loops: the oracle of the tests.
 
     Parameters
@@ -365,6 +444,8 @@ def bpmeans_reference(X, lam, orders, *, features=None, Z=None, max_iter=100):
     orders : permutation, or a list with one permutation per pass (the last one is reused)
     features, Z : initial (K, D) features and (N, K) bits (default: K = 0)
     max_iter : int
+    cap : int, optional
+        Capped BP-means ([MB] eq. 15): no feature is opened while there are ``cap`` features.
 
     Returns
     -------
@@ -387,7 +468,7 @@ def bpmeans_reference(X, lam, orders, *, features=None, Z=None, max_iter=100):
             z = Zl[i] + [0] * (len(feats) - len(Zl[i]))
             Acur = np.array(feats).reshape(-1, d)
             r, q, _ = _ref_sweep(X[i], z, Acur)
-            if q > lam:
+            if q > lam and (cap is None or len(feats) < cap):
                 feats.append(r.copy())
                 z.append(1)
             Zl[i] = z
@@ -402,3 +483,95 @@ def bpmeans_reference(X, lam, orders, *, features=None, Z=None, max_iter=100):
         if Z.shape == start.shape and np.array_equal(Z, start):
             break
     return Z, A, history
+
+
+def serial_bpmeans(X, lam, order, *, features=None, max_iter=100, max_features=None, cap=None):
+    """Serial BP-means (ALGORITHMS.md 2.2) on in-memory rows with the numba kernels, rows visited in ``order``.
+
+    ``cap`` (capped BP-means, [MB] eq. 15): never more than ``cap`` features. Without a cap, more than
+    ``max_features`` features stops the run: the function then returns ``None`` for Z.
+
+    Returns ``(Z (n, K) uint8, A (K, D), J)`` with ``J = ||X - ZA||^2 + lam * K``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    n, d = X.shape
+    A = np.zeros((0, d)) if features is None else np.asarray(features, dtype=np.float64).reshape(-1, d)
+    Z = np.zeros((n, A.shape[0]), np.uint8)
+    if A.shape[0]:
+        sweep_rows(X, Z, A, repeat=True)
+    limit = cap if cap is not None else (max_features if max_features is not None else n + A.shape[0])
+    for _ in range(max_iter):
+        Zo, new, q, flips, overflow = serial_sweep(X[order], Z[order], A, lam, max_new=max(0, limit - A.shape[0]),
+                                                   saturate=cap is not None)
+        if overflow >= 0:
+            return None, A, float("inf")
+        Z = np.empty_like(Zo)
+        Z[order] = Zo
+        G, B = gram_partial(X, Z)
+        keep, _ = prune_features(G)
+        A = feature_means(G[np.ix_(keep, keep)], B[keep])
+        Z = np.ascontiguousarray(Z[:, keep])
+        if flips == 0 and new.shape[0] == 0 and keep.size == G.shape[0]:
+            break
+    return Z, A, bp_objective(X, Z, A, lam)
+
+
+def delete_redundant(X, Z, A, lam):
+    """Delete features whose removal lowers ``||X - ZA||^2 + lam * K`` (a descent move on the BP-means objective).
+
+    Repeatedly: for every feature k, the rows that use it are swept (until stable) over the other features with A
+    fixed; the feature whose deletion raises the squared error the least is deleted if that raise is strictly
+    below ``lam``, then ``A = pinv(G) B``. Every accepted deletion strictly lowers the objective. Used on the
+    small sample of the ``init="sample"`` restarts, where it removes the redundant "combination" features
+    (e.g. ``a + b`` next to ``a`` and ``b``) that BP-means' opening rule creates and never removes.
+
+    Returns ``(Z, A)``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    Z = np.ascontiguousarray(Z, dtype=np.uint8)
+    while A.shape[0]:
+        R = X - Z.astype(np.float64) @ A
+        q0 = (R * R).sum(axis=1)
+        best, choice = 0.0, None
+        for k in range(A.shape[0]):
+            rows = np.flatnonzero(Z[:, k])
+            keep = np.array([j for j in range(A.shape[0]) if j != k], dtype=np.int64)
+            Zk = np.ascontiguousarray(Z[np.ix_(rows, keep)])
+            q, _ = sweep_rows(X[rows], Zk, A[keep], repeat=True)
+            gain = lam - (q.sum() - q0[rows].sum())
+            if gain > best:
+                best, choice = gain, (rows, Zk, keep)
+        if choice is None:
+            break
+        rows, Zk, keep = choice
+        Z = np.ascontiguousarray(Z[:, keep])
+        Z[rows] = Zk
+        G, B = gram_partial(X, Z)
+        kept, _ = prune_features(G)
+        Z, A = np.ascontiguousarray(Z[:, kept]), feature_means(G[np.ix_(kept, kept)], B[kept])
+    return Z, A
+
+
+def sample_restarts(X, lam, *, n_init, seed, max_features, cap=None, max_iter=100):
+    """The ``init="sample"`` features: ``n_init`` restarts of serial BP-means on the in-memory sample ``X``.
+
+    Each restart visits the rows in its own random order, runs BP-means to convergence, deletes redundant
+    features (:func:`delete_redundant`) and runs BP-means again from the remaining features. The features of the
+    restart with the lowest objective ``||X - ZA||^2 + lam * K`` on the sample are returned (the first on ties),
+    with that objective. Raises ``OverflowError`` when every restart would exceed ``max_features``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    best_A, best_J = None, np.inf
+    for _ in range(n_init):
+        order = rng.permutation(X.shape[0])
+        Z, A, J = serial_bpmeans(X, lam, order, max_iter=max_iter, max_features=max_features, cap=cap)
+        if Z is None:
+            continue
+        Z, A = delete_redundant(X, Z, A, lam)
+        Z, A, J = serial_bpmeans(X, lam, order, features=A, max_iter=max_iter, max_features=max_features, cap=cap)
+        if Z is not None and J < best_J:
+            best_A, best_J = A, J
+    if best_A is None:
+        raise OverflowError("every restart exceeded max_features")
+    return best_A, best_J

@@ -20,6 +20,8 @@ __all__ = [
     "collapsed_dpmeans_reference",
     "capped_pass",
     "capped_dpmeans_reference",
+    "collapsed_bp_objective",
+    "collapsed_bp_pass",
 ]
 
 
@@ -261,3 +263,148 @@ def capped_dpmeans_reference(X, lam, order, max_clusters, *, init="mean", max_it
         if not changed:
             break
     return z, np.array(centres), history
+
+
+# ------------------------------------------------------------------------------ collapsed BP-means (2.3)
+
+
+def collapsed_bp_objective(G: np.ndarray, B: np.ndarray, sq_norm: float, lam: float) -> float:
+    """``J_CBP = ||X||^2 - tr(B' pinv(G) B) + lam * K`` ([MB] eq. 10, ALGORITHMS.md 2.3) from ``(G, B, ||X||^2)``."""
+    from .bpmeans import collapsed_objective
+
+    return collapsed_objective(G, B, sq_norm, lam)
+
+
+@numba.njit(cache=True, nogil=True)
+def _cbp_j(G, B, sq_norm, lam, rcond):
+    """``||X||^2 - tr(B' pinv(G) B) + lam K`` with the pseudo-inverse from the eigendecomposition of G."""
+    K = G.shape[0]
+    if K == 0:
+        return sq_norm
+    w, V = np.linalg.eigh(G)
+    cut = rcond * np.max(np.abs(w))
+    t = 0.0
+    for i in range(K):
+        if abs(w[i]) > cut:
+            u = V[:, i] @ B
+            t += (u @ u) / w[i]
+    return sq_norm - t + lam * K
+
+
+@numba.njit(cache=True, nogil=True)
+def _cbp_pass(X, order, Z, K, lam, sq_norm, rcond, tol):
+    n, D = X.shape
+    cap = Z.shape[1]
+    G = np.zeros((cap, cap))
+    B = np.zeros((cap, D))
+    for i in range(n):
+        for a in range(K):
+            if Z[i, a]:
+                for b in range(K):
+                    if Z[i, b]:
+                        G[a, b] += 1.0
+                for j in range(D):
+                    B[a, j] += X[i, j]
+    J = _cbp_j(G[:K, :K].copy(), B[:K].copy(), sq_norm, lam, rcond)
+    moves = 0
+    for n_ in range(n):
+        i = order[n_]
+        x = X[i]
+        for k in range(K):
+            # flipping z_ik: G row/column k changes by +-z (with the diagonal by +-1), B row k by +-x
+            s = 1.0 if Z[i, k] == 0 else -1.0
+            G2 = G[:K, :K].copy()
+            for b in range(K):
+                if b != k and Z[i, b]:
+                    G2[k, b] += s
+                    G2[b, k] += s
+            G2[k, k] += s
+            B2 = B[:K].copy()
+            for j in range(D):
+                B2[k, j] += s * x[j]
+            J2 = _cbp_j(G2, B2, sq_norm, lam, rcond)
+            if J2 < J - tol * abs(J):
+                Z[i, k] = 1 - Z[i, k]
+                G[:K, :K] = G2
+                B[:K] = B2
+                J = J2
+                moves += 1
+        # delete empty and duplicate columns (creation order kept)
+        dropped = 0
+        k = 0
+        while k < K:
+            dup = G[k, k] == 0.0
+            if not dup:
+                for l in range(k):
+                    if G[l, l] == G[k, k] and G[l, k] == G[k, k]:
+                        dup = True
+                        break
+            if dup:
+                for m in range(k, K - 1):
+                    Z[:, m] = Z[:, m + 1]
+                    G[m, :K] = G[m + 1, :K]
+                    B[m] = B[m + 1]
+                for m in range(k, K - 1):
+                    G[:K, m] = G[:K, m + 1]
+                Z[:, K - 1] = 0
+                G[K - 1, :] = 0.0
+                G[:, K - 1] = 0.0
+                B[K - 1] = 0.0
+                K -= 1
+                dropped += 1
+            else:
+                k += 1
+        if dropped:
+            J = _cbp_j(G[:K, :K].copy(), B[:K].copy(), sq_norm, lam, rcond)
+            moves += dropped
+        single = False
+        for k in range(K):
+            if Z[i, k] and G[k, k] == 1.0:
+                single = True  # a column equal to {i} exists
+        if single or K >= cap:
+            continue
+        G2 = np.zeros((K + 1, K + 1))
+        G2[:K, :K] = G[:K, :K]
+        for b in range(K):
+            if Z[i, b]:
+                G2[K, b] = 1.0
+                G2[b, K] = 1.0
+        G2[K, K] = 1.0
+        B2 = np.empty((K + 1, D))
+        B2[:K] = B[:K]
+        B2[K] = x
+        J2 = _cbp_j(G2, B2, sq_norm, lam, rcond)
+        if J2 < J - tol * abs(J):
+            Z[i, K] = 1
+            G[: K + 1, : K + 1] = G2
+            B[: K + 1] = B2
+            K += 1
+            J = J2
+            moves += 1
+    return K, moves, J
+
+
+def collapsed_bp_pass(X: np.ndarray, order: np.ndarray, Z: np.ndarray, lam: float, sq_norm: float,
+                      *, max_features: int | None = None):
+    """One pass of collapsed BP-means (ALGORITHMS.md 2.3): A is always ``pinv(Z'Z) Z'X``, so only Z is searched.
+
+    For every row n in ``order``: each bit k (k = 0..K-1) is flipped iff that lowers ``J_CBP`` by more than a
+    relative 1e-12 (T1, with a margin for rounding); the flip changes row and column k of ``G`` by ``+-z`` and row
+    k of ``B`` by ``+-x``, and ``J_CBP`` is re-solved from ``(G, B)`` by an eigendecomposition (K is small).
+    Then empty and duplicate columns are deleted (each deletion lowers ``J_CBP`` by ``lam``; the first of equal
+    columns is kept), and the singleton feature ``{n}`` is opened iff no column equals ``{n}`` and opening it
+    lowers ``J_CBP``. Every accepted step lowers ``J_CBP``, so it never increases.
+
+    Returns ``(Z, moves, J)``: the new bits, the number of accepted flips, openings and deletions, and ``J_CBP``.
+    """
+    from .bpmeans import PINV_RCOND
+
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    n = X.shape[0]
+    K = Z.shape[1]
+    cap = n + K if max_features is None else max(int(max_features), K)
+    Zw = np.zeros((n, cap), np.uint8)
+    Zw[:, :K] = Z
+    K, moves, J = _cbp_pass(X, np.asarray(order, dtype=np.int64), Zw, K, float(lam), float(sq_norm), PINV_RCOND,
+                            1e-12)
+    return np.ascontiguousarray(Zw[:, :K]), int(moves), float(J)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.special import logsumexp
@@ -226,7 +227,17 @@ def _sub_responsibilities(post: np.ndarray, sub: np.ndarray, log_g: np.ndarray) 
     with np.errstate(invalid="ignore"):
         within = np.exp(sub - log_g[:, :, None])
     within = np.nan_to_num(within, nan=0.0)
-    return (post[:, :, None] * within).reshape(post.shape[0], -1)
+    return (post[:, :, None] * within).reshape(post.shape[0], post.shape[1] * within.shape[2])
+
+
+def _lse(a: np.ndarray, axis: int) -> np.ndarray:
+    """``log Σ exp`` along ``axis`` (plain numpy: scipy's is slow on the many small arrays here); -inf when every
+    entry is -inf."""
+    a = np.asarray(a, dtype=np.float64)
+    m = a.max(axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.log(np.exp(a - m).sum(axis=axis)) + np.squeeze(m, axis=axis)
 
 
 def _log_alpha(alpha: np.ndarray) -> np.ndarray:
@@ -234,9 +245,94 @@ def _log_alpha(alpha: np.ndarray) -> np.ndarray:
         return np.log(alpha)
 
 
+_NEGLIGIBLE = -60.0
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"contract", "arcp"})
+def _unlinked_kernel(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub, diag):
+    """One fused pass over the kept rows: responsibilities of every component folded into weights, sums and
+    scatter about the shift ``means`` (the current parameters, near the new means: no cancellation), class
+    counts and the log-likelihood. ``prec`` is (C, D) for diag, (C, D * D) upper Cholesky factors else.
+
+    ``r_mk = post_m · π_mk N_mk / g_m = exp(t_mk − log z)`` with ``t_mk = log α_m + log π_mk + log N_mk`` and
+    ``log z = logsumexp(t)``: one exp per component and row, skipped (r = 0) where ``t_mk`` is more than 60 below
+    the row's largest (``r < 1e-26``: below rounding of every sum a row adds to)."""
+    n, D = X.shape
+    C = means.shape[0]
+    M = C // n_sub
+    weight = np.zeros(C)
+    sums = np.zeros((C, D))
+    scat = np.zeros((C, D)) if diag else np.zeros((C, D * D))
+    counts = np.zeros(M)
+    loglik = 0.0
+    t = np.empty(C)
+    diff = np.empty(D)
+    y = np.empty(D)
+    base = np.empty(C)
+    for c in range(C):
+        base[c] = log_alpha[c // n_sub] + log_pi[c] - 0.5 * D * np.log(2.0 * np.pi) + logdet[c]
+    n_bad = 0
+    for i in range(n):
+        if not keep[i]:
+            continue
+        finite = True
+        for f in range(D):
+            if not np.isfinite(X[i, f]):
+                finite = False
+        if not finite:
+            n_bad += 1
+            continue
+        mx = -np.inf
+        for c in range(C):
+            q = 0.0
+            if diag:
+                for f in range(D):
+                    v = (X[i, f] - means[c, f]) * prec[c, f]
+                    q += v * v
+            else:
+                for f in range(D):
+                    diff[f] = X[i, f] - means[c, f]
+                for j in range(D):
+                    v = 0.0
+                    for f in range(j + 1):
+                        v += diff[f] * prec[c, f * D + j]
+                    q += v * v
+            t[c] = base[c] - 0.5 * q
+            if t[c] > mx:
+                mx = t[c]
+        acc = 0.0
+        for c in range(C):
+            e = t[c] - mx
+            t[c] = np.exp(e) if e > _NEGLIGIBLE else 0.0
+            acc += t[c]
+        loglik += mx + np.log(acc)
+        inv = 1.0 / acc
+        for c in range(C):
+            r = t[c] * inv
+            if r == 0.0:
+                continue
+            counts[c // n_sub] += r
+            weight[c] += r
+            for f in range(D):
+                diff[f] = X[i, f] - means[c, f]
+                sums[c, f] += r * diff[f]
+            if diag:
+                for f in range(D):
+                    scat[c, f] += r * diff[f] * diff[f]
+            else:
+                for f in range(D):
+                    y[f] = r * diff[f]
+                for f in range(D):
+                    for g in range(D):
+                        scat[c, f * D + g] += y[f] * diff[g]
+    return weight, sums, scat, counts, loglik, n_bad
+
+
 def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.ndarray | None = None, *,
                      block_index: int = 0) -> GaussianStats:
     """E-step partial of the rows of a block that are in no link (the set U of E-GP1).
+
+    One fused numba pass (:func:`_unlinked_kernel`); equal to :func:`unlinked_partial_numpy` up to rounding.
 
     Parameters
     ----------
@@ -247,6 +343,46 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
     block_index : int
         Reported in ``bad_block`` when the block holds NaN or inf.
     """
+    Xb = np.asarray(Xb)
+    if Xb.dtype not in (np.float32, np.float64) or not Xb.flags.c_contiguous:
+        Xb = np.ascontiguousarray(Xb, dtype=np.float64)
+    keep = np.ones(Xb.shape[0], dtype=bool)
+    if linked_local is not None and len(linked_local):
+        keep[np.asarray(linked_local, dtype=np.intp)] = False
+    M, K, D = params.n_classes, params.n_sub, Xb.shape[1]
+    C = M * K
+    shift = params.means.reshape(C, D)
+    if params.diag:
+        prec = params.prec_chol.reshape(C, D)
+        logdet = np.log(prec).sum(axis=1)
+    else:
+        U = params.prec_chol.reshape(C, D, D)
+        prec = U.reshape(C, D * D)
+        logdet = np.log(np.diagonal(U, axis1=1, axis2=2)).sum(axis=1)
+    with np.errstate(divide="ignore"):
+        log_pi = np.log(params.pi).reshape(C)
+    weight, sums, scat, counts, loglik, n_bad = _unlinked_kernel(
+        Xb, keep, np.ascontiguousarray(shift), np.ascontiguousarray(prec), logdet, log_pi,
+        _log_alpha(params.alpha), K, params.diag)
+    if n_bad:
+        out = GaussianStats.identity(C, D, M, params.diag)
+        out.bad_block = int(block_index)
+        return out
+    safe = np.where(weight > 0, weight, 1.0)
+    delta = sums / safe[:, None]
+    mean = np.where(weight[:, None] > 0, shift + delta, 0.0)
+    if params.diag:
+        scatter = scat - weight[:, None] * delta * delta
+    else:
+        scatter = scat.reshape(C, D, D) - weight[:, None, None] * delta[:, :, None] * delta[:, None, :]
+        scatter = 0.5 * (scatter + scatter.transpose(0, 2, 1))
+    scatter[weight <= 0] = 0.0
+    return GaussianStats(weight, mean, scatter, counts, float(loglik), int(keep.sum()))
+
+
+def unlinked_partial_numpy(Xb: np.ndarray, params: MixtureParams, linked_local: np.ndarray | None = None, *,
+                           block_index: int = 0) -> GaussianStats:
+    """Plain-numpy twin of :func:`unlinked_partial` (the test oracle)."""
     Xb = np.asarray(Xb, dtype=np.float64)
     keep = np.ones(Xb.shape[0], dtype=bool)
     if linked_local is not None and len(linked_local):
@@ -293,11 +429,11 @@ def link_partial(Xa: np.ndarray, sub_a: np.ndarray, Xb: np.ndarray, sub_b: np.nd
     rows, weights = [], []
     counts = np.zeros(M)
     loglik = 0.0
-    g_a, g_b = logsumexp(sub_a, axis=2), logsumexp(sub_b, axis=2)
+    g_a, g_b = _lse(sub_a, axis=2), _lse(sub_b, axis=2)
     ml, cl = must, ~must
     if ml.any():
         S = log_a[None] + g_a[ml] + g_b[ml]
-        log_z = logsumexp(S, axis=1)
+        log_z = _lse(S, axis=1)
         s = np.exp(S - log_z[:, None])
         counts += s.sum(axis=0)
         loglik += float(log_z.sum())
@@ -308,7 +444,7 @@ def link_partial(Xa: np.ndarray, sub_a: np.ndarray, Xb: np.ndarray, sub_b: np.nd
         Lb = log_a[None] + g_b[cl]
         P = La[:, :, None] + Lb[:, None, :]
         P[:, np.arange(M), np.arange(M)] = -np.inf
-        log_z = logsumexp(P.reshape(P.shape[0], -1), axis=1)
+        log_z = _lse(P.reshape(P.shape[0], -1), axis=1)
         post = np.exp(P - log_z[:, None, None])
         d_a, d_b = post.sum(axis=2), post.sum(axis=1)
         counts += d_a.sum(axis=0) + d_b.sum(axis=0)
@@ -323,24 +459,24 @@ def link_partial(Xa: np.ndarray, sub_a: np.ndarray, Xb: np.ndarray, sub_b: np.nd
 
 def class_posteriors(sub: np.ndarray, params: MixtureParams) -> np.ndarray:
     """Class posterior of unlinked rows from their sub-cluster log-densities (n, M, K): softmax of ``L_n(m)``."""
-    L = _log_alpha(params.alpha)[None] + logsumexp(sub, axis=2)
-    return np.exp(L - logsumexp(L, axis=1)[:, None])
+    L = _log_alpha(params.alpha)[None] + _lse(sub, axis=2)
+    return np.exp(L - _lse(L, axis=1)[:, None])
 
 
 def pair_posteriors(sub_a: np.ndarray, sub_b: np.ndarray, must: np.ndarray, params: MixtureParams):
     """Class posteriors of both endpoints of links: ``s`` for must-links, ``(d_a, d_b)`` for cannot-links."""
     log_a = _log_alpha(params.alpha)
-    La = log_a[None] + logsumexp(sub_a, axis=2)
-    Lb = log_a[None] + logsumexp(sub_b, axis=2)
+    La = log_a[None] + _lse(sub_a, axis=2)
+    Lb = log_a[None] + _lse(sub_b, axis=2)
     M = params.n_classes
     out_a, out_b = np.empty_like(La), np.empty_like(Lb)
     must = np.asarray(must, dtype=bool)
-    S = La[must] + logsumexp(sub_b[must], axis=2)
-    s = np.exp(S - logsumexp(S, axis=1)[:, None])
+    S = La[must] + _lse(sub_b[must], axis=2)
+    s = np.exp(S - _lse(S, axis=1)[:, None])
     out_a[must], out_b[must] = s, s
     P = La[~must][:, :, None] + Lb[~must][:, None, :]
     P[:, np.arange(M), np.arange(M)] = -np.inf
-    post = np.exp(P - logsumexp(P.reshape(P.shape[0], -1), axis=1)[:, None, None])
+    post = np.exp(P - _lse(P.reshape(P.shape[0], -1), axis=1)[:, None, None])
     out_a[~must], out_b[~must] = post.sum(axis=2), post.sum(axis=1)
     return out_a, out_b
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .distances import _finish, _weights
+from .distances import _finish, _weights, assign_stats
 from .divergence import divergence_matrix, divergence_nearest, divergence_rows, smooth_rows
 from .dpmeans import DPBlockResult, block_permutation, serial_assign
 from .stats import ClusterStats
@@ -94,7 +94,19 @@ def unlinked_block(
     skip = np.zeros(n, dtype=bool)
     skip[linked] = True
     k = centres.shape[0]
-    if k and start == 0:
+    if k and start == 0 and kind == "euclidean":
+        # one fused read of the unlinked rows, as DPMeans does (fingerprints hash their position among them)
+        rows = np.flatnonzero(~skip)
+        Xu = Xb if rows.size == n else Xb[rows]
+        stats, lab_u, dist_u = assign_stats(Xu, centres, offset=offset, block_index=block_index)
+        if not (dist_u > lam).any():
+            stats.n_rows = n
+            return DPBlockResult(stats, np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, d)),
+                                 np.empty(0), rows.size)
+        labels_all = np.full(n, -1, dtype=lab_u.dtype)
+        dist_all = np.zeros(n)
+        labels_all[rows], dist_all[rows] = lab_u, dist_u
+    elif k and start == 0:
         labels_all, dist_all = divergence_nearest(Xb, centres, kind)
         if not ((dist_all > lam) & ~skip).any():
             lab = labels_all.copy()

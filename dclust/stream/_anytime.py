@@ -10,6 +10,8 @@ from .._registry import register
 from .._validation import SEED, Interval, Options, check_array, check_sample_weight
 from ..errors import InvalidDataError, message
 from ..kernels.kmeans import block_rng
+from ..cluster._base import CHECKPOINT
+from ._checkpoint import fingerprint_of, resume_state
 from ._dynamic import DynamicBase
 
 __all__ = ["AnytimeDPMeans"]
@@ -34,6 +36,10 @@ class AnytimeDPMeans(DynamicBase):
         by default each row chunk of the data is one batch. Every batch is loaded into memory.
     max_iter, n_restarts, random_state
         As in :class:`DynamicMeans`; ``random_state`` also fixes the random order of the batches.
+    checkpoint : str or os.PathLike, optional
+        A directory where the whole state is saved atomically after every batch (Zarr + JSON, no pickle).
+        ``iter_fit``/``fit`` over the same data resume from it at the next batch (as ``resume=True``), so a rerun
+        after a crash ends with the identical model; once every batch is done a rerun returns at once.
 
     Attributes
     ----------
@@ -66,18 +72,21 @@ class AnytimeDPMeans(DynamicBase):
         "max_iter": [Interval("int", 1, None)],
         "n_restarts": [Interval("int", 1, None)],
         "random_state": [SEED],
+        "checkpoint": [CHECKPOINT],
     }
     # the in-memory path is used for every batch (one block each); these fix the OCC knobs of the base class
     prefix_size = 1000
     max_proposals = 4096
     split_every = None
 
-    def __init__(self, *, lam=None, batch_rows=None, max_iter=100, n_restarts=1, random_state=None):
+    def __init__(self, *, lam=None, batch_rows=None, max_iter=100, n_restarts=1, random_state=None,
+                 checkpoint=None):
         self.lam = lam
         self.batch_rows = batch_rows
         self.max_iter = max_iter
         self.n_restarts = n_restarts
         self.random_state = random_state
+        self.checkpoint = checkpoint
 
     def _rates(self) -> tuple[float, float, float]:
         self.lam_ = float(self.lam)
@@ -93,9 +102,24 @@ class AnytimeDPMeans(DynamicBase):
 
     def partial_fit(self, batch, sample_weight=None, y=None):
         """Process one batch (see :meth:`DynamicMeans.partial_fit`)."""
-        super().partial_fit(batch, sample_weight)
+        return super().partial_fit(batch, sample_weight)
+
+    def _check_restored(self, ck) -> None:
+        super()._check_restored(ck)
+        order = ck.require_shape("batch_order_", self.batch_order_, (None,))
+        if order.size and (int(self.n_batches_) > order.size or np.sort(order).tolist() != list(range(order.size))):
+            raise ValueError(f"batch_order_ that is a permutation covering the {self.n_batches_} batches done")
+
+    def _after_batch(self) -> None:
         self.n_seen_ = int(self.n_seen_) + int(self.history_["n_samples"][-1])
-        return self
+
+    def _batches(self, X, sample_weight=None):
+        """``(X, sample_weight)`` validated, as dask arrays whose row blocks are the batches."""
+        self._validate_params()
+        arr, _ = check_array(X)
+        if self.batch_rows is not None and arr.chunks[0][0] != self.batch_rows:
+            arr = arr.rechunk({0: self.batch_rows})
+        return arr, check_sample_weight(sample_weight, arr)
 
     def iter_fit(self, X, sample_weight=None, *, resume: bool = False) -> Iterator["AnytimeDPMeans"]:
         """Yield the model after each batch; stop iterating whenever it is good enough.
@@ -116,12 +140,13 @@ class AnytimeDPMeans(DynamicBase):
         AnytimeDPMeans
             ``self``, with ``cluster_centers_`` and ``n_clusters_`` usable.
         """
-        self._validate_params()
-        arr, _ = check_array(X)
-        if self.batch_rows is not None and arr.chunks[0][0] != self.batch_rows:
-            arr = arr.rechunk({0: self.batch_rows})
-        w = check_sample_weight(sample_weight, arr)
+        arr, w = self._batches(X, sample_weight)
         n_blocks = arr.numblocks[0]
+        fp = fingerprint_of(self, arr, w)
+        if self.checkpoint is not None:
+            self._ck_fp = fp
+            if resume_state(self, fp):
+                resume = True
         if resume and hasattr(self, "batch_order_") and len(self.batch_order_):
             if len(self.batch_order_) != n_blocks or arr.shape[1] != self.n_features_in_:
                 raise InvalidDataError(
@@ -134,10 +159,14 @@ class AnytimeDPMeans(DynamicBase):
             self._clear()
             self._reset(arr.shape[1])
             self.batch_order_ = block_rng(self.seed_, _BATCH_STREAM).permutation(n_blocks).astype(np.int64)
-        for j in range(int(self.n_batches_), n_blocks):
-            b = int(self.batch_order_[j])
-            self.partial_fit(arr.blocks[b], None if w is None else w.blocks[b])
-            yield self
+        self._ck_fp = fp
+        try:
+            for j in range(int(self.n_batches_), n_blocks):
+                b = int(self.batch_order_[j])
+                self.partial_fit(arr.blocks[b], None if w is None else w.blocks[b])
+                yield self
+        finally:
+            self._ck_fp = None
 
     def fit(self, X, y=None, sample_weight=None, *, callback: Callable[["AnytimeDPMeans"], Any] | None = None,
             resume: bool = False):

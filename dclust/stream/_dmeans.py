@@ -10,6 +10,9 @@ from .._registry import register
 from .._validation import SEED, Interval, Options, check_array
 from ..errors import InvalidDataError, InvalidParameterError, message
 from ..kernels.dynmeans import reparameterise
+from ..cluster._base import CHECKPOINT
+from ._checkpoint import check_resumed_length as _check_resumed_length
+from ._checkpoint import fingerprint_of, resume_state
 from ._dynamic import DynamicBase, row_blocks
 
 __all__ = ["DynamicMeans"]
@@ -44,6 +47,12 @@ class DynamicMeans(DynamicBase):
         Seeds the orders: batch ``t``, restart ``r`` uses ``(seed_, t, r)``, so a resumed stream repeats exactly.
     prefix_size, max_proposals, split_every
         Optimistic concurrency for dask batches with several row chunks, as in :class:`dclust.DPMeans`.
+    checkpoint : str or os.PathLike, optional
+        A directory where the whole state is saved atomically after every batch (Zarr + JSON, no pickle). An
+        estimator without state restores it from there at its first ``partial_fit`` (which then processes the
+        batch after the checkpoint's ``n_batches_``); ``fit`` restores it and skips the batches already done, so a
+        rerun after a crash ends with the identical model. Other parameters (or, for ``fit`` over an array, other
+        data) are refused with ``StorageError``.
 
     Attributes
     ----------
@@ -100,10 +109,11 @@ class DynamicMeans(DynamicBase):
         "prefix_size": [Interval("int", 0, None)],
         "max_proposals": [Interval("int", 1, None)],
         "split_every": [Interval("int", 2, None), Options((None,))],
+        "checkpoint": [CHECKPOINT],
     }
 
     def __init__(self, *, lam=None, T_Q=None, k_tau=None, Q=None, tau=None, max_iter=100, n_restarts=1,
-                 random_state=None, prefix_size=1000, max_proposals=4096, split_every=None):
+                 random_state=None, prefix_size=1000, max_proposals=4096, split_every=None, checkpoint=None):
         self.lam = lam
         self.T_Q = T_Q
         self.k_tau = k_tau
@@ -115,6 +125,7 @@ class DynamicMeans(DynamicBase):
         self.prefix_size = prefix_size
         self.max_proposals = max_proposals
         self.split_every = split_every
+        self.checkpoint = checkpoint
 
     def _rates(self) -> tuple[float, float, float]:
         pair_a = (self.T_Q is not None, self.k_tau is not None)
@@ -167,11 +178,23 @@ class DynamicMeans(DynamicBase):
                         "are the time steps", "a numpy array (one array has no time steps)",
                         "Use partial_fit(X) for one batch, or pass [X1, X2, ...].")
             )
+        fp = None
         if hasattr(batches, "chunks") and hasattr(batches, "shape") and getattr(batches, "ndim", 0) == 2:
             arr, _ = check_array(batches, name="batches", min_samples=0)
+            fp = fingerprint_of(self, arr)
             batches = row_blocks(arr)
         self._clear()
-        weights = iter(sample_weight) if sample_weight is not None else None
-        for batch in batches:
-            self.partial_fit(batch, None if weights is None else next(weights))
+        self._ck_fp = fp
+        try:
+            done = int(self.n_batches_) if resume_state(self, fp) else 0
+            weights = iter(sample_weight) if sample_weight is not None else None
+            seen = 0
+            for t, batch in enumerate(batches):
+                w = None if weights is None else next(weights)
+                seen = t + 1
+                if t >= done:  # the batches before are in the restored state
+                    self.partial_fit(batch, w)
+            _check_resumed_length(self, done, seen)
+        finally:
+            self._ck_fp = None
         return self

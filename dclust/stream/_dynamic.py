@@ -20,6 +20,7 @@ from ..cluster._base import BaseEstimator, raise_if_bad_block, wrap_output
 from ..errors import ConvergenceWarning, InvalidDataError, NotFittedError, message
 from ..kernels.dynmeans import StepState, assign_instantiated, carry_over, gammas, serial_step
 from ..kernels.kmeans import block_rng
+from ._checkpoint import resume_state, save_state
 
 __all__ = ["DynamicBase"]
 
@@ -65,6 +66,20 @@ class DynamicBase(BaseEstimator):
         self.n_iter_ = 0
         self.converged_ = True
         self.history_ = {k: [] for k in _HISTORY_KEYS}
+        self._order_records = None
+
+    def _after_batch(self) -> None:
+        """Subclass hook: update derived state after a batch (before the checkpoint is saved)."""
+
+    def _check_restored(self, ck) -> None:
+        """Shapes of a state restored from a checkpoint (see :mod:`dclust.stream._checkpoint`)."""
+        d = int(self.n_features_in_)
+        k = ck.require_shape("cluster_ids_", self.cluster_ids_, (None,)).shape[0]
+        ck.require_shape("cluster_centers_", self.cluster_centers_, (k, d))
+        ck.require_shape("weights_", self.weights_, (k,))
+        ck.require_shape("ages_", self.ages_, (k,))
+        if set(self.history_) != set(_HISTORY_KEYS) or int(self.n_batches_) != len(self.history_["n_samples"]):
+            raise ValueError(f"a history of {self.n_batches_} batches with the keys {sorted(_HISTORY_KEYS)}")
         self._order_records = None
 
     def _clear(self) -> None:
@@ -136,6 +151,8 @@ class DynamicBase(BaseEstimator):
         """
         self._validate_params()
         lam, Q, tau = self._rates()
+        if self.checkpoint is not None and not hasattr(self, "cluster_ids_"):
+            resume_state(self, getattr(self, "_ck_fp", None))
         arr, info = self._check_batch(batch)
         w = self._weights(sample_weight, arr)
         watch = Stopwatch()
@@ -148,8 +165,11 @@ class DynamicBase(BaseEstimator):
             best, labels, order_rec = self._in_memory(Y, w, state, t)
         else:
             best, labels, order_rec = self._occ(arr, w, state, t)
-        self._commit(best, state, arr, info, labels, watch, lam, Q)
+        event = self._commit(best, state, arr, info, labels, watch, lam, Q)
         self._order_records = order_rec
+        self._after_batch()
+        save_state(self, getattr(self, "_ck_fp", None))  # before the event: an announced batch is durable
+        emit(event)
         return self
 
     def _seed(self, t: int, r: int) -> int:
@@ -222,8 +242,8 @@ class DynamicBase(BaseEstimator):
         for key in _HISTORY_KEYS:
             self.history_[key].append(row[key])
         self.n_batches_ = int(self.n_batches_) + 1
-        emit(ProgressEvent(type(self).__name__, "iter", self.n_batches_, self.objective_, k, seconds,
-                           {key: row[key] for key in ("births", "deaths", "revivals", "n_samples")}))
+        return ProgressEvent(type(self).__name__, "iter", self.n_batches_, self.objective_, k, seconds,
+                             {key: row[key] for key in ("births", "deaths", "revivals", "n_samples")})
 
     # ------------------------------------------------------------------------------------------ use
     def predict(self, X):

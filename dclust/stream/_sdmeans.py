@@ -14,10 +14,11 @@ from .._dask.gram import pairwise_matrix
 from .._dask.loop import ProgressEvent, emit
 from .._registry import register
 from .._validation import CALLABLE, SEED, Interval, Options, check_array, validate_params
-from ..cluster._base import BaseEstimator
+from ..cluster._base import CHECKPOINT, BaseEstimator
 from ..errors import DclustError, InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels import sdmeans as K
 from ..kernels.dynmeans import reparameterise
+from ._checkpoint import check_resumed_length, fingerprint_of, resume_state, save_state
 from ._sdstate import OldClusters
 
 __all__ = ["SpectralDynamicMeans"]
@@ -68,6 +69,11 @@ class SpectralDynamicMeans(BaseEstimator):
     random_state : int, numpy.random.Generator or None
         Seeds the restarts. The generator of step t is derived from ``seed_`` and t, so a stream resumed from
         :func:`dclust.save` gives the same result as an uninterrupted one.
+    checkpoint : str or os.PathLike, optional
+        A directory where the whole state is saved atomically after every batch (Zarr + JSON, no pickle). An
+        estimator without state restores it at its first ``partial_fit`` (which then processes the batch after
+        the checkpoint's ``n_steps_``); ``fit`` restores it and skips the batches already done, so a rerun after
+        a crash ends with the identical model. A callable ``kernel`` cannot be checkpointed.
 
     Attributes
     ----------
@@ -122,10 +128,12 @@ class SpectralDynamicMeans(BaseEstimator):
         "max_support": [Interval("int", 1, None)],
         "max_batch": [Interval("int", 1, None)],
         "random_state": [SEED],
+        "checkpoint": [CHECKPOINT],
     }
 
     def __init__(self, *, lam=None, T_Q=None, k_tau=None, Q=None, tau=None, kernel="rbf", bandwidth=None,
-                 n_restarts=1, max_iter=100, max_support=50, max_batch=5000, random_state=None):
+                 n_restarts=1, max_iter=100, max_support=50, max_batch=5000, random_state=None,
+                 checkpoint=None):
         self.lam = lam
         self.T_Q = T_Q
         self.k_tau = k_tau
@@ -138,6 +146,7 @@ class SpectralDynamicMeans(BaseEstimator):
         self.max_support = max_support
         self.max_batch = max_batch
         self.random_state = random_state
+        self.checkpoint = checkpoint
 
     # ----------------------------------------------------------------------------------------------------------
     # parameters
@@ -267,6 +276,8 @@ class SpectralDynamicMeans(BaseEstimator):
         self
         """
         lam, Q, tau = self._resolve_params()
+        if self.checkpoint is not None and not hasattr(self, "n_steps_"):
+            resume_state(self, getattr(self, "_ck_fp", None))
         fitted = hasattr(self, "n_steps_")
         Y = self._check_batch(batch, "batch", self._state() if fitted else None)
         if not fitted:
@@ -303,6 +314,7 @@ class SpectralDynamicMeans(BaseEstimator):
                    **counts)
         for k in _HISTORY_KEYS:
             self.history_[k].append(rec[k])
+        save_state(self, getattr(self, "_ck_fp", None))
         emit(ProgressEvent(type(self).__name__, "iter", self.n_steps_, float(J), len(linked), seconds, counts))
         return self
 
@@ -322,8 +334,10 @@ class SpectralDynamicMeans(BaseEstimator):
         self._resolve_params()
         for name in _STATE_ATTRIBUTES:
             self.__dict__.pop(name, None)
+        fp = None
         if isinstance(batches, da.Array) and batches.ndim == 2:
             arr = batches
+            fp = fingerprint_of(self, arr)
             batches = (arr.blocks[i] for i in range(arr.numblocks[0]))
         elif isinstance(batches, np.ndarray) and batches.ndim == 2:
             batches = [batches]
@@ -331,9 +345,29 @@ class SpectralDynamicMeans(BaseEstimator):
             raise InvalidDataError(
                 message("fit(batches)", "an iterable of (n_t, n_features) arrays or a row-chunked dask array",
                         f"a {type(batches).__name__}", "Pass a list (or generator) of batches."))
-        for b in batches:
-            self.partial_fit(b)
+        self._ck_fp = fp
+        try:
+            done = int(self.n_steps_) if resume_state(self, fp) else 0
+            seen = 0
+            for t, b in enumerate(batches):
+                seen = t + 1
+                if t >= done:  # the batches before are in the restored state
+                    self.partial_fit(b)
+            check_resumed_length(self, done, seen)
+        finally:
+            self._ck_fp = None
         return self
+
+    def _check_restored(self, ck) -> None:
+        """Shapes of a state restored from a checkpoint (see :mod:`dclust.stream._checkpoint`)."""
+        d = int(self.n_features_in_)
+        k = ck.require_shape("cluster_ids_", self.cluster_ids_, (None,)).shape[0]
+        for name in ("weights_", "ages_", "support_size_"):
+            ck.require_shape(name, getattr(self, name), (k,))
+        m = ck.require_shape("support_coef_", self.support_coef_, (k, None)).shape[1]
+        ck.require_shape("support_", self.support_, (k, m, d))
+        if set(self.history_) != set(_HISTORY_KEYS) or int(self.n_steps_) != len(self.history_["n_samples"]):
+            raise ValueError(f"a history of {self.n_steps_} batches with the keys {sorted(_HISTORY_KEYS)}")
 
     def predict(self, X: Any) -> np.ndarray:
         """Id of the nearest feature-space centre (of the clusters in the state) for every row of X.

@@ -32,6 +32,7 @@ CONFIGS = {
     "TVClust": dict(random_state=0, n_sweeps=3),
     "CollapsedDPMeans": dict(lam=30.0, random_state=0),
     "CappedDPMeans": dict(lam=30.0, max_clusters=4, random_state=0),
+    "CollapsedBPMeans": dict(lam=150.0, random_state=0, max_iter=2),
 }
 
 #: The fitted state that defines a model, by kind: centres (clusterings), features (feature allocations), mixture

@@ -267,3 +267,27 @@ def test_light_components_warn_and_nonconvergence_warns():
         GMPR(n_classes=3, clusters_per_class=2, max_iter=3, tol=1.0, random_state=0).fit(X)
     with pytest.warns(ConvergenceWarning, match="max_iter=1"):
         GMPR(n_classes=2, max_iter=1, random_state=0).fit(rng.normal(size=(100, 2)))
+
+
+@pytest.mark.parametrize("diag", [True, False])
+def test_fused_unlinked_kernel_equals_the_numpy_twin(diag):
+    """The numba E-step pass (one exp per component, scatter about the current means) against plain numpy,
+    with sub-clusters, a zero sub-cluster weight, far-away rows and skipped (linked) rows."""
+    from dclust.kernels.gmpr import unlinked_partial, unlinked_partial_numpy
+
+    rng = np.random.default_rng(5)
+    M, K, D = 3, 2, 4
+    p = _params(rng, M, K, D, diag)
+    p = MixtureParams.build(p.alpha, np.array([[0.4, 0.6], [1.0, 0.0], [0.5, 0.5]]), p.means, p.covariances)
+    X = np.concatenate([rng.normal(size=(600, D)) * 3, rng.normal(size=(5, D)) + 40.0]).astype(np.float32)
+    linked = rng.choice(605, 50, replace=False)
+    a, b = unlinked_partial(X, p, linked), unlinked_partial_numpy(X, p, linked)
+    np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-9, atol=1e-8)
+    np.testing.assert_allclose(a.class_counts, b.class_counts, rtol=1e-10)
+    assert a.loglik == pytest.approx(b.loglik, rel=1e-12) and a.n_rows == b.n_rows == 555
+    assert a.weight[3] == 0.0  # pi = 0
+    bad = X.copy()
+    bad[7, 0] = np.nan
+    assert unlinked_partial(bad, p, linked, block_index=4).bad_block == (4 if 7 not in linked else -1)

@@ -222,3 +222,29 @@ def test_n_clusters_sets_lam_by_the_furthest_first_heuristic(three):
     X, y = three
     m = RDPMeans(n_clusters=3, random_state=0, max_iter=3).fit(X, constraints=ConstraintGraph.from_labels_sample(y, 0.02, rng=0))
     assert m.lam_ > 0 and m.n_clusters_ >= 2
+
+
+def test_colour_phases_of_a_pass_run_as_one_task_graph(three):
+    """ALGORITHMS.md 8.4 with the proposals validated inside the graph: one compute per pass for all colour
+    phases however many colours, and still serial RDP-means on ``serial_order_``."""
+    from dask.callbacks import Callback
+
+    X, y = three
+    n = X.shape[0]
+    ring = np.arange(n)  # a long odd cycle of must-links plus chords: >= 3 colours
+    G = ConstraintGraph.from_pairs(np.concatenate([ring, ring[::7]]), np.concatenate([(ring + 1) % n, (ring[::7] + 3) % n]),
+                                   True, n_samples=n, check_feasible=False)
+    Xd = da.from_array(X, chunks=(60, -1))
+    G = G.rechunk(Xd.chunks[0])
+    starts = []
+
+    class Count(Callback):
+        def _start(self, dsk):
+            starts.append(1)
+
+    with Count():
+        m = RDPMeans(lam=6.0, random_state=1, max_iter=4).fit(Xd, constraints=G)
+    assert m.n_colors_ >= 3
+    # every row is linked (no phase 0): one round trip per colour would be >= 4 passes x n_colors_ computes alone
+    assert len(starts) < 4 * m.n_colors_
+    _check_serial(m, X, G, max_iter=4)

@@ -1,0 +1,214 @@
+"""COP-style constrained k-means (Wagstaff et al. 2001), in memory: the hard-constraint reference of the UCI
+protocol (ALGORITHMS.md 10.3).
+
+Internal (not exported, not registered): a cheap baseline beside RDP-means, GM-PR and TVClust, for data that fits
+in memory. Must-links are made transitive first (union-find), so every must-link component moves as one weighted
+point; cannot-links then join components. Each Lloyd sweep visits the components in a random order and puts each in
+the nearest cluster that holds no component it cannot-links to (among those already placed in the sweep). When no
+cluster is feasible, COP-KMeans proper gives up; here ``on_infeasible="nearest"`` places the component in its
+nearest cluster and counts the violation (noisy links, p < 1, make that common), ``"raise"`` raises
+``InfeasibleConstraintsError``. Of ``n_init`` seeded runs the one with the fewest violated cannot-links, then the
+lowest inertia, is kept.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from .._validation import SEED, Interval, Options, as_generator, check_array
+from ..errors import InfeasibleConstraintsError, InvalidDataError, message
+from ..kernels.kmeans import kmeans_plusplus
+from ._base import BaseEstimator
+
+__all__ = ["COPKMeans"]
+
+
+@numba.njit(cache=True, nogil=True)
+def _sweep(P, w, centres, order, indptr, indices, labels):
+    """One constrained assignment sweep over the components in ``order``; returns the number of components that
+    had no feasible cluster (placed in their nearest one). ``labels`` is overwritten."""
+    m, d = P.shape
+    k = centres.shape[0]
+    for t in range(m):
+        labels[t] = -1
+    forbidden = np.full(k, -1, dtype=np.int64)
+    n_bad = 0
+    for t in range(order.size):
+        c = order[t]
+        for p in range(indptr[c], indptr[c + 1]):
+            lab = labels[indices[p]]
+            if lab >= 0:
+                forbidden[lab] = c
+        best, best_d, near, near_d = -1, np.inf, 0, np.inf
+        for j in range(k):
+            dist = 0.0
+            for f in range(d):
+                diff = P[c, f] - centres[j, f]
+                dist += diff * diff
+            if dist < near_d:
+                near, near_d = j, dist
+            if forbidden[j] != c and dist < best_d:
+                best, best_d = j, dist
+        if best < 0:
+            n_bad += 1
+            best = near
+        labels[c] = best
+    return n_bad
+
+
+class COPKMeans(BaseEstimator):
+    """Constrained k-means with hard must-links (merged) and cannot-links (avoided while feasible).
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    n_init : int, default 10
+        Seeded runs (k-means++ on the must-link components, weighted by size); the best is kept.
+    max_iter : int, default 100
+        Lloyd sweeps per run; a run stops earlier when the labels repeat.
+    on_infeasible : {"nearest", "raise"}, default "nearest"
+        What to do with a component every cluster of which holds a cannot-linked component.
+    max_samples : int, default 100_000
+        Largest number of rows accepted (in-memory reference).
+    random_state : int, Generator or None
+
+    Attributes
+    ----------
+    labels_ : ndarray (n_samples,)
+    cluster_centers_ : ndarray (n_clusters, n_features)
+    inertia_ : float
+        Sum of squared distances of the rows to their centres.
+    n_violated_ : tuple of int
+        ``(must-links split, cannot-links joined)`` by ``labels_`` (the first is always 0).
+    n_components_ : int
+        Must-link components (single rows included).
+    n_iter_ : int
+        Sweeps of the kept run.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dclust.constraints import ConstraintGraph
+    >>> X = np.array([[0.0], [0.1], [5.0], [5.1]])
+    >>> G = ConstraintGraph.from_pairs([0, 2], [1, 3], [False, False], n_samples=4)
+    >>> COPKMeans(n_clusters=2, random_state=0).fit(X, constraints=G).n_violated_
+    (0, 0)
+    """
+
+    _parameter_constraints = {
+        "n_clusters": [Interval("int", 1, None)],
+        "n_init": [Interval("int", 1, None)],
+        "max_iter": [Interval("int", 1, None)],
+        "on_infeasible": [Options(("nearest", "raise"))],
+        "max_samples": [Interval("int", 1, None)],
+        "random_state": [SEED],
+    }
+
+    def __init__(self, *, n_clusters=8, n_init=10, max_iter=100, on_infeasible="nearest", max_samples=100_000,
+                 random_state=None):
+        self.n_clusters = n_clusters
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.on_infeasible = on_infeasible
+        self.max_samples = max_samples
+        self.random_state = random_state
+
+    def _links(self, constraints, n):
+        from ..constraints import ConstraintGraph
+
+        if constraints is None:
+            e = np.zeros(0, np.int64)
+            return e, e, np.zeros(0, np.int8)
+        if not isinstance(constraints, ConstraintGraph):
+            raise InvalidDataError(
+                message("COPKMeans.fit(constraints=...)", "None or a dclust.ConstraintGraph",
+                        f"a {type(constraints).__name__}",
+                        "Build one with dclust.ConstraintGraph.from_pairs(i, j, must_link, n_samples).")
+            )
+        if constraints.n_samples != n:
+            raise InvalidDataError(
+                message("COPKMeans.fit(constraints=...)", f"a graph over the {n} rows of X",
+                        f"a graph over {constraints.n_samples} rows", "Build the constraints for this data.")
+            )
+        return constraints.pairs()
+
+    def fit(self, X, y=None, constraints=None) -> "COPKMeans":
+        """Cluster ``X`` (read into memory) under optional must/cannot links (a ``ConstraintGraph``)."""
+        self._validate_params()
+        arr, _ = check_array(X)
+        n, d = arr.shape
+        if n > self.max_samples:
+            raise InvalidDataError(
+                message("COPKMeans.fit(X)", f"at most max_samples={self.max_samples} rows (in-memory reference)",
+                        f"{n} rows", "Use dclust.RDPMeans or dclust.GMPR at scale, or raise max_samples.")
+            )
+        Xn = np.asarray(arr.compute(), dtype=np.float64)
+        i, j, s = self._links(constraints, n)
+        must = s > 0
+        M = sp.coo_matrix((np.ones(int(must.sum())), (i[must], j[must])), shape=(n, n))
+        n_comp, comp = connected_components(M, directed=False)
+        if n_comp < self.n_clusters:
+            raise InvalidDataError(
+                message("COPKMeans(n_clusters=...)", f"at most {n_comp} (the must-link components)",
+                        f"n_clusters={self.n_clusters}", "Lower n_clusters or pass fewer must-links.")
+            )
+        w = np.bincount(comp, minlength=n_comp).astype(np.float64)
+        P = np.zeros((n_comp, d))
+        np.add.at(P, comp, Xn)
+        P /= w[:, None]
+        ca, cb = comp[i[~must]], comp[j[~must]]
+        inside = ca == cb  # cannot-links inside a must-link component: violated whatever the labels
+        ca, cb = ca[~inside], cb[~inside]
+        A = sp.csr_matrix((np.ones(2 * ca.size), (np.concatenate([ca, cb]), np.concatenate([cb, ca]))),
+                          shape=(n_comp, n_comp))
+        indptr, indices = A.indptr.astype(np.int64), A.indices.astype(np.int64)
+        rng = as_generator(self.random_state)
+        best = None
+        for _ in range(self.n_init):
+            C = kmeans_plusplus(P, w, self.n_clusters, rng)
+            lab = np.empty(n_comp, dtype=np.int64)
+            prev = None
+            for it in range(self.max_iter):
+                n_bad = _sweep(P, w, C, rng.permutation(n_comp).astype(np.int64), indptr, indices, lab)
+                if n_bad and self.on_infeasible == "raise":
+                    raise InfeasibleConstraintsError(
+                        message("COPKMeans.fit(constraints=...)", f"cannot-links that {self.n_clusters} clusters "
+                                "can satisfy", f"{n_bad} must-link components with every cluster forbidden",
+                                "Use on_infeasible='nearest', more clusters, or RDPMeans (soft links).")
+                    )
+                sums = np.zeros((self.n_clusters, d))
+                np.add.at(sums, lab, P * w[:, None])
+                cnt = np.bincount(lab, weights=w, minlength=self.n_clusters)
+                full = cnt > 0
+                C[full] = sums[full] / cnt[full, None]
+                if prev is not None and np.array_equal(lab, prev):
+                    break
+                prev = lab.copy()
+            z = lab[comp]
+            inertia = float(((Xn - C[z]) ** 2).sum())
+            violated = int((z[i[~must]] == z[j[~must]]).sum())
+            key = (violated, inertia)
+            if best is None or key < best[0]:
+                best = (key, z.copy(), C.copy(), it + 1)
+        (violated, inertia), z, C, n_iter = best
+        self.labels_ = z
+        self.cluster_centers_ = C
+        self.inertia_ = inertia
+        self.n_violated_ = (0, violated)
+        self.n_components_ = int(n_comp)
+        self.n_iter_ = int(n_iter)
+        self.n_features_in_ = d
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        """Nearest centre of every row (links are not used)."""
+        self._check_fitted("cluster_centers_")
+        arr, _ = check_array(X)
+        Xn = np.asarray(arr.compute(), dtype=np.float64)
+        return ((Xn[:, None, :] - self.cluster_centers_[None]) ** 2).sum(axis=2).argmin(axis=1)
+
+    def fit_predict(self, X, y=None, constraints=None) -> np.ndarray:
+        return self.fit(X, constraints=constraints).labels_

@@ -1,0 +1,71 @@
+"""Checkpoints of the online estimators (``checkpoint=PATH``): their whole state after every batch.
+
+A stream estimator's state is its learned attributes (ids, centres, weights, ages, counters, the base seed and the
+history), which already make a saved model resume exactly; :func:`save_state` writes them after every
+``partial_fit`` batch with :class:`dclust.io._checkpoint.Checkpointer` (atomic replace, Zarr + JSON, no
+pickle; the checkpoint is also a model ``dclust.load`` reads), and :func:`resume_state` restores them into an estimator that has no state yet (validated: format,
+estimator, parameters, and for ``fit``/``iter_fit`` over one array its fingerprint). Each estimator checks the
+shapes of what it got back in ``_check_restored(ck)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["resume_state", "save_state", "fingerprint_of", "check_resumed_length"]
+
+
+def _checkpointer(model: Any, fingerprint: dict | None, path: Any):
+    from ..io._checkpoint import Checkpointer  # io is above this layer: imported lazily, only with a checkpoint
+
+    return Checkpointer(model.checkpoint if path is None else path, model, fingerprint)
+
+
+def fingerprint_of(model: Any, X: Any, w: Any = None) -> dict | None:
+    """The data fingerprint of a whole-array fit (None without a checkpoint: nothing is read)."""
+    if model.checkpoint is None:
+        return None
+    from ..io._checkpoint import data_fingerprint
+
+    return data_fingerprint(X, w)
+
+
+def resume_state(model: Any, fingerprint: dict | None = None, path: Any = None) -> bool:
+    """Restore the checkpoint's state into ``model``; False when there is no checkpoint (or none yet).
+
+    ``path`` (default: ``model.checkpoint``) lets a caller that saves at its own moments (the CLI, after writing
+    a batch's labels) use a checkpoint without setting the parameter.
+    """
+    if path is None and model.checkpoint is None:
+        return False
+    ck = _checkpointer(model, fingerprint, path)
+    state = ck.resume()
+    if state is None:
+        return False
+    from ..io._checkpoint import learned_attributes
+
+    for name in learned_attributes(model):  # the restored state replaces any state in memory
+        delattr(model, name)
+    ck.restore_attributes(model, state)
+    with ck.reading():
+        model._check_restored(ck)
+    return True
+
+
+def save_state(model: Any, fingerprint: dict | None = None, path: Any = None) -> None:
+    """Replace the checkpoint (``path``, default ``model.checkpoint``) by the state of ``model``, atomically."""
+    if path is None and model.checkpoint is None:
+        return
+    _checkpointer(model, fingerprint, path).save({"phase": "batch"}, model=model)
+
+
+def check_resumed_length(model: Any, done: int, seen: int) -> None:
+    """A ``fit`` resumed after ``done`` batches must have been given at least as many."""
+    if seen < done:
+        from ..errors import StorageError, message
+
+        raise StorageError(
+            message(f"{type(model).__name__}(checkpoint={model.checkpoint!r}).fit(batches)",
+                    f"at least the {done} batches the checkpoint has processed", f"{seen} batches",
+                    "Pass the same stream to resume it, or another checkpoint path to start afresh.")
+        )
