@@ -16,7 +16,7 @@ import zarr
 import dclust
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SCRIPTS = ["demo.py", "kmeans_zarr.py", "dpmeans_xarray.py"]
+SCRIPTS = ["demo.py", "kmeans_zarr.py", "dpmeans_xarray.py", "pointcloud_track.py"]
 
 
 def run_example(script, *args, timeout=300):
@@ -153,3 +153,15 @@ def test_gmpr_constraints_reports_purity_per_link_count():
     rows = re.findall(r"^\s+(\d+) \|\s+([\d.]+) ± [\d.]+ \|\s+([\d.]+) ± [\d.]+$", r.stdout, flags=re.M)
     assert [int(n) for n, *_ in rows] == [0, 64, 0, 64], r.stdout
     assert all(0 < float(v) <= 1 for _, *vals in rows for v in vals)
+
+
+def test_pointcloud_track_prints_both_algorithms_beside_the_paper(tmp_path):
+    tracks = tmp_path / "tracks.csv"
+    r = run_example("pointcloud_track.py", "--frames", 4, "--n", 1_200, "--objects", 3, "--out", tracks)
+    assert "wrote 4 .ply frames of 1,200 points" in r.stdout
+    for name, paper in (("D-Means", 53.6), ("SD-Means", 86.8)):
+        m = re.search(rf"^{name}\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)$", r.stdout, re.M)
+        assert m, r.stdout
+        acc, frame_acc, consistency, ids, fps, paper_acc = map(float, m.groups())
+        assert acc > 90 and frame_acc > 90 and consistency > 0.9 and ids >= 3 and fps > 0 and paper_acc == paper
+    assert tracks.read_text().splitlines()[0] == "id,frame,n_points,x,y,z,birth,death"
