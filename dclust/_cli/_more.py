@@ -50,6 +50,7 @@ __all__ = ["fit_bpmeans", "fit_rdpmeans"]
 
 
 class BPInit(str, Enum):
+    sample = "sample"
     greedy = "greedy"
     empty = "empty"
 
@@ -72,7 +73,7 @@ def fit_bpmeans(
         Optional[str],
         typer.Option("--allocation", metavar="Z.zarr", help="Also write the N x K binary allocation Z (uint8)."),
     ] = None,
-    init: Annotated[BPInit, typer.Option("--init", help="Initial features: greedy draws, or none.")] = BPInit.greedy,
+    init: Annotated[BPInit, typer.Option("--init", help="Initial features: restarts on a sample (default), greedy draws, or none.")] = BPInit.sample,
     max_features: Annotated[
         Optional[int], typer.Option("--max-features", min=1, help="Bound on K (default: the estimator's, 100).")
     ] = None,

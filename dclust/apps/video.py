@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .._dask.loop import ProgressEvent, emit
-from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, StorageError, message
+from ..errors import ConvergenceWarning, DclustError, InvalidDataError, InvalidParameterError, StorageError, message
 from ..io._video import (
     FrameSource,
     check_output,
@@ -47,6 +47,7 @@ from ..io._video import (
 )
 from ..kernels.distances import assign_stats
 from ..kernels.kmeans import kmeans_plusplus
+from ..io._models import load, save
 from ..stream import DynamicMeans
 from ._video_kernels import CellTable, features, palette_rgb, quantise_rows
 
@@ -148,39 +149,19 @@ class _DMeansFitter:
                        int(h["deaths"][-1]), int(h["revivals"][-1]), int(m.n_iter_), bool(m.converged_))
 
     def save(self, directory: str, n: int) -> str:
-        """The model's learned state as ``model-{n}.npz`` (arrays) + JSON scalars inside it, atomically.
-
-        (Not ``dclust.save``: its loader rejects a DynamicMeans that still tracks unseen clusters.)"""
-        import io
-
-        arrays, scalars = {}, {}
-        for name, value in vars(self.model).items():
-            if not name.endswith("_") or name.startswith("_"):
-                continue
-            if isinstance(value, np.ndarray):
-                arrays[name] = value
-            else:
-                scalars[name] = value
-        arrays["__scalars__"] = np.frombuffer(json.dumps(_jsonable(scalars)).encode(), dtype=np.uint8)
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        name = f"model-{n}.npz"
-        write_bytes(buf.getvalue(), os.path.join(directory, name))
+        """The model as ``model-{n}.zarr`` (``dclust.save``: Zarr + JSON, written atomically)."""
+        name = f"model-{n}.zarr"
+        save(self.model, os.path.join(directory, name), overwrite=True)
         return name
 
     def restore(self, directory: str, name: str | None, palettes: list[Palette]) -> None:
         path = os.path.join(directory, name or "")
         try:
-            with np.load(path, allow_pickle=False) as z:
-                state = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as exc:
+            model = load(path)
+        except DclustError as exc:
             raise StorageError(f"the checkpoint model {path!r} cannot be read ({exc}); remove {directory!r} to "
                                "start afresh.") from exc
-        scalars = json.loads(state.pop("__scalars__").tobytes().decode())
-        model = DynamicMeans(**self.model.get_params())
-        for key, value in {**state, **scalars}.items():
-            setattr(model, key, value)
-        if int(model.n_batches_) != len(palettes):
+        if not isinstance(model, DynamicMeans) or int(model.n_batches_) != len(palettes):
             raise StorageError(f"the checkpoint in {directory!r} is inconsistent (its model does not match its "
                                f"{len(palettes)} frames); remove it and start afresh.")
         self.model = model

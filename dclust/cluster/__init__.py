@@ -1,7 +1,7 @@
 """Batch estimators with scikit-learn conventions."""
 
 from ._bpmeans import BPMeans
-from ._collapsed import CappedDPMeans, CollapsedDPMeans
+from ._collapsed import CappedDPMeans, CollapsedBPMeans, CollapsedDPMeans
 from ._dpmeans import DPMeans
 from ._gmpr import GMPR
 from ._kfeatures import KFeatures, StepwiseKFeatures
@@ -14,6 +14,7 @@ __all__ = [
     "BPMeans",
     "CappedDPMeans",
     "CollapsedDPMeans",
+    "CollapsedBPMeans",
     "DPMeans",
     "DPMMGibbs",
     "GMPR",

@@ -304,11 +304,11 @@ def test_fit_bpmeans(features_store, address, tmp_path):
     assert np.abs(Z[...] @ A - np.asarray(X)).max() < 1.0  # Z A reconstructs the data up to the noise
     np.testing.assert_allclose(dclust.load(model).features_, A)
 
-    # defaults (greedy init), --features alone
+    # defaults (init="sample"), --features alone
     default = dclust.BPMeans(lam=4.0, random_state=0).fit(X)
     out = ok_json(run(["fit", "bpmeans", features_store, "--lam", 4, "--features", tmp_path / "A2.zarr", "--seed", 0,
                        "--json", "--quiet", "--scheduler", address]))
-    assert out["allocation"] is None and out["model"] is None and out["params"]["init"] == "greedy"
+    assert out["allocation"] is None and out["model"] is None and out["params"]["init"] == "sample"
     np.testing.assert_allclose(read(tmp_path / "A2.zarr"), default.features_)
     assert sorted(os.listdir(tmp_path)) == ["A.zarr", "A2.zarr", "Z.zarr", "m.zarr"]
 

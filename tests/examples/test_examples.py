@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import runpy
@@ -16,7 +17,7 @@ import zarr
 import dclust
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SCRIPTS = ["demo.py", "kmeans_zarr.py", "dpmeans_xarray.py", "pointcloud_track.py"]
+SCRIPTS = ["demo.py", "kmeans_zarr.py", "dpmeans_xarray.py", "pointcloud_track.py", "video_quantize.py"]
 
 
 def run_example(script, *args, timeout=300):
@@ -165,3 +166,13 @@ def test_pointcloud_track_prints_both_algorithms_beside_the_paper(tmp_path):
         acc, frame_acc, consistency, ids, fps, paper_acc = map(float, m.groups())
         assert acc > 90 and frame_acc > 90 and consistency > 0.9 and ids >= 3 and fps > 0 and paper_acc == paper
     assert tracks.read_text().splitlines()[0] == "id,frame,n_points,x,y,z,birth,death"
+
+
+def test_video_quantize(tmp_path):
+    out = tmp_path / "v"
+    r = run_example("video_quantize.py", "--n", 6, "--width", 64, "--height", 48, "--out", out)
+    for name in ("dmeans", "kmeans", "dpmeans"):
+        rep = json.loads((out / f"{name}-report.json").read_text())
+        assert len(rep["frames"]) == 6 and rep["summary"]["psnr"] > 25
+        assert (out / f"{name}.mp4").is_file() and (out / f"{name}-palette.png").is_file()
+    assert "median |f-1|" in r.stdout
