@@ -105,6 +105,7 @@ class LinkLayout:
     pair_v: np.ndarray
     rank: np.ndarray | None = None  # position of each node in its block's permutation
     phases: list = field(default_factory=list)  # phases[c][b] -> PhaseBlock or None
+    phase_parts: Any = None  # the phases per block, persisted (dask object array), built on first use
 
     @property
     def n_nodes(self) -> int:

@@ -212,27 +212,30 @@ def _colour_phase(lparts, layout, c, C, z, *, lam, xi, kind, max_proposals, spli
             order_out.append(layout.nodes[ids])
 
 
-def _fused_block(part, state, pb, *, lam, xi, kind):
+def _fused_block(part, phases, state, c, *, lam, xi, kind):
     Xl, index, _ = part[0]
+    pb = phases[0][c]
     C, z = state[0], state[1]
-    return linked_block(Xl, index, sel=pb.sel, indptr=pb.indptr, cols=pb.cols, vals=pb.vals, z_nb=z[pb.nb],
-                        centres=C, lam=lam, xi=xi, kind=kind, start=0, max_proposals=np.iinfo(np.int64).max)
+    res = linked_block(Xl, index, sel=pb.sel, indptr=pb.indptr, cols=pb.cols, vals=pb.vals, z_nb=z[pb.nb],
+                       centres=C, lam=lam, xi=xi, kind=kind, start=0, max_proposals=np.iinfo(np.int64).max)
+    return res, pb.ids, index[pb.sel]
 
 
-def _fused_validate(state, results, blocks, ids, nodes, *, lam, kind):
+def _fused_validate(state, results, blocks, *, lam, kind):
     """The end of one colour phase inside the task graph: commit the blocks' labels, validate the proposals
     serially (in (position, block) order) and return the next state ``(C, z, stats, order)``."""
     C, z, stats, order = state
     z = z.copy()
     stats, order = list(stats), list(order)
     d = C.shape[1]
-    prop_ids, prop_pos, prop_blk, prop_rows = [], [], [], []
-    for b, res, ib, nb in zip(blocks, results, ids, nodes):
+    prop_ids, prop_pos, prop_blk, prop_rows, prop_nodes = [], [], [], [], []
+    for b, (res, ib, nb) in zip(blocks, results):
         ok = res.labels >= 0
         z[ib[ok]] = res.labels[ok]
         order.append(nb[ok])
         stats.append(res.stats)
         prop_ids.append(ib[res.position])
+        prop_nodes.append(nb[res.position])
         prop_pos.append(res.position)
         prop_blk.append(np.full(res.position.size, b))
         prop_rows.append(res.rows)
@@ -240,7 +243,7 @@ def _fused_validate(state, results, blocks, ids, nodes, *, lam, kind):
     pid = np.concatenate(prop_ids)[srt]
     if pid.size:
         rows = np.concatenate(prop_rows).reshape(-1, d)[srt]
-        nodes_all = np.concatenate([nb[res.position] for res, nb in zip(results, nodes)])[srt]
+        nodes_all = np.concatenate(prop_nodes)[srt]
         k0 = C.shape[0]
         labels, dist, new = validate_proposals(rows, lam, kind)
         C = np.vstack([C, new])
@@ -251,20 +254,34 @@ def _fused_validate(state, results, blocks, ids, nodes, *, lam, kind):
     return C, z, stats, order
 
 
+def _phase_parts(layout):
+    """Per block, its :class:`PhaseBlock` of every colour (or None), persisted once per fit where the blocks
+    are, so a pass's graph carries only the centres and the labels."""
+    if layout.phase_parts is None:
+        import dask.array as da
+
+        per_block = [tuple(layout.phases[c][b] for c in range(layout.n_colours)) for b in range(len(layout.chunks))]
+        layout.phase_parts = da.from_array(object_array(per_block), chunks=1, name=fresh_name(_phase_parts)).persist()
+    return layout.phase_parts
+
+
 def _colour_phases_fused(lparts, layout, C, z, *, lam, xi, kind, total, order_out):
     """All colour phases of a pass in ONE task graph (one round trip): phase ``c``'s block tasks read the state
     left by phase ``c - 1``'s validation task, which runs on a worker instead of the driver. Each phase is one
     OCC epoch (``max_proposals`` applies to phase 0 only): still serial RDP-means on the recorded order.
 
-    The graph is written as task specs with fixed keys (no tokenising or traversal of the O(links) arguments)."""
+    The graph is written as task specs with fixed keys (no tokenising); the O(links) phase lists are persisted
+    once per fit (:func:`_phase_parts`)."""
     from dask._task_spec import DataNode, List, Task, TaskRef
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
 
     if lparts is None or layout.n_colours == 0:
         return C, z
+    pparts = _phase_parts(layout)
     tag = fresh_name(_fused_block)
-    part_keys = [k for k in lparts.__dask_keys__()]
+    part_keys = list(lparts.__dask_keys__())
+    phase_keys = list(pparts.__dask_keys__())
     dsk: dict = {}
     state = DataNode(None, (C, z, [], []))
     last = None
@@ -275,17 +292,15 @@ def _colour_phases_fused(lparts, layout, C, z, *, lam, xi, kind, total, order_ou
         res = []
         for b in blocks:
             key = (f"{tag}-block", c, b)
-            dsk[key] = Task(key, _fused_block, TaskRef(part_keys[b]), state, DataNode(None, layout.phases[c][b]),
+            dsk[key] = Task(key, _fused_block, TaskRef(part_keys[b]), TaskRef(phase_keys[b]), state, c,
                             lam=lam, xi=xi, kind=kind)
             res.append(TaskRef(key))
-        ids = [layout.phases[c][b].ids for b in blocks]
         last = (f"{tag}-validate", c)
-        dsk[last] = Task(last, _fused_validate, state, List(*res), DataNode(None, blocks), DataNode(None, ids),
-                         DataNode(None, [layout.nodes[i] for i in ids]), lam=lam, kind=kind)
+        dsk[last] = Task(last, _fused_validate, state, List(*res), DataNode(None, blocks), lam=lam, kind=kind)
         state = TaskRef(last)
     if last is None:
         return C, z
-    graph = HighLevelGraph.from_collections(f"{tag}-validate", dsk, dependencies=[lparts])
+    graph = HighLevelGraph.from_collections(f"{tag}-validate", dsk, dependencies=[lparts, pparts])
     C, z_new, stats, order = Delayed(last, graph, layer=f"{tag}-validate").compute()
     z[:] = z_new
     total.extend(stats)

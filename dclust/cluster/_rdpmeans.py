@@ -262,6 +262,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
             why = "the labels still changed in the last pass" if xi >= max_xi else f"xi={xi:g} < max_xi={max_xi:g}"
             warnings.warn(f"RDPMeans stopped at max_iter={self.max_iter}: {why}; increase max_iter.",
                           ConvergenceWarning, stacklevel=2)
+        layout.phase_parts = None  # release the persisted phase lists (the layout is kept for serial_order_)
         labels = final_labels(arr, layout, res, z_pass, remap, seed=seed, kind=kind)
         self.cluster_centers_ = C
         self.n_clusters_ = int(C.shape[0])

@@ -9,6 +9,7 @@ All on dask's threaded scheduler, tiny data.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -127,14 +128,16 @@ def test_random_parameter_values(name, param_value):
     param = param_value.draw(st.sampled_from(params))
     value = param_value.draw(st.sampled_from(BAD_VALUES))
     X = np.random.default_rng(1).normal(size=(30, 2))
-    try:
-        model.set_params(**{param: value})
-        if name == "DynamicMeans":
-            model.partial_fit(X)
-        else:
-            model.fit(X)
-    except DclustError:
-        return
+    # a string is a valid ``checkpoint`` path: run where a checkpoint written by mistake cannot land in the project
+    with tempfile.TemporaryDirectory() as d, contextlib.chdir(d):
+        try:
+            model.set_params(**{param: value})
+            if name == "DynamicMeans":
+                model.partial_fit(X)
+            else:
+                model.fit(X)
+        except DclustError:
+            return
     _check_fitted(model, 2)
 
 
