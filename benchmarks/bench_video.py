@@ -7,13 +7,17 @@ encode H.264 -- timed end to end:
 
 - decode only (the floor: PyAV decoding to RGB, nothing else);
 - dclust D-Means (lam, T_Q, k_tau of [DM] 10.2: 800, 15, 1.1 on RGB 0..255), persistent palette;
+- dclust D-Means with ``--extra-k-tau`` (default 1.0: tau = 1/(T_Q-1), the firmest temporal prior eq. 30 reaches),
+  to show how the carry-over weight trades flicker for PSNR;
 - dclust per-frame k-means, K = D-Means' median number of colours, warm-started from the previous frame;
 - dclust per-frame DP-means (same lam);
 - scikit-learn ``MiniBatchKMeans`` per frame (same K, same fit sample; ``predict`` on every pixel), if installed.
 
 For each: frames per second (wall), ratio to decode-only, CPU milliseconds per frame (all threads) and the rate
 that CPU cost allows on the machine's cores if nothing else ran (the benchmark machine is shared), PSNR of the quantised frames, median |f_t - 1| of the flicker
-ratio (ALGORITHMS.md 9), median K. Targets: D-Means >= 24 fps at 1280 x 544 and >= 0.5 x the decode-only rate;
+ratio (ALGORITHMS.md 9), median K, and a decomposition of the flicker (median over frames, in units of the
+original's change): the part a frozen palette gives (frame t quantised with frame t-1's palette) and the part the
+palette update adds. Every method gets the same fit sample (same pixel positions) and pass bound. Targets: D-Means >= 24 fps at 1280 x 544 and >= 0.5 x the decode-only rate;
 its median |f_t - 1| below both per-frame baselines at equal or better PSNR.
 
 Run: ``flock /tmp/dclust-bench.lock .venv/bin/python benchmarks/bench_video.py [--video PATH]``;
@@ -59,7 +63,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lam", type=float, default=800.0)
     p.add_argument("--T-Q", dest="T_Q", type=float, default=15.0)
     p.add_argument("--k-tau", dest="k_tau", type=float, default=1.1)
-    p.add_argument("--fit-sample", type=int, default=2048)
+    p.add_argument("--fit-sample", type=int, default=2048, help="fit sample of every method (the same for all)")
+    p.add_argument("--max-iter", type=int, default=100, help="pass bound of every dclust method (the same for all)")
+    p.add_argument("--extra-k-tau", type=float, default=1.0,
+                   help="also run D-Means with this k_tau (1.0: the smallest tau eq. 30 reaches at T_Q; a firmer "
+                        "temporal prior); a value < 1 skips the row")
+    p.add_argument("--no-decomposition", action="store_true", help="skip the flicker decomposition")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-sklearn", action="store_true")
     p.add_argument("--out", default=str(HERE / "results" / "bench_video.json"))
@@ -110,6 +119,32 @@ def sklearn_job(path: str, out: str, k: int, fit_sample: int, seed: int, max_fra
             "flicker_median_abs_dev": flicker_summary(flick), "k_median": float(k)}
 
 
+def flicker_decomposition(path: str, records: list[dict], max_frames: int | None) -> dict:
+    """Where the quantised video's frame-to-frame change comes from (median over frames, in units of the
+    original's change ``sum|O_t - O_{t-1}|``): ``content`` = quantising frame t with frame t-1's palette (what a
+    frozen palette gives), ``palette`` = the change from swapping in frame t's palette. Uses the report's RGB
+    palettes as centres (exact for the RGB colour space up to rounding)."""
+    from dclust.apps._video_kernels import quantise_rows
+    from dclust.io._video import open_frames
+
+    content, palette = [], []
+    prevO = prevQ = prev_pal = None
+    for t, O in enumerate(open_frames(path).frames(0, max_frames)):
+        pal = np.asarray(records[t]["rgb"], np.uint8).reshape(-1, 3)
+        Q = np.empty_like(O)
+        quantise_rows(O, 0, O.shape[0], "rgb", pal.astype(np.float64), pal, None, None, Q)
+        if prevO is not None:
+            do = float(np.abs(O.astype(np.int64) - prevO).sum())
+            if do > 0:
+                Qc = np.empty_like(O)
+                quantise_rows(O, 0, O.shape[0], "rgb", prev_pal.astype(np.float64), prev_pal, None, None, Qc)
+                content.append(float(np.abs(Qc.astype(np.int64) - prevQ).sum()) / do)
+                palette.append(float(np.abs(Q.astype(np.int64) - Qc).sum()) / do)
+        prevO, prevQ, prev_pal = O.astype(np.int64), Q.astype(np.int64), pal
+    med = (lambda v: float(np.median(v)) if v else math.nan)
+    return {"flicker_content_frozen_palette": med(content), "flicker_palette_update": med(palette)}
+
+
 def run_video(path: str, label: str, a: argparse.Namespace, tmp: str, max_frames: int | None) -> list[dict]:
     from dclust.apps.video import quantize_video
 
@@ -119,7 +154,7 @@ def run_video(path: str, label: str, a: argparse.Namespace, tmp: str, max_frames
     decode_fps = n / secs
     rows.append({"video": label, "method": "decode only (floor)", "n_frames": n, "seconds": secs, "fps": decode_fps,
                  "cpu_ms_per_frame": 1000 * (cpu_seconds() - c0) / n})
-    common = dict(fit_sample=a.fit_sample, seed=a.seed, max_frames=max_frames, overwrite=True)
+    common = dict(fit_sample=a.fit_sample, max_iter=a.max_iter, seed=a.seed, max_frames=max_frames, overwrite=True)
 
     def job(name: str, method: str, **kw) -> dict:
         out = os.path.join(tmp, f"{label}-{method}.mp4")
@@ -131,7 +166,10 @@ def run_video(path: str, label: str, a: argparse.Namespace, tmp: str, max_frames
                "fps": doc["frames_per_second"], "psnr": s["psnr"], "flicker_median_abs_dev":
                s["flicker_median_abs_dev"], "k_median": s["k_median"], "births": s["births"],
                "deaths": s["deaths"], "codec": doc["codec"], "frames_not_converged": s["frames_not_converged"],
-               "cpu_ms_per_frame": 1000 * cpu / doc["n_frames"]}
+               "cpu_ms_per_frame": 1000 * cpu / doc["n_frames"], "fit_sample": a.fit_sample, "max_iter": a.max_iter,
+               "flicker_median": s["flicker_median"]}
+        if not a.no_decomposition:
+            row.update(flicker_decomposition(path, doc["frames"], max_frames))
         rows.append(row)
         print(f"  {label}: {name}: {row['fps']:.1f} fps, PSNR {row['psnr']:.2f} dB, "
               f"median |f-1| {row['flicker_median_abs_dev']:.4f}, K {row['k_median']}", flush=True)
@@ -139,6 +177,8 @@ def run_video(path: str, label: str, a: argparse.Namespace, tmp: str, max_frames
 
     dm = job("dclust D-Means", "dmeans", lam=a.lam, T_Q=a.T_Q, k_tau=a.k_tau)
     k = max(1, int(round(dm["k_median"])))
+    if a.extra_k_tau >= 1.0:
+        job(f"dclust D-Means (k_tau={a.extra_k_tau:g})", "dmeans", lam=a.lam, T_Q=a.T_Q, k_tau=a.extra_k_tau)
     job(f"dclust k-means per frame (K={k}, warm)", "kmeans", k=k, lam=None, T_Q=None, k_tau=None)
     job("dclust DP-means per frame", "dpmeans", lam=a.lam, T_Q=None, k_tau=None)
     if not a.no_sklearn:
@@ -193,10 +233,11 @@ def main(argv=None) -> int:
 
     print_table([[r["video"], r["method"], r["n_frames"], f(r["fps"], ".1f"), f(r["ratio_to_decode"], ".2f"),
                   f(r["cpu_ms_per_frame"], ".1f"), f(r["fps_cpu_bound"], ".1f"), f(r.get("psnr"), ".2f"),
-                  f(r.get("flicker_median_abs_dev"), ".4f"), f(r.get("k_median"), ".1f")]
+                  f(r.get("flicker_median_abs_dev"), ".4f"), f(r.get("flicker_content_frozen_palette"), ".3f"),
+                  f(r.get("flicker_palette_update"), ".3f"), f(r.get("k_median"), ".1f")]
                  for r in results],
                 ["video", "method", "frames", "fps", "x decode", "CPU ms/frame", "fps (CPU-bound)", "PSNR dB",
-                 "median |f-1|", "K"],
+                 "median |f-1|", "frozen-palette part", "palette-update part", "K"],
                 title="video colour quantisation (full job: decode + fit + assign + encode)")
     checks = {}
     for label in dict.fromkeys(r["video"] for r in results):
@@ -211,6 +252,12 @@ def main(argv=None) -> int:
                                         for r in base},
             "psnr_minus_baseline_db": {r["method"]: dm["psnr"] - r["psnr"] for r in base},
         }
+        for ex in (r for r in rs if r["method"].startswith("dclust D-Means (")):
+            checks[label][ex["method"]] = {
+                "fps": ex["fps"],
+                "flicker_below_baselines": {r["method"]: ex["flicker_median_abs_dev"] < r["flicker_median_abs_dev"]
+                                            for r in base},
+                "psnr_minus_baseline_db": {r["method"]: ex["psnr"] - r["psnr"] for r in base}}
     for label, c in checks.items():
         print(f"{label}: D-Means {c['dmeans_fps']:.1f} fps ({c['dmeans_ratio_to_decode']:.2f}x decode); "
               f"flicker below baselines: {c['flicker_below_baselines']}")

@@ -3,10 +3,13 @@
 Commands::
 
     dclust fit bpmeans  IN.zarr --lam L --features OUT.zarr [--model MODEL.zarr] [--allocation Z.zarr] [--seed S]
+                                [--checkpoint CK]
     dclust fit rdpmeans IN.zarr (--lam L | --k K) --constraints LINKS.zarr|LINKS.csv --labels OUT.zarr --model MODEL.zarr
 
 ``fit bpmeans`` writes the learned features (the K x D matrix ``features_``) and, with ``--allocation``, the
-binary allocation Z of the training rows (``allocation_``, N x K uint8, streamed chunk by chunk). ``fit rdpmeans``
+binary allocation Z of the training rows (``allocation_``, N x K uint8, streamed chunk by chunk); with
+``--checkpoint CK`` it saves the fit's state in CK after every pass and, when CK exists, resumes from it (as
+``fit kmeans``). ``fit rdpmeans``
 reads a :class:`dclust.ConstraintGraph` written by ``ConstraintGraph.to_zarr``, or a links CSV (columns i, j, type
 and optionally weight; see :mod:`dclust._cli._links`), and writes the labels of the fit
 (``labels_``, which account for the links).
@@ -29,6 +32,7 @@ from ._cluster import TlsCaOpt, TlsCertOpt, TlsKeyOpt
 from .main import (
     ComponentOpt,
     DebugOpt,
+    FitCheckpointOpt,
     InputArg,
     JsonOpt,
     LabelsOpt,
@@ -79,6 +83,7 @@ def fit_bpmeans(
     ] = None,
     seed: SeedOpt = None,
     max_iter: MaxIterOpt = None,
+    checkpoint: FitCheckpointOpt = None,
     component: ComponentOpt = None,
     overwrite: OverwriteOpt = False,
     scheduler: SchedulerOpt = None,
@@ -90,19 +95,23 @@ def fit_bpmeans(
 ) -> None:
     """BP-means: latent binary features, the number of features following from the penalty --lam."""
     with _command(json_out, quiet, debug) as s:
-        params: dict[str, Any] = {"lam": lam, "init": init.value, "random_state": seed}
+        params: dict[str, Any] = {"lam": lam, "init": init.value, "random_state": seed, "checkpoint": checkpoint}
         if max_iter is not None:
             params["max_iter"] = max_iter
         if max_features is not None:
             params["max_features"] = max_features
         estimator = dclust.BPMeans(**params)
+        resume = checkpoint is not None and os.path.lexists(checkpoint)
         outputs = {"--features": features, **({"--model": model} if model else {}),
-                   **({"--allocation": allocation} if allocation else {})}
-        _check_outputs(outputs, overwrite, inputs=(input_path,))
+                   **({"--allocation": allocation} if allocation else {}),
+                   **({"--checkpoint": checkpoint} if checkpoint is not None and not resume else {})}
+        _check_outputs(outputs, overwrite, inputs=(input_path,) + ((checkpoint,) if resume else ()))
         X = dclust.open_array(input_path, component=component)
         n, d = _shape(X)
         seconds: dict[str, float] = {}
         with s.live(scheduler, memory_limit) as display:
+            if resume:
+                display.message(f"resuming from the checkpoint {checkpoint}")
             t = time.perf_counter()
             with display.fit(f"BPMeans on {n:,} x {d}"):
                 estimator.fit(X)
@@ -124,6 +133,7 @@ def fit_bpmeans(
             "component": component, "n_samples": n, "n_features": d, "features": os.path.abspath(features),
             "allocation": os.path.abspath(allocation) if allocation else None,
             "model": os.path.abspath(model) if model else None, "params": estimator.get_params(),
+            "checkpoint": os.path.abspath(checkpoint) if checkpoint else None, "resumed": resume,
             "n_latent_features": k, "learned": scalars, "objective_history": list(estimator.objective_history_),
             "seconds": {key: round(v, 3) for key, v in seconds.items()},
         }
@@ -135,6 +145,8 @@ def fit_bpmeans(
             rows["allocation"] = allocation
         if model:
             rows["model"] = model
+        if checkpoint:
+            rows["checkpoint"] = f"{checkpoint} ({'resumed' if resume else 'new'})"
         s.report(result, "fit BPMeans", rows)
 
 

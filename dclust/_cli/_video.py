@@ -114,7 +114,8 @@ def quantize(
                                                       "frame (the most used are kept).")] = None,
     fit_sample: Annotated[int, typer.Option("--fit-sample", min=1, help="Pixels per frame used to fit the "
                                             "palette (every pixel is assigned).")] = 2048,
-    max_iter: Annotated[int, typer.Option("--max-iter", min=1, help="Passes per frame's fit.")] = 20,
+    max_iter: Annotated[int, typer.Option("--max-iter", min=1, help="Bound on the passes of each frame's fit "
+                                          "(fits converge well within the default).")] = 100,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the pixel sample and the orders.")] = 0,
     palette_png: Annotated[Optional[str], typer.Option("--palette-png", metavar="PALETTE.png",
                                                        help="The palette over time (column = frame, row = "

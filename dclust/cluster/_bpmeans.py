@@ -11,7 +11,7 @@ from .._dask.blocks import persist_if_fits
 from .._dask.bpocc import bp_occ_pass, patch_bits
 from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, select_bits, transform_bits
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
-from .._dask.occ import PassRecord, prefix_counts
+from .._dask.occ import PassRecord, prefix_counts, records_from, records_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array
 from ..errors import ConvergenceWarning
@@ -25,7 +25,7 @@ from ..kernels.bpmeans import (
     sweep_rows,
 )
 from ..kernels.kfeatures import greedy_rows
-from ._base import BaseEstimator, wrap_output
+from ._base import CHECKPOINT, BaseEstimator, wrap_output
 from ._features import FeatureMixin, first_pass, overflow_error
 
 __all__ = ["BPMeans"]
@@ -90,6 +90,11 @@ class BPMeans(FeatureMixin, BaseEstimator):
         Keep X in (cluster) memory during the fit ("auto": when it fits).
     split_every : int, optional
         Fan-in of the tree reductions (default 8).
+    checkpoint : str or os.PathLike, optional
+        As in :class:`KMeans`: after every pass the features, the allocation Z (``n_samples x K`` bytes, a Zarr
+        array), the histories, the OCC pass records and the seed are saved atomically; an interrupted fit runs
+        the first pass again (it checks that the data are those of the interrupted fit) and resumes at the next
+        pass with the identical result. A finished fit's checkpoint holds the model (and Z): a rerun returns it.
 
     Attributes
     ----------
@@ -138,11 +143,13 @@ class BPMeans(FeatureMixin, BaseEstimator):
         "max_proposals": [Interval("int", 1, None)],
         "persist": [Options(("auto", True, False))],
         "split_every": [Interval("int", 2, None), Options((None,))],
+        "checkpoint": [CHECKPOINT],
     }
     _transient_attributes = ("serial_order_", "allocation_")
 
     def __init__(self, *, lam=1.0, init="sample", n_init=10, max_iter=100, max_features=100, capped=False,
-                 random_state=None, prefix_size=1000, max_proposals=4096, persist="auto", split_every=None):
+                 random_state=None, prefix_size=1000, max_proposals=4096, persist="auto", split_every=None,
+                 checkpoint=None):
         self.lam = lam
         self.init = init
         self.n_init = n_init
@@ -154,6 +161,7 @@ class BPMeans(FeatureMixin, BaseEstimator):
         self.max_proposals = max_proposals
         self.persist = persist
         self.split_every = split_every
+        self.checkpoint = checkpoint
 
     def fit(self, X, y=None) -> "BPMeans":
         """Learn features from ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
@@ -161,23 +169,69 @@ class BPMeans(FeatureMixin, BaseEstimator):
         arr, info = check_array(X)
         n, d = arr.shape
         lam = float(self.lam)
-        seed = int(as_generator(self.random_state).integers(2**62))
+        ck = self._checkpointer(arr)
+        state = ck.resume()
+        if state is not None and state.get("phase") == "done":
+            return self._restore(ck, state, arr, info)
+        resumed = None if state is None else self._unpack(ck, state, arr)
+        seed = int(as_generator(self.random_state).integers(2**62)) if resumed is None else resumed["seed"]
         if info.kind != "numpy":
             arr = persist_if_fits(arr, self.persist, logger)
         chunks = tuple(arr.chunks[0])
         watch = Stopwatch()
         counts = prefix_counts(chunks, self.prefix_size)
-        mean, sq_norm, p_index, p_rows = first_pass(arr, seed=seed, counts=counts, split_every=self.split_every)
+        mean, sq_norm, p_index, p_rows = first_pass(arr, seed=seed, counts=counts, split_every=self.split_every,
+                                                    check_content=ck.check_content if ck.active else None)
         try:
-            return self._fit(arr, info, lam, seed, counts, mean, sq_norm, p_index, p_rows, watch)
+            return self._fit(arr, info, lam, seed, counts, mean, sq_norm, p_index, p_rows, watch, ck, resumed)
         except FeatureOverflow as exc:
             raise overflow_error("BPMeans", self.lam, self.max_features, exc) from None
 
-    def _fit(self, arr, info, lam, seed, counts, mean, sq_norm, p_index, p_rows, watch):
+    def _restore(self, ck, state, arr, info):
+        """The model of a finished fit's checkpoint (no pass over the data)."""
+        extra = ck.restore_attributes(self, state)
+        with ck.reading():
+            Z = extra["allocation"]
+            if not hasattr(Z, "chunks") or Z.shape != (arr.shape[0], self.n_latent_features_):
+                raise ValueError(f"an allocation of shape {getattr(Z, 'shape', None)}")
+            self._order_records = (int(extra["seed"]), tuple(arr.chunks[0]), records_from(extra["records"]))
+        self.allocation_ = wrap_output(Z, info, "allocation")
+        if not self.converged_:
+            warnings.warn(f"BPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
+                          ConvergenceWarning, stacklevel=3)
+        emit(ProgressEvent("BPMeans", "done", self.n_iter_, self.objective_, self.n_latent_features_, 0.0))
+        return self
+
+    def _unpack(self, ck, state, arr):
+        """The loop state of a checkpoint after a pass, shapes checked."""
+        n, d = arr.shape
+        with ck.reading():
+            first, seed = int(state["iteration"]), int(state["seed"])
+            if state["phase"] != "iter" or not 0 < first < self.max_iter:
+                raise ValueError(f"phase {state['phase']!r}, pass {first} (max_iter={self.max_iter})")
+            A = ck.require_shape("features", state["features"], (None, d)).astype(np.float64)
+            A0 = ck.require_shape("initial features", state["init_features"], (None, d)).astype(np.float64)
+            Z = state["Z"]
+            if (not hasattr(Z, "chunks") or Z.shape != (n, A.shape[0]) or tuple(Z.chunks[0]) != tuple(arr.chunks[0])
+                    or A.shape[0] > self.max_features):
+                raise ValueError(f"an allocation of shape {getattr(Z, 'shape', None)} for {A.shape[0]} features")
+            out = {"first": first, "seed": seed, "A": A, "A0": A0, "Z": Z.astype(np.uint8),
+                   "history": [float(v) for v in state["history"]],
+                   "assign_history": [float(v) for v in state["assign_history"]],
+                   "records": records_from(state["records"]),
+                   "proposals": [[int(v) for v in p] for p in state["proposals"]]}
+            if not all(len(out[k]) == first for k in ("history", "assign_history", "records", "proposals")):
+                raise ValueError(f"histories that are not of {first} passes")
+        return out
+
+    def _fit(self, arr, info, lam, seed, counts, mean, sq_norm, p_index, p_rows, watch, ck, resumed):
         n, d = arr.shape
         chunks = tuple(arr.chunks[0])
         greedy = self.init == "greedy"
         cap = self.max_features if self.capped else None
+        if resumed is not None:
+            resumed = {k: v for k, v in resumed.items() if k != "seed"}  # the seed of this fit
+            return self._loop(arr, info, lam, seed, counts, sq_norm, p_index, p_rows, watch, ck, **resumed)
         if greedy:
             A, _, passes = greedy_init(arr, mean, lam=lam, n_features=None, seed=seed,
                                        max_features=self.max_features, split_every=self.split_every,
@@ -198,9 +252,18 @@ class BPMeans(FeatureMixin, BaseEstimator):
         else:  # lazy: computed by the first epoch's tasks, from the same reads of X
             Z = transform_bits(arr, A)
         emit(ProgressEvent("BPMeans", "init", passes, float("nan"), A.shape[0], watch.lap(), {"lam": lam}))
-        history, assign_history, records, proposals = [], [], [], []
+        return self._loop(arr, info, lam, seed, counts, sq_norm, p_index, p_rows, watch, ck, first=0, A=A,
+                          A0=self.init_features_, Z=Z, history=[], assign_history=[], records=[], proposals=[])
+
+    def _loop(self, arr, info, lam, seed, counts, sq_norm, p_index, p_rows, watch, ck, *, first, A, A0, Z, history,
+              assign_history, records, proposals):
+        """The passes ``first, first + 1, ...`` of BP-means from features ``A`` and allocation ``Z``."""
+        n, d = arr.shape
+        chunks = tuple(arr.chunks[0])
+        greedy = self.init == "greedy"
+        self.init_features_ = A0
         converged = False
-        for it in range(self.max_iter):
+        for it in range(first, self.max_iter):
             starts, patches, pre = np.zeros(len(chunks), np.int64), {}, None
             if it == 0 and p_index.size:
                 Zp = greedy_rows(p_rows, A)[0] if greedy else _swept(p_rows, A)
@@ -230,14 +293,18 @@ class BPMeans(FeatureMixin, BaseEstimator):
             records.append(PassRecord(p_index if it == 0 else np.empty(0, np.int64), epochs))
             proposals.append(n_props)
             opened = k_all - k_start
+            converged = gram.flips == 0 and opened == 0 and keep.size == k_all
+            if ck.active and not converged and it + 1 < self.max_iter:
+                ck.save({"phase": "iter", "iteration": it + 1, "seed": seed, "features": A, "init_features": A0,
+                         "Z": Z, "history": history, "assign_history": assign_history,
+                         "records": records_state(records), "proposals": proposals})
             emit(ProgressEvent("BPMeans", "iter", it + 1, history[-1], keep.size, watch.lap(),
                                {"epochs": len(epochs), "opened": opened, "flips": gram.flips}))
-            if gram.flips == 0 and opened == 0 and keep.size == k_all:
-                converged = True
+            if converged:
                 break
         if not converged:
             warnings.warn(f"BPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
-                          ConvergenceWarning, stacklevel=3)
+                          ConvergenceWarning, stacklevel=4)
         self.features_ = A
         self.n_latent_features_ = int(A.shape[0])
         self.allocation_ = wrap_output(Z, info, "allocation")
@@ -249,6 +316,8 @@ class BPMeans(FeatureMixin, BaseEstimator):
         self.converged_ = converged
         self.n_features_in_ = d
         self._order_records = (seed, chunks, records)
+        if ck.active:
+            ck.save_done(self, seed=seed, records=records_state(records), allocation=Z)
         emit(ProgressEvent("BPMeans", "done", it + 1, history[-1], self.n_latent_features_, 0.0))
         return self
 

@@ -17,7 +17,7 @@ from .._validation import SEED, Interval, Options, as_generator
 from ..errors import ConvergenceWarning
 from ..kernels import collapsed as K
 from ..kernels.bpmeans import feature_means
-from ._base import CentroidMixin
+from ._base import CHECKPOINT, CentroidMixin
 from ._features import FeatureMixin
 from ._references import _InMemory
 
@@ -29,6 +29,23 @@ def _processing_order(n: int, shuffle: bool, random_state) -> np.ndarray:
     if not shuffle:
         return np.arange(n, dtype=np.int64)
     return as_generator(random_state).permutation(n).astype(np.int64)
+
+
+def _resume(ck, state, n: int, max_iter: int):
+    """``(first pass, processing order, history)`` of a checkpoint after a pass (``(0, None, [])`` afresh)."""
+    if state is None:
+        return 0, None, []
+    with ck.reading():
+        first = int(state["pass"])
+        if state["phase"] != "pass" or not 0 < first < max_iter:
+            raise ValueError(f"phase {state['phase']!r} at pass {first} of max_iter={max_iter}")
+        order = ck.require_shape("processing order", state["order"], (n,)).astype(np.int64)
+        if not np.array_equal(np.sort(order), np.arange(n)):
+            raise ValueError("a processing order that is not a permutation of the rows")
+        history = [float(v) for v in state["history"]]
+        if len(history) != first:
+            raise ValueError(f"a history of {len(history)} passes; expected {first}")
+    return first, order, history
 
 
 @register
@@ -55,6 +72,10 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
         Fixes the processing order (and so the result).
     max_samples : int, default 100000
         Largest number of rows accepted (the data are computed into memory).
+    checkpoint : str or os.PathLike, optional
+        As in :class:`~dclust.cluster.KMeans`: the state after every pass (the labels, the processing order and the
+        history) is saved atomically; an interrupted fit resumes at the next pass with the identical result, and
+        a finished fit's checkpoint holds the model (a rerun returns it at once).
 
     Attributes
     ----------
@@ -90,17 +111,19 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
         "shuffle": [Options((True, False))],
         "random_state": [SEED],
         "max_samples": [Interval("int", 1, None)],
+        "checkpoint": [CHECKPOINT],
     }
     _cost_note = "a serial in-memory descent, O(N K D) per pass"
 
     def __init__(self, *, lam=1.0, init="mean", max_iter=100, shuffle=True, random_state=None,
-                 max_samples=100_000):
+                 max_samples=100_000, checkpoint=None):
         self.lam = lam
         self.init = init
         self.max_iter = max_iter
         self.shuffle = shuffle
         self.random_state = random_state
         self.max_samples = max_samples
+        self.checkpoint = checkpoint
 
     def fit(self, X, y=None) -> "CollapsedDPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
@@ -108,14 +131,25 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
         X, _ = self._load(X)
         n, d = X.shape
         lam = float(self.lam)
-        order = _processing_order(n, self.shuffle, self.random_state)
-        labels = np.zeros(n, dtype=np.int64) if self.init == "mean" else np.full(n, -1, dtype=np.int64)
-        history = []
+        ck, state = self._memory_checkpointer(X)
+        if self._restore_done(ck, state):
+            return self
+        first, order, history = _resume(ck, state, n, self.max_iter)
+        if state is None:
+            order = _processing_order(n, self.shuffle, self.random_state)
+            labels = np.zeros(n, dtype=np.int64) if self.init == "mean" else np.full(n, -1, dtype=np.int64)
+        else:
+            with ck.reading():
+                labels = ck.require_shape("labels", state["labels"], (n,)).astype(np.int64)
+                if labels.min() < 0:
+                    raise ValueError("negative labels after a pass")
         converged = False
         watch = Stopwatch()
-        for it in range(self.max_iter):
+        for it in range(first, self.max_iter):
             labels, moved = K.collapsed_pass(X, order, labels, lam)
             history.append(K.collapsed_objective(X, labels, lam))
+            if ck.active and moved and it + 1 < self.max_iter:
+                ck.save({"phase": "pass", "pass": it + 1, "order": order, "history": history, "labels": labels})
             emit(ProgressEvent("CollapsedDPMeans", "iter", it + 1, history[-1], int(labels.max()) + 1, watch.lap(),
                                {"moved": moved}))
             if moved == 0:
@@ -138,6 +172,7 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
         self.converged_ = converged
         self.order_ = order
         self.n_features_in_ = d
+        ck.save_done(self)
         emit(ProgressEvent("CollapsedDPMeans", "done", it + 1, history[-1], k, 0.0))
         return self
 
@@ -170,6 +205,10 @@ class CappedDPMeans(CentroidMixin, _InMemory):
     random_state : int, Generator or None
     max_samples : int, default 100000
         Largest number of rows accepted (the data are computed into memory).
+    checkpoint : str or os.PathLike, optional
+        As in :class:`~dclust.cluster.KMeans`: the state after every pass (the labels and centres, the processing order and the
+        history) is saved atomically; an interrupted fit resumes at the next pass with the identical result, and
+        a finished fit's checkpoint holds the model (a rerun returns it at once).
 
     Attributes
     ----------
@@ -203,11 +242,12 @@ class CappedDPMeans(CentroidMixin, _InMemory):
         "shuffle": [Options((True, False))],
         "random_state": [SEED],
         "max_samples": [Interval("int", 1, None)],
+        "checkpoint": [CHECKPOINT],
     }
     _cost_note = "a serial in-memory algorithm, O(N K D) per pass"
 
     def __init__(self, *, lam=1.0, max_clusters=None, init="mean", max_iter=100, shuffle=True, random_state=None,
-                 max_samples=100_000):
+                 max_samples=100_000, checkpoint=None):
         self.lam = lam
         self.max_clusters = max_clusters
         self.init = init
@@ -215,6 +255,7 @@ class CappedDPMeans(CentroidMixin, _InMemory):
         self.shuffle = shuffle
         self.random_state = random_state
         self.max_samples = max_samples
+        self.checkpoint = checkpoint
 
     def fit(self, X, y=None) -> "CappedDPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
@@ -223,17 +264,30 @@ class CappedDPMeans(CentroidMixin, _InMemory):
         n, d = X.shape
         lam = float(self.lam)
         kmax = n if self.max_clusters is None else int(self.max_clusters)
-        order = _processing_order(n, self.shuffle, self.random_state)
-        if self.init == "mean":
-            C, labels = X.mean(axis=0, keepdims=True), np.zeros(n, dtype=np.int64)
+        ck, state = self._memory_checkpointer(X)
+        if self._restore_done(ck, state):
+            return self
+        first, order, history = _resume(ck, state, n, self.max_iter)
+        if state is None:
+            order = _processing_order(n, self.shuffle, self.random_state)
+            if self.init == "mean":
+                C, labels = X.mean(axis=0, keepdims=True), np.zeros(n, dtype=np.int64)
+            else:
+                C, labels = np.empty((0, d)), np.full(n, -1, dtype=np.int64)
         else:
-            C, labels = np.empty((0, d)), np.full(n, -1, dtype=np.int64)
-        history = []
+            with ck.reading():
+                C = ck.require_shape("centres", state["centres"], (None, d)).astype(np.float64)
+                labels = ck.require_shape("labels", state["labels"], (n,)).astype(np.int64)
+                if C.shape[0] > kmax or labels.min() < 0 or labels.max() >= C.shape[0]:
+                    raise ValueError(f"{C.shape[0]} centres and labels up to {labels.max()} (max_clusters={kmax})")
         converged = False
         watch = Stopwatch()
-        for it in range(self.max_iter):
+        for it in range(first, self.max_iter):
             new, C = K.capped_pass(X, order, C, labels, lam, kmax)
             history.append(K.collapsed_objective(X, new, lam))
+            if ck.active and not np.array_equal(new, labels) and it + 1 < self.max_iter:
+                ck.save({"phase": "pass", "pass": it + 1, "order": order, "history": history, "labels": new,
+                         "centres": C})
             emit(ProgressEvent("CappedDPMeans", "iter", it + 1, history[-1], C.shape[0], watch.lap()))
             changed = not np.array_equal(new, labels)
             labels = new
@@ -254,6 +308,7 @@ class CappedDPMeans(CentroidMixin, _InMemory):
         self.converged_ = converged
         self.order_ = order
         self.n_features_in_ = d
+        ck.save_done(self)
         emit(ProgressEvent("CappedDPMeans", "done", it + 1, history[-1], self.n_clusters_, 0.0))
         return self
 
@@ -288,6 +343,10 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
     random_state : int, Generator or None
     max_samples : int, default 5000
         Largest number of rows accepted.
+    checkpoint : str or os.PathLike, optional
+        As in :class:`~dclust.cluster.KMeans`: the state after every pass (the allocation Z, the processing order and the
+        history) is saved atomically; an interrupted fit resumes at the next pass with the identical result, and
+        a finished fit's checkpoint holds the model (a rerun returns it at once).
 
     Attributes
     ----------
@@ -315,15 +374,18 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
         "shuffle": [Options((True, False))],
         "random_state": [SEED],
         "max_samples": [Interval("int", 1, None)],
+        "checkpoint": [CHECKPOINT],
     }
     _cost_note = "a serial in-memory descent that re-solves a K x K system per candidate move"
 
-    def __init__(self, *, lam=1.0, max_iter=100, shuffle=True, random_state=None, max_samples=5000):
+    def __init__(self, *, lam=1.0, max_iter=100, shuffle=True, random_state=None, max_samples=5000,
+                 checkpoint=None):
         self.lam = lam
         self.max_iter = max_iter
         self.shuffle = shuffle
         self.random_state = random_state
         self.max_samples = max_samples
+        self.checkpoint = checkpoint
 
     def fit(self, X, y=None) -> "CollapsedBPMeans":
         """Learn a binary feature allocation of ``X`` (numpy, dask, zarr or xarray)."""
@@ -332,13 +394,23 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
         n, d = X.shape
         lam = float(self.lam)
         sq_norm = float((X * X).sum())
-        order = _processing_order(n, self.shuffle, self.random_state)
-        Z = np.zeros((n, 0), np.uint8)
-        history, converged = [], False
+        ck, state = self._memory_checkpointer(X)
+        if self._restore_done(ck, state):
+            return self
+        first, order, history = _resume(ck, state, n, self.max_iter)
+        if state is None:
+            order = _processing_order(n, self.shuffle, self.random_state)
+            Z = np.zeros((n, 0), np.uint8)
+        else:
+            with ck.reading():
+                Z = ck.require_shape("Z", state["Z"], (n, None)).astype(np.uint8)
+        converged = False
         watch = Stopwatch()
-        for it in range(self.max_iter):
+        for it in range(first, self.max_iter):
             Z, moves, J = K.collapsed_bp_pass(X, order, Z, lam, sq_norm)
             history.append(J)
+            if ck.active and moves and it + 1 < self.max_iter:
+                ck.save({"phase": "pass", "pass": it + 1, "order": order, "history": history, "Z": Z})
             emit(ProgressEvent("CollapsedBPMeans", "iter", it + 1, J, Z.shape[1], watch.lap(), {"moves": moves}))
             if moves == 0:
                 converged = True
@@ -358,5 +430,6 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
         self.converged_ = converged
         self.order_ = order
         self.n_features_in_ = d
+        ck.save_done(self)
         emit(ProgressEvent("CollapsedBPMeans", "done", it + 1, history[-1], self.n_latent_features_, 0.0))
         return self

@@ -14,13 +14,16 @@ from ._base import raise_if_bad_block, wrap_output
 __all__ = ["FeatureMixin", "first_pass", "overflow_error"]
 
 
-def first_pass(arr, *, seed: int, counts: np.ndarray, split_every):
+def first_pass(arr, *, seed: int, counts: np.ndarray, split_every, check_content=None):
     """One pass: NaN/inf check, the mean, ``||X||_F^2`` and the serial prefix rows.
 
+    ``check_content(weight, mean, scatter)``, when given (a checkpoint's), receives the one-cluster statistics.
     Returns ``(mean (1, D), sq_norm, prefix_index, prefix_rows)``.
     """
     stats, p_index, p_rows, _ = gather_prefix(arr, None, seed=seed, counts=counts, split_every=split_every)
     raise_if_bad_block(stats, arr)
+    if check_content is not None:
+        check_content(*stats.total())
     mean = stats.mean[:1].copy()
     sq_norm = float(stats.scatter[0] + stats.weight[0] * (mean[0] @ mean[0]))
     return mean, sq_norm, p_index, p_rows

@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from .._dask.blocks import block_offsets, map_labels
-from .._dask.loop import ProgressEvent, Stopwatch, emit
+from .._dask.loop import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array
 from ..errors import DclustError, InvalidDataError, InvalidParameterError, message
 from ..kernels import references as K
-from ._base import BaseEstimator, wrap_output
+from ._base import CHECKPOINT, BaseEstimator, wrap_output
 
 __all__ = ["DPMMGibbs", "SpectralClustering", "IBPGibbs"]
 
@@ -54,6 +54,33 @@ class _InMemory(BaseEstimator):
                         f"row {row})", "Drop or impute those rows (e.g. X[np.isfinite(X).all(axis=1)]) and fit again.")
             )
         return Xn, info
+
+    def _memory_checkpointer(self, X: np.ndarray):
+        """``(checkpoint, state)`` of an in-memory fit of the computed rows ``X`` (see :mod:`dclust.io._checkpoint`).
+
+        Without ``checkpoint=`` a no-op object and None. Otherwise the checkpoint is resumed (its estimator,
+        parameters and the fingerprint of ``X`` checked) and the one-cluster statistics of ``X`` (cheap: ``X`` is
+        in memory) are compared with the interrupted run's, so other data of the same shape is refused.
+        """
+        if getattr(self, "checkpoint", None) is None:
+            return self._checkpointer(), None
+        import dask.array as da
+
+        ck = self._checkpointer(da.from_array(X, chunks=X.shape))
+        state = ck.resume()
+        mean = X.mean(axis=0)
+        ck.check_content(float(X.shape[0]), mean, float(((X - mean) ** 2).sum()))
+        return ck, state
+
+    def _restore_done(self, ck, state) -> bool:
+        """Set the model of a finished fit's checkpoint (True), or False when the state is not a finished fit."""
+        if state is None or state.get("phase") != "done":
+            return False
+        ck.restore_attributes(self, state)
+        k = getattr(self, "n_clusters_", getattr(self, "n_latent_features_", 0))
+        emit(ProgressEvent(type(self).__name__, "done", int(getattr(self, "n_iter_", 0)),
+                           float(getattr(self, "objective_", float("nan"))), int(k), 0.0))
+        return True
 
     def _new_input(self, X, attribute: str):
         self._check_fitted(attribute)
@@ -105,6 +132,10 @@ class DPMMGibbs(_InMemory):
     max_samples : int, default 20000
         Largest N accepted (the sampler is serial Python-speed numba over rows).
     random_state : int, Generator or None
+    checkpoint : str or os.PathLike, optional
+        As in :class:`~dclust.cluster.KMeans`: the chain (labels, table counts, kept sample, histories and the
+        generator's exact state) is saved atomically after every sweep; an interrupted fit resumes at the next
+        sweep and draws the identical chain, bit for bit.
 
     Attributes
     ----------
@@ -149,12 +180,13 @@ class DPMMGibbs(_InMemory):
         "keep": [Options(("best", "last"))],
         "max_samples": [Interval("int", 1, None)],
         "random_state": [SEED],
+        "checkpoint": [CHECKPOINT],
     }
     _cost_note = "a serial collapsed Gibbs sampler, O(N K D) per sweep"
 
     def __init__(
         self, *, alpha=1.0, sigma2=1.0, rho2=100.0, mu0=None, n_iter=50, init="sequential", keep="best",
-        max_samples=20_000, random_state=None,
+        max_samples=20_000, random_state=None, checkpoint=None,
     ):
         self.alpha = alpha
         self.sigma2 = sigma2
@@ -165,6 +197,7 @@ class DPMMGibbs(_InMemory):
         self.keep = keep
         self.max_samples = max_samples
         self.random_state = random_state
+        self.checkpoint = checkpoint
 
     def _prior_mean(self, X: np.ndarray) -> np.ndarray:
         if self.mu0 is None:
@@ -183,6 +216,9 @@ class DPMMGibbs(_InMemory):
         X, _ = self._load(X)
         n, d = X.shape
         mu0 = self._prior_mean(X)
+        ck, state = self._memory_checkpointer(X)
+        if self._restore_done(ck, state):
+            return self
         rng = as_generator(self.random_state)
         labels = np.full(n, -1, dtype=np.int64)
         counts = np.zeros(n, dtype=np.int64)
@@ -194,8 +230,26 @@ class DPMMGibbs(_InMemory):
         sq_total = float((X * X).sum())
         history, ks = [], []
         kept, kept_lj = None, -np.inf
+        first = 0
+        if state is not None:
+            with ck.reading():
+                first, rng = int(state["sweep"]), set_rng_state(state["rng"])
+                if state["phase"] != "sweep" or not 0 < first < self.n_iter:
+                    raise ValueError(f"phase {state['phase']!r} at sweep {first} of n_iter={self.n_iter}")
+                labels = ck.require_shape("labels", state["labels"], (n,)).astype(np.int64)
+                counts = ck.require_shape("counts", state["counts"], (n,)).astype(np.int64)
+                if labels.min() < 0 or labels.max() >= n or not np.array_equal(np.bincount(labels, minlength=n),
+                                                                               counts):
+                    raise ValueError("labels and table counts that do not fit together")
+                kept = ck.require_shape("kept sample", state["kept"], (n,)).astype(np.int64)
+                kept_lj = float(state["kept_log_joint"])
+                history, ks = [float(v) for v in state["history"]], [int(v) for v in state["n_clusters"]]
+                if not len(history) == len(ks) == first:
+                    raise ValueError(f"histories of {len(history)} and {len(ks)} sweeps; expected {first}")
+            sums[:] = 0.0  # as after every sweep: re-accumulated exactly from the labels
+            np.add.at(sums, labels, X)
         watch = Stopwatch()
-        for it in range(self.n_iter):
+        for it in range(first, self.n_iter):
             order = rng.permutation(n).astype(np.int64)
             k = K.dpmm_sweep(X, labels, counts, sums, order, float(self.alpha), float(self.sigma2),
                              float(self.rho2), mu0, rng)
@@ -207,6 +261,10 @@ class DPMMGibbs(_InMemory):
             ks.append(int(k))
             if self.keep == "last" or lj > kept_lj:
                 kept, kept_lj = labels.copy(), lj
+            if ck.active and it + 1 < self.n_iter:
+                ck.save({"phase": "sweep", "sweep": it + 1, "rng": rng_state(rng), "labels": labels,
+                         "counts": counts, "kept": kept, "kept_log_joint": kept_lj, "history": history,
+                         "n_clusters": ks})
             emit(ProgressEvent("DPMMGibbs", "iter", it + 1, -lj, int(k), watch.lap()))
         self.labels_ = _first_appearance(kept)
         k = int(self.labels_.max()) + 1
@@ -225,6 +283,7 @@ class DPMMGibbs(_InMemory):
         self.n_clusters_history_ = ks
         self.n_iter_ = self.n_iter
         self.n_features_in_ = d
+        ck.save_done(self)
         emit(ProgressEvent("DPMMGibbs", "done", self.n_iter, -kept_lj, k, 0.0))
         return self
 
@@ -284,6 +343,13 @@ class SpectralClustering(_InMemory):
         Largest N accepted: the RBF affinity alone is ``8 N^2`` bytes (200 MB at 5000).
     random_state : int, Generator or None
         Seeds the eigensolver's start vector and k-means.
+    checkpoint : str or os.PathLike, optional
+        As in :class:`~dclust.cluster.KMeans`. With ``assign_labels="kmeans"`` the spectral embedding
+        (eigenvectors, eigenvalues, degrees) is saved once the eigensolver is done, then the k-means stage's
+        state (restart, centres, labels, histories, best run so far and the generator's exact state) after every
+        Lloyd pass: an interrupted fit skips the eigensolver and resumes k-means at the next pass, with the
+        identical result. ("sweep" has no loop: only the final model is saved.) A finished fit's checkpoint holds
+        the model and a rerun returns it at once.
 
     Attributes
     ----------
@@ -325,12 +391,13 @@ class SpectralClustering(_InMemory):
         "max_iter": [Interval("int", 1, None)],
         "max_samples": [Interval("int", 2, None)],
         "random_state": [SEED],
+        "checkpoint": [CHECKPOINT],
     }
     _cost_note = "the affinity matrix and its eigenvectors are held in memory"
 
     def __init__(
         self, *, n_clusters=8, affinity="rbf", gamma=1.0, n_neighbors=10, assign_labels="kmeans", n_init=10,
-        max_iter=300, max_samples=5000, random_state=None,
+        max_iter=300, max_samples=5000, random_state=None, checkpoint=None,
     ):
         self.n_clusters = n_clusters
         self.affinity = affinity
@@ -341,6 +408,7 @@ class SpectralClustering(_InMemory):
         self.max_iter = max_iter
         self.max_samples = max_samples
         self.random_state = random_state
+        self.checkpoint = checkpoint
 
     def fit(self, X, y=None) -> "SpectralClustering":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
@@ -357,16 +425,56 @@ class SpectralClustering(_InMemory):
                 message("SpectralClustering(n_clusters=...)", f"fewer clusters than samples (n_samples={n})",
                         f"n_clusters={self.n_clusters}", "Lower n_clusters or pass more data.")
             )
+        ck, state = self._memory_checkpointer(X)
+        if self._restore_done(ck, state):
+            return self
         rng = as_generator(self.random_state)
         watch = Stopwatch()
         W = K.rbf_affinity(X, self.gamma) if self.affinity == "rbf" else K.knn_affinity(X, self.n_neighbors)
-        vals, U, degree = K.spectral_embedding(W, self.n_clusters, rng)
+        k = self.n_clusters
+        lloyd, passes = None, 0
+        if state is None:
+            vals, U, degree = K.spectral_embedding(W, k, rng)
+            emb = {"eigenvalues": vals, "embedding": U, "degree": degree}
+            if ck.active and self.assign_labels == "kmeans":
+                ck.save({"phase": "embedding", "rng": rng_state(rng), **emb})
+            emit(ProgressEvent("SpectralClustering", "init", 0, float("nan"), k, watch.lap()))
+        else:
+            with ck.reading():
+                if state["phase"] not in ("embedding", "kmeans"):
+                    raise ValueError(f"phase {state['phase']!r}")
+                rng = set_rng_state(state["rng"])
+                vals = ck.require_shape("eigenvalues", state["eigenvalues"], (k,)).astype(np.float64)
+                U = ck.require_shape("embedding", state["embedding"], (n, k)).astype(np.float64)
+                degree = ck.require_shape("degrees", state["degree"], (n,)).astype(np.float64)
+                emb = {"eigenvalues": vals, "embedding": U, "degree": degree}
+                if state["phase"] == "kmeans":
+                    lloyd, passes = state["lloyd"], int(state["n_passes"])
+                    if lloyd["centres"] is not None:  # inside a run (None: at the start of a restart)
+                        ck.require_shape("centres", lloyd["centres"], (k, k))
+                        ck.require_shape("labels", lloyd["labels"], (n,))
+                        if not 0 < len(lloyd["history"]) < self.max_iter:
+                            raise ValueError(f"a run after {len(lloyd['history'])} passes (max_iter={self.max_iter})")
+                    if lloyd["best"] is not None:
+                        ck.require_shape("best labels", lloyd["best"]["labels"], (n,))
+                        ck.require_shape("best centres", lloyd["best"]["centres"], (k, k))
+                    if not 0 <= int(lloyd["restart"]) < self.n_init:
+                        raise ValueError(f"restart {lloyd['restart']} of n_init={self.n_init}")
         if self.assign_labels == "sweep":
             labels, ncuts = K.ncut_sweep(W, U[:, 1] / np.sqrt(degree), degree)
             history = [float(ncuts.min())]
         else:
             E = U / np.maximum(np.linalg.norm(U, axis=1), np.finfo(float).tiny)[:, None]
-            labels, _, _, history = K.kmeans_lloyd(E, self.n_clusters, rng, n_init=self.n_init, max_iter=self.max_iter)
+            count = [passes]
+
+            def step(s, inertia):  # after every Lloyd pass: save (when the run goes on), then announce it
+                count[0] += 1
+                if s is not None and ck.active:
+                    ck.save({"phase": "kmeans", "rng": rng_state(rng), **emb, "n_passes": count[0], "lloyd": s})
+                emit(ProgressEvent("SpectralClustering", "iter", count[0], inertia, k, watch.lap()))
+
+            labels, _, _, history = K.kmeans_lloyd(E, k, rng, n_init=self.n_init, max_iter=self.max_iter,
+                                                   state=lloyd, step=step)
         self.labels_ = _first_appearance(labels)
         self.n_clusters_ = int(self.labels_.max()) + 1
         self.embedding_ = U
@@ -376,6 +484,7 @@ class SpectralClustering(_InMemory):
         self.fit_X_ = X
         self.n_iter_ = len(history)
         self.n_features_in_ = d
+        ck.save_done(self)
         emit(ProgressEvent("SpectralClustering", "done", self.n_iter_, self.ncut_, self.n_clusters_, watch.lap()))
         return self
 
@@ -442,6 +551,10 @@ class IBPGibbs(_InMemory):
     max_samples : int, default 5000
         Largest N accepted.
     random_state : int, Generator or None
+    checkpoint : str or os.PathLike, optional
+        As in :class:`~dclust.cluster.KMeans`: the chain (Z, its Gram statistics, the kept sample, histories and
+        the generator's exact state) is saved atomically after every sweep; an interrupted fit resumes at the next
+        sweep and draws the identical chain, bit for bit.
 
     Attributes
     ----------
@@ -488,12 +601,13 @@ class IBPGibbs(_InMemory):
         "keep": [Options(("best", "last"))],
         "max_samples": [Interval("int", 1, None)],
         "random_state": [SEED],
+        "checkpoint": [CHECKPOINT],
     }
     _cost_note = "a serial collapsed Gibbs sampler, O(N K^3) per sweep"
 
     def __init__(
         self, *, alpha=1.0, sigma_x=1.0, sigma_a=1.0, n_iter=100, max_new_features=4, max_features=100,
-        anneal_factor=1.0, keep="best", max_samples=5000, random_state=None,
+        anneal_factor=1.0, keep="best", max_samples=5000, random_state=None, checkpoint=None,
     ):
         self.alpha = alpha
         self.sigma_x = sigma_x
@@ -505,12 +619,16 @@ class IBPGibbs(_InMemory):
         self.keep = keep
         self.max_samples = max_samples
         self.random_state = random_state
+        self.checkpoint = checkpoint
 
     def fit(self, X, y=None) -> "IBPGibbs":
         """Run the sampler on ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
         self._validate_params()
         X, _ = self._load(X)
         n, d = X.shape
+        ck, state = self._memory_checkpointer(X)
+        if self._restore_done(ck, state):
+            return self
         rng = as_generator(self.random_state)
         cap = self.max_features
         Z = np.zeros((n, cap), dtype=np.uint8)
@@ -522,9 +640,28 @@ class IBPGibbs(_InMemory):
         sx, sa = float(self.sigma_x), float(self.sigma_a)
         history, ks = [], []
         kept, kept_lj = None, -np.inf
+        first = 0
+        if state is not None:
+            with ck.reading():
+                first, rng = int(state["sweep"]), set_rng_state(state["rng"])
+                if state["phase"] != "sweep" or not 0 < first < self.n_iter:
+                    raise ValueError(f"phase {state['phase']!r} at sweep {first} of n_iter={self.n_iter}")
+                k = int(state["k"])
+                if not 0 <= k <= cap:
+                    raise ValueError(f"{k} features with max_features={cap}")
+                Z = ck.require_shape("Z", state["Z"], (n, cap)).astype(np.uint8)
+                G = ck.require_shape("G", state["G"], (cap, cap)).astype(np.float64)
+                B = ck.require_shape("B", state["B"], (cap, d)).astype(np.float64)
+                m = ck.require_shape("feature counts", state["m"], (cap,)).astype(np.int64)
+                if state["kept"] is not None:
+                    kept = ck.require_shape("kept sample", state["kept"], (n, None)).astype(np.uint8)
+                kept_lj = float(state["kept_log_joint"])
+                history, ks = [float(v) for v in state["history"]], [int(v) for v in state["n_features"]]
+                if not len(history) == len(ks) == first:
+                    raise ValueError(f"histories of {len(history)} and {len(ks)} sweeps; expected {first}")
         watch = Stopwatch()
         n_anneal = self.n_iter // 2 if self.anneal_factor > 1 else 0
-        for it in range(self.n_iter):
+        for it in range(first, self.n_iter):
             order = rng.permutation(n).astype(np.int64)
             scale = float(self.anneal_factor) ** (1.0 - it / n_anneal) if it < n_anneal else 1.0
             k = K.ibp_sweep(X, Z, G, B, m, k, order, float(self.alpha), sx * scale, sa, int(self.max_new_features),
@@ -545,6 +682,10 @@ class IBPGibbs(_InMemory):
             ks.append(int(k))
             if it >= n_anneal and (self.keep == "last" or lj > kept_lj):
                 kept, kept_lj = Z[:, :k].copy(), lj
+            if ck.active and it + 1 < self.n_iter:  # all of Z, G, B, m: the next sweep reads them as they are
+                ck.save({"phase": "sweep", "sweep": it + 1, "rng": rng_state(rng), "k": int(k), "Z": Z, "G": G,
+                         "B": B, "m": m, "kept": kept, "kept_log_joint": kept_lj, "history": history,
+                         "n_features": ks})
             emit(ProgressEvent("IBPGibbs", "iter", it + 1, -lj, int(k), watch.lap()))
         order = np.lexsort(1 - kept[::-1].astype(np.int64)) if kept.shape[1] else np.zeros(0, dtype=np.int64)
         Zk = np.ascontiguousarray(kept[:, order])
@@ -559,6 +700,7 @@ class IBPGibbs(_InMemory):
         self.n_latent_features_history_ = ks
         self.n_iter_ = self.n_iter
         self.n_features_in_ = d
+        ck.save_done(self)
         emit(ProgressEvent("IBPGibbs", "done", self.n_iter, -kept_lj, self.n_latent_features_, 0.0))
         return self
 

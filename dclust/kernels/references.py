@@ -278,8 +278,13 @@ def spectral_embedding(W, n_components, rng):
     return 1.0 - vals, _sign_flip(vecs), degree
 
 
-def kmeans_lloyd(P, k, rng, *, n_init=10, max_iter=300):
+def kmeans_lloyd(P, k, rng, *, n_init=10, max_iter=300, state=None, step=None):
     """Seeded in-memory k-means (k-means++ then Lloyd), best of ``n_init`` runs by inertia.
+
+    Checkpoints: ``step(s, inertia)``, when given, is called after every label pass with the loop state ``s`` (a
+    dict of arrays and JSON scalars: the run after that pass, or, when the pass ends a run, the next restart with
+    ``centres`` None), or None after the last pass of the last run. ``state`` (such an ``s``) resumes from there;
+    ``rng`` must then be the generator as it was when ``s`` was made.
 
     Returns
     -------
@@ -291,24 +296,46 @@ def kmeans_lloyd(P, k, rng, *, n_init=10, max_iter=300):
     """
     P = np.ascontiguousarray(P, dtype=np.float64)
     w = np.ones(P.shape[0])
-    best = None
-    for _ in range(n_init):
-        C = kmeans_plusplus(P, w, k, rng)
-        history = []
-        labels = None
-        for _ in range(max_iter):
+    best, first = None, 0
+    if state is not None:
+        first = int(state["restart"])
+        if state["best"] is not None:
+            b = state["best"]
+            best = (np.asarray(b["labels"], np.int64), np.asarray(b["centres"], np.float64), float(b["inertia"]),
+                    [float(v) for v in b["history"]])
+    for j in range(first, n_init):
+        if state is not None and state["centres"] is not None:
+            C, history = np.asarray(state["centres"], np.float64), [float(v) for v in state["history"]]
+            labels = np.asarray(state["labels"], np.int64)
+        else:
+            C, history, labels = kmeans_plusplus(P, w, k, rng), [], None
+        state = None
+        for _ in range(len(history), max_iter):
             new, dist = nearest(P, C)
             new = new.astype(np.int64)
             history.append(float(dist.sum()))
-            if labels is not None and np.array_equal(new, labels):
+            done = labels is not None and np.array_equal(new, labels)
+            if not done:
+                labels = new
+                cnt = np.bincount(labels, minlength=k).astype(np.float64)
+                S = np.zeros_like(C)
+                np.add.at(S, labels, P)
+                C = np.where(cnt[:, None] > 0, S / np.maximum(cnt, 1.0)[:, None], C)
+                done = len(history) >= max_iter
+            if done and (best is None or history[-1] < best[2]):
+                best = (labels, C, history[-1], history)
+            if step is not None:
+                saved = None if best is None else {"labels": best[0], "centres": best[1], "inertia": best[2],
+                                                   "history": best[3]}
+                if not done:
+                    s = {"restart": j, "centres": C, "labels": labels, "history": history, "best": saved}
+                elif j + 1 < n_init:
+                    s = {"restart": j + 1, "centres": None, "labels": None, "history": [], "best": saved}
+                else:
+                    s = None
+                step(s, history[-1])
+            if done:
                 break
-            labels = new
-            cnt = np.bincount(labels, minlength=k).astype(np.float64)
-            S = np.zeros_like(C)
-            np.add.at(S, labels, P)
-            C = np.where(cnt[:, None] > 0, S / np.maximum(cnt, 1.0)[:, None], C)
-        if best is None or history[-1] < best[2]:
-            best = (labels, C, history[-1], history)
     return best
 
 
