@@ -18,7 +18,7 @@ per core, ``--memory-limit`` each) unless ``--scheduler ADDRESS`` or ``$DCLUST_S
 (see :mod:`dclust._cli._cluster`). Progress and the dashboard link go to stderr; results go to stdout (a table, or
 one JSON object with ``--json``).
 
-``--checkpoint CK`` (fit kmeans, fit dpmeans) saves the fit's state in the directory CK after every iteration
+``--checkpoint CK`` (fit kmeans, fit dpmeans, fit bpmeans, fit rdpmeans, fit gmpr) saves the fit's state in the directory CK after every iteration
 (atomically); rerunning the same command after a crash resumes from it and ends with the identical model. The
 labels and the model are written after the fit, each under a temporary name renamed into place when complete.
 

@@ -210,10 +210,10 @@ def test_bpmeans_resumes_to_the_uninterrupted_model(features, tmp_path):
 
 
 def test_capped_greedy_bpmeans_resumes(features, tmp_path):
-    params = dict(lam=30.0, init="greedy", capped=True, max_features=4, random_state=0, prefix_size=20,
-                  max_proposals=4)
+    params = dict(lam=30.0, init="greedy", capped=True, max_features=4, max_iter=4, random_state=0,
+                  prefix_size=20, max_proposals=4)
     ref = dclust.BPMeans(**params).fit(features)
-    assert ref.n_iter_ >= 4
+    assert ref.n_iter_ == 4
     ck = tmp_path / "ck"
     interrupted(lambda: dclust.BPMeans(**params, checkpoint=ck), features, 2)
     same_model(dclust.BPMeans(**params, checkpoint=ck).fit(features), ref, extra=("serial_order_",))
@@ -230,14 +230,14 @@ def kf_data():
     return da.from_array(F, chunks=(100, -1))
 
 
-KF = dict(n_features=3, n_init=2, max_iter=8, random_state=0)
+KF = dict(n_features=3, n_init=2, max_iter=5, random_state=0)
 
 
 def test_kfeatures_resumes_inside_either_restart(kf_data, tmp_path):
     X = kf_data
     ref, events = fit_with_events(lambda: dclust.KFeatures(**KF), X)
     total = iterations(events)
-    assert len(total) >= 8
+    assert len(total) >= 6
     for k in (2, len(total) - 2):  # in the first restart, and in the second (with the best run so far saved)
         ck = tmp_path / f"ck{k}"
         interrupted(lambda: dclust.KFeatures(**KF, checkpoint=ck), X, k)
@@ -251,7 +251,7 @@ def test_kfeatures_resumes_inside_either_restart(kf_data, tmp_path):
         dclust.KFeatures(**{**KF, "n_init": 3}, checkpoint=ck).fit(X)
 
 
-SW = dict(lam=40.0, max_features=5, max_iter=6, random_state=0)
+SW = dict(lam=40.0, max_features=5, max_iter=4, random_state=0)
 
 
 def test_stepwise_kfeatures_resumes_between_and_inside_values_of_k(kf_data, tmp_path, monkeypatch):
@@ -304,11 +304,11 @@ def address():
 def test_cli_fit_bpmeans_resumes_from_its_checkpoint(features, address, tmp_path):
     store = str(tmp_path / "x.zarr")
     dclust.write_array(features.compute(), store, chunks=100)
-    ref = dclust.BPMeans(lam=8.0, init="sample", random_state=0).fit(dclust.open_array(store))
-    assert ref.n_iter_ >= 4
+    ref = dclust.BPMeans(lam=30.0, init="greedy", max_iter=4, random_state=0).fit(dclust.open_array(store))
+    assert ref.n_iter_ == 4
     ck, out = tmp_path / "ck", tmp_path / "A.zarr"
-    args = ["fit", "bpmeans", store, "--lam", 8.0, "--features", out, "--seed", 0, "--checkpoint", ck,
-            "--scheduler", address]
+    args = ["fit", "bpmeans", store, "--lam", 30.0, "--init", "greedy", "--max-iter", 4, "--features", out,
+            "--seed", 0, "--checkpoint", ck, "--scheduler", address]
 
     def interrupt(event):  # Ctrl-C after pass 2
         if event.phase == "iter" and event.iteration == 2:
