@@ -18,9 +18,10 @@ per core, ``--memory-limit`` each) unless ``--scheduler ADDRESS`` or ``$DCLUST_S
 (see :mod:`dclust._cli._cluster`). Progress and the dashboard link go to stderr; results go to stdout (a table, or
 one JSON object with ``--json``).
 
-``--checkpoint CK`` (fit kmeans, fit dpmeans, fit bpmeans, fit rdpmeans, fit gmpr) saves the fit's state in the directory CK after every iteration
-(atomically); rerunning the same command after a crash resumes from it and ends with the identical model. The
-labels and the model are written after the fit, each under a temporary name renamed into place when complete.
+``--checkpoint CK`` (fit kmeans, dpmeans, bpmeans, rdpmeans, gmpr) saves the fit's state in the directory CK after
+every iteration (atomically); rerunning the same command after a crash resumes from it and ends with the identical
+model. The labels and the model are written after the fit, each under a temporary name renamed into place when
+complete.
 
 Exit codes: 0 success; 2 usage error (bad or conflicting options, including dclust's InvalidParameterError);
 1 data or runtime error (missing input, existing output without ``--overwrite``, invalid data, ...), reported as
