@@ -20,10 +20,10 @@ demo: $(STAMP)
 	$(PY) examples/demo.py --out demo-output
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=20
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_kmeans.py
+	for b in kmeans dynamic constraints features video pointcloud scale uci; do $(PY) benchmarks/bench_$$b.py || exit 1; done
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache
