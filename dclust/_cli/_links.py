@@ -5,6 +5,7 @@ Commands::
     dclust constraints import PAIRS.csv --chunks-like IN.zarr OUT.zarr [--n-samples N] [--no-check-feasible]
     dclust fit gmpr IN.zarr --classes C [--clusters-per-class M] [--constraints LINKS.zarr|LINKS.csv]
                     [--covariance full|diag] --labels OUT.zarr --model MODEL.zarr [--seed S] [--max-iter M]
+                    [--checkpoint CK]
 
 A links CSV has a header row with the columns ``i``, ``j`` (row indices of IN, 0-based) and ``type`` (``must`` /
 ``cannot``, ``ml`` / ``cl`` or ``1`` / ``-1``, case-insensitive), and optionally ``weight`` (a positive confidence
@@ -33,6 +34,7 @@ from ._cluster import TlsCaOpt, TlsCertOpt, TlsKeyOpt
 from .main import (
     ComponentOpt,
     DebugOpt,
+    FitCheckpointOpt,
     InputArg,
     JsonOpt,
     LabelsOpt,
@@ -257,6 +259,7 @@ def fit_gmpr(
     ),
     seed: SeedOpt = None,
     max_iter: MaxIterOpt = None,
+    checkpoint: FitCheckpointOpt = None,
     component: ComponentOpt = None,
     overwrite: OverwriteOpt = False,
     scheduler: SchedulerOpt = None,
@@ -269,17 +272,23 @@ def fit_gmpr(
     """GM-PR: EM for a Gaussian mixture per class, with must-links and cannot-links between classes."""
     with _command(json_out, quiet, debug) as s:
         params: dict[str, Any] = {"n_classes": classes, "clusters_per_class": clusters_per_class,
-                                  "covariance_type": covariance.value, "random_state": seed}
+                                  "covariance_type": covariance.value, "random_state": seed,
+                                  "checkpoint": checkpoint}
         if max_iter is not None:
             params["max_iter"] = max_iter
         estimator = dclust.GMPR(**params)
-        inputs = (input_path, constraints) if constraints else (input_path,)
-        _check_outputs({"--labels": labels, "--model": model}, overwrite, inputs=inputs)
+        resume = checkpoint is not None and os.path.lexists(checkpoint)
+        inputs = ((input_path, constraints) if constraints else (input_path,)) + ((checkpoint,) if resume else ())
+        outputs = {"--labels": labels, "--model": model,
+                   **({"--checkpoint": checkpoint} if checkpoint is not None and not resume else {})}
+        _check_outputs(outputs, overwrite, inputs=inputs)
         X = dclust.open_array(input_path, component=component)
         n, d = _shape(X)
         G = load_constraints(constraints, X) if constraints else None
         links = f" with {G.n_must:,} must- and {G.n_cannot:,} cannot-links" if G is not None else ""
         with s.live(scheduler, memory_limit) as display:
+            if resume:
+                display.message(f"resuming from the checkpoint {checkpoint}")
             t = time.perf_counter()
             with display.fit(f"GMPR on {n:,} x {d}{links}", client=s.client, n_chunks=X.numblocks[0]):
                 estimator.fit(X, constraints=G)
@@ -298,6 +307,7 @@ def fit_gmpr(
             "constraints": os.path.abspath(constraints) if constraints else None, "n_must": n_must,
             "n_cannot": n_cannot, "labels": os.path.abspath(labels), "model": os.path.abspath(model),
             "params": estimator.get_params(), "n_classes": classes, "clusters_per_class": clusters_per_class,
+            "checkpoint": os.path.abspath(checkpoint) if checkpoint else None, "resumed": resume,
             "class_weights": np.asarray(estimator.weights_).tolist(), "learned": scalars,
             "objective_history": list(estimator.objective_history_),
             "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
@@ -310,4 +320,6 @@ def fit_gmpr(
             "converged": estimator.converged_, "fit seconds": round(fit_seconds, 2),
             "seconds / iteration": round(fit_seconds / iters, 3), "labels": labels, "model": model,
         }
+        if checkpoint:
+            rows["checkpoint"] = f"{checkpoint} ({'resumed' if resume else 'new'})"
         s.report(result, "fit GMPR", rows)

@@ -5,6 +5,7 @@ Commands::
     dclust fit bpmeans  IN.zarr --lam L --features OUT.zarr [--model MODEL.zarr] [--allocation Z.zarr] [--seed S]
                                 [--checkpoint CK]
     dclust fit rdpmeans IN.zarr (--lam L | --k K) --constraints LINKS.zarr|LINKS.csv --labels OUT.zarr --model MODEL.zarr
+                                [--checkpoint CK]
 
 ``fit bpmeans`` writes the learned features (the K x D matrix ``features_``) and, with ``--allocation``, the
 binary allocation Z of the training rows (``allocation_``, N x K uint8, streamed chunk by chunk); with
@@ -175,6 +176,7 @@ def fit_rdpmeans(
     ] = None,
     seed: SeedOpt = None,
     max_iter: MaxIterOpt = None,
+    checkpoint: FitCheckpointOpt = None,
     component: ComponentOpt = None,
     overwrite: OverwriteOpt = False,
     scheduler: SchedulerOpt = None,
@@ -188,16 +190,21 @@ def fit_rdpmeans(
     if (k is None) == (lam is None):
         raise _usage("give exactly one of --k (target number of clusters) and --lam (penalty per cluster).")
     with _command(json_out, quiet, debug) as s:
-        params: dict[str, Any] = {"lam": lam, "n_clusters": k, "random_state": seed}
+        params: dict[str, Any] = {"lam": lam, "n_clusters": k, "random_state": seed, "checkpoint": checkpoint}
         for name, value in (("max_iter", max_iter), ("xi0", xi0), ("xi_rate", xi_rate)):
             if value is not None:
                 params[name] = value
         estimator = dclust.RDPMeans(**params)
-        _check_outputs({"--labels": labels, "--model": model}, overwrite, inputs=(input_path, constraints))
+        resume = checkpoint is not None and os.path.lexists(checkpoint)
+        outputs = {"--labels": labels, "--model": model,
+                   **({"--checkpoint": checkpoint} if checkpoint is not None and not resume else {})}
+        _check_outputs(outputs, overwrite, inputs=(input_path, constraints) + ((checkpoint,) if resume else ()))
         X = dclust.open_array(input_path, component=component)
         n, d = _shape(X)
         G = _links.load_constraints(constraints, X)  # a Zarr graph realigned to X's row blocks, or a links CSV
         with s.live(scheduler, memory_limit) as display:
+            if resume:
+                display.message(f"resuming from the checkpoint {checkpoint}")
             t = time.perf_counter()
             with display.fit(f"RDPMeans on {n:,} x {d} with {G.n_must:,} must- and {G.n_cannot:,} cannot-links"):
                 estimator.fit(X, constraints=G)
@@ -215,6 +222,7 @@ def fit_rdpmeans(
             "component": component, "n_samples": n, "n_features": d, "constraints": os.path.abspath(constraints),
             "n_must": G.n_must, "n_cannot": G.n_cannot, "labels": os.path.abspath(labels),
             "model": os.path.abspath(model), "params": estimator.get_params(), "n_clusters": estimator.n_clusters_,
+            "checkpoint": os.path.abspath(checkpoint) if checkpoint else None, "resumed": resume,
             "learned": scalars, "violated": {"must_links_split": must_split, "cannot_links_joined": cannot_joined},
             "objective_history": list(estimator.objective_history_), "xi_history": list(estimator.xi_history_),
             "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
@@ -223,4 +231,6 @@ def fit_rdpmeans(
                 "clusters (K)": estimator.n_clusters_, "lam": estimator.lam_, "objective": estimator.objective_,
                 "must-links split": must_split, "cannot-links joined": cannot_joined,
                 "fit seconds": round(fit_seconds, 2), "labels": labels, "model": model}
+        if checkpoint:
+            rows["checkpoint"] = f"{checkpoint} ({'resumed' if resume else 'new'})"
         s.report(result, "fit RDPMeans", rows)

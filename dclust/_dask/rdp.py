@@ -20,9 +20,11 @@ from ..kernels.rdpmeans import linked_block, unlinked_block, unlinked_order, val
 from ..kernels.stats import ClusterStats
 from .blocks import block_offsets
 from .links import LinkLayout, fresh_name, map_parts, map_with_args, object_array
+from . import occ
 from .reduce import tree_reduce
 
-__all__ = ["RDPPassRecord", "PassResult", "init_pass", "extract_linked", "rdp_pass", "final_labels"]
+__all__ = ["RDPPassRecord", "PassResult", "init_pass", "extract_linked", "rdp_pass", "final_labels", "records_state",
+           "records_from"]
 
 
 @dataclass
@@ -44,6 +46,31 @@ class RDPPassRecord:
             parts.append(props)
         parts.append(self.linked_order)
         return np.concatenate(parts).astype(np.int64)
+
+
+def records_state(records: list[RDPPassRecord]) -> dict:
+    """The pass records as flat int64 arrays (for checkpoints; :func:`records_from` inverts it). The phase-0
+    epochs use the layout of :func:`dclust._dask.occ.records_state` (an epoch's ``accepted`` holds its centre
+    snapshot size); the linked rows' serial orders follow."""
+    state = occ.records_state([occ.PassRecord(r.prefix, [occ.EpochRecord(b, s, e, p, int(k)) for b, s, e, p, k
+                                                         in r.epochs]) for r in records])
+    state["linked_sizes"] = np.array([r.linked_order.size for r in records], dtype=np.int64)
+    state["linked"] = (np.concatenate([r.linked_order for r in records]).astype(np.int64) if records
+                       else np.zeros(0, np.int64))
+    return state
+
+
+def records_from(state: dict) -> list[RDPPassRecord]:
+    """The pass records saved by :func:`records_state` (ValueError if the arrays do not fit together)."""
+    base = occ.records_from(state)
+    sizes = np.asarray(state["linked_sizes"], dtype=np.int64)
+    linked = np.asarray(state["linked"], dtype=np.int64)
+    if sizes.size != len(base) or sizes.sum() != linked.size or (sizes < 0).any():
+        raise ValueError("linked orders that do not fit the pass records")
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    return [RDPPassRecord(r.prefix, [(ep.blocks, ep.starts, ep.stops, ep.proposals, int(ep.accepted))
+                                     for ep in r.epochs], linked[off[p]:off[p + 1]].copy())
+            for p, r in enumerate(base)]
 
 
 @dataclass

@@ -8,7 +8,8 @@ the nearest cluster that holds no component it cannot-links to (among those alre
 cluster is feasible, COP-KMeans proper gives up; here ``on_infeasible="nearest"`` places the component in its
 nearest cluster and counts the violation (noisy links, p < 1, make that common), ``"raise"`` raises
 ``InfeasibleConstraintsError``. Of ``n_init`` seeded runs the one with the fewest violated cannot-links, then the
-lowest inertia, is kept.
+lowest inertia, is kept. With ``checkpoint=PATH`` the state (run, sweep, centres, labels, best run so far and the
+generator's state) is saved atomically after every sweep, and a refit resumes from it with the identical result.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from .._dask.loop import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
 from .._validation import SEED, Interval, Options, as_generator, check_array
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus
-from ._base import BaseEstimator
+from ._base import CHECKPOINT, BaseEstimator
 
 __all__ = ["COPKMeans"]
 
@@ -74,6 +76,8 @@ class COPKMeans(BaseEstimator):
     max_samples : int, default 100_000
         Largest number of rows accepted (in-memory reference).
     random_state : int, Generator or None
+    checkpoint : str or os.PathLike, optional
+        As in :class:`KMeans`: saved after every sweep; a refit with the same parameters, data and links resumes.
 
     Attributes
     ----------
@@ -105,16 +109,18 @@ class COPKMeans(BaseEstimator):
         "on_infeasible": [Options(("nearest", "raise"))],
         "max_samples": [Interval("int", 1, None)],
         "random_state": [SEED],
+        "checkpoint": [CHECKPOINT],
     }
 
     def __init__(self, *, n_clusters=8, n_init=10, max_iter=100, on_infeasible="nearest", max_samples=100_000,
-                 random_state=None):
+                 random_state=None, checkpoint=None):
         self.n_clusters = n_clusters
         self.n_init = n_init
         self.max_iter = max_iter
         self.on_infeasible = on_infeasible
         self.max_samples = max_samples
         self.random_state = random_state
+        self.checkpoint = checkpoint
 
     def _links(self, constraints, n):
         from ..constraints import ConstraintGraph
@@ -147,6 +153,17 @@ class COPKMeans(BaseEstimator):
             )
         Xn = np.asarray(arr.compute(), dtype=np.float64)
         i, j, s = self._links(constraints, n)
+        ck = self._checkpointer(arr)
+        if ck.active:
+            from ..io._checkpoint import graph_fingerprint  # io is above this layer
+
+            ck.fingerprint["constraints"] = graph_fingerprint(constraints)
+        state = ck.resume()
+        if state is not None and state.get("phase") == "done":
+            ck.restore_attributes(self, state)
+            return self
+        diff = Xn - Xn.mean(axis=0)
+        ck.check_content(float(n), Xn.mean(axis=0), float((diff * diff).sum()))
         must = s > 0
         M = sp.coo_matrix((np.ones(int(must.sum())), (i[must], j[must])), shape=(n, n))
         n_comp, comp = connected_components(M, directed=False)
@@ -166,12 +183,20 @@ class COPKMeans(BaseEstimator):
                           shape=(n_comp, n_comp))
         indptr, indices = A.indptr.astype(np.int64), A.indices.astype(np.int64)
         rng = as_generator(self.random_state)
-        best = None
-        for _ in range(self.n_init):
-            C = kmeans_plusplus(P, w, self.n_clusters, rng)
-            lab = np.empty(n_comp, dtype=np.int64)
-            prev = None
-            for it in range(self.max_iter):
+        first, best, inner = 0, None, None
+        if state is not None:
+            first, best, inner, rng = self._unpack(ck, state, n, n_comp, d)
+        watch = Stopwatch()
+        k = self.n_clusters
+        for r in range(first, self.n_init):
+            if inner is None:
+                C = kmeans_plusplus(P, w, k, rng)
+                lab = np.empty(n_comp, dtype=np.int64)
+                prev, it0 = None, 0
+            else:
+                C, lab, prev, it0 = inner
+                inner = None
+            for it in range(it0, self.max_iter):
                 n_bad = _sweep(P, w, C, rng.permutation(n_comp).astype(np.int64), indptr, indices, lab)
                 if n_bad and self.on_infeasible == "raise":
                     raise InfeasibleConstraintsError(
@@ -179,20 +204,29 @@ class COPKMeans(BaseEstimator):
                                 "can satisfy", f"{n_bad} must-link components with every cluster forbidden",
                                 "Use on_infeasible='nearest', more clusters, or RDPMeans (soft links).")
                     )
-                sums = np.zeros((self.n_clusters, d))
+                sums = np.zeros((k, d))
                 np.add.at(sums, lab, P * w[:, None])
-                cnt = np.bincount(lab, weights=w, minlength=self.n_clusters)
+                cnt = np.bincount(lab, weights=w, minlength=k)
                 full = cnt > 0
                 C[full] = sums[full] / cnt[full, None]
-                if prev is not None and np.array_equal(lab, prev):
+                stop = prev is not None and np.array_equal(lab, prev)
+                if not stop:
+                    prev = lab.copy()
+                if ck.active and not stop and it + 1 < self.max_iter:
+                    ck.save({"phase": "iter", "init": r, "iteration": it + 1, "rng": rng_state(rng), "centres": C,
+                             "labels": lab, "prev": prev, "best": _best_state(best)})
+                cost = float((w * ((P - C[lab]) ** 2).sum(axis=1)).sum())
+                emit(ProgressEvent("COPKMeans", "iter", it + 1, cost, k, watch.lap(), {"init": r, "infeasible": n_bad}))
+                if stop:
                     break
-                prev = lab.copy()
             z = lab[comp]
             inertia = float(((Xn - C[z]) ** 2).sum())
             violated = int((z[i[~must]] == z[j[~must]]).sum())
             key = (violated, inertia)
             if best is None or key < best[0]:
                 best = (key, z.copy(), C.copy(), it + 1)
+            if ck.active and r + 1 < self.n_init:
+                ck.save({"phase": "init", "init": r + 1, "rng": rng_state(rng), "best": _best_state(best)})
         (violated, inertia), z, C, n_iter = best
         self.labels_ = z
         self.cluster_centers_ = C
@@ -201,7 +235,36 @@ class COPKMeans(BaseEstimator):
         self.n_components_ = int(n_comp)
         self.n_iter_ = int(n_iter)
         self.n_features_in_ = d
+        if ck.active:  # not a registered estimator (dclust.load cannot read it): the attributes go in the state
+            ck.save({"phase": "done", "attributes": {k: v for k, v in vars(self).items()
+                                                     if k.endswith("_") and not k.startswith("_")}})
         return self
+
+    def _unpack(self, ck, state, n, n_comp, d):
+        """(first run, best so far, sweep state or None, generator) of a checkpoint, shapes checked."""
+        k = self.n_clusters
+        with ck.reading():
+            first = int(state["init"])
+            if state["phase"] not in ("iter", "init") or not 0 <= first < self.n_init:
+                raise ValueError(f"phase {state['phase']!r} at run {first} of n_init={self.n_init}")
+            rng = set_rng_state(state["rng"])
+            best = state["best"]
+            if best is not None:
+                best = ((int(best["violated"]), float(best["inertia"])),
+                        ck.require_shape("best labels", best["labels"], (n,)).astype(np.int64),
+                        ck.require_shape("best centres", best["centres"], (k, d)).astype(np.float64),
+                        int(best["n_iter"]))
+            inner = None
+            if state["phase"] == "iter":
+                it = int(state["iteration"])
+                if not 0 < it < self.max_iter:
+                    raise ValueError(f"sweep {it} with max_iter={self.max_iter}")
+                lab = ck.require_shape("labels", state["labels"], (n_comp,)).astype(np.int64)
+                if lab.size and not (0 <= lab.min() and lab.max() < k):
+                    raise ValueError(f"labels outside 0..{k - 1}")
+                prev = ck.require_shape("previous labels", state["prev"], (n_comp,)).astype(np.int64)
+                inner = (ck.require_shape("centres", state["centres"], (k, d)).astype(np.float64), lab, prev, it)
+        return first, best, inner, rng
 
     def predict(self, X) -> np.ndarray:
         """Nearest centre of every row (links are not used)."""
@@ -212,3 +275,10 @@ class COPKMeans(BaseEstimator):
 
     def fit_predict(self, X, y=None, constraints=None) -> np.ndarray:
         return self.fit(X, constraints=constraints).labels_
+
+
+def _best_state(best):
+    if best is None:
+        return None
+    (violated, inertia), z, C, n_iter = best
+    return {"violated": violated, "inertia": inertia, "labels": z, "centres": C, "n_iter": n_iter}

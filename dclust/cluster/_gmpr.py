@@ -17,7 +17,7 @@ from ..errors import (
 )
 from ..kernels.gmpr import MixtureParams, m_step, update_alpha
 from ..kernels.kmeans import kmeans_plusplus
-from ._base import BaseEstimator, raise_if_bad_block, wrap_output
+from ._base import CHECKPOINT, BaseEstimator, raise_if_bad_block, wrap_output
 
 __all__ = ["GMPR"]
 
@@ -83,6 +83,10 @@ class GMPR(BaseEstimator):
         As in :class:`KMeans`.
     split_every : int or None
         Fan-in of the tree reduction (default 8).
+    checkpoint : str or os.PathLike, optional
+        As in :class:`KMeans`: the parameters, the log-likelihood history and the iteration are saved
+        atomically after every EM iteration, and a refit with the same parameters, data and constraint graph
+        resumes from them with the identical model.
 
     Attributes
     ----------
@@ -127,11 +131,13 @@ class GMPR(BaseEstimator):
         "random_state": [SEED],
         "persist": [Options(("auto", True, False))],
         "split_every": [Interval("int", 2, None), Options((None,))],
+        "checkpoint": [CHECKPOINT],
     }
 
     def __init__(
         self, *, n_classes=2, clusters_per_class=1, covariance_type="full", reg_covar=1e-6, max_iter=200, tol=1e-6,
         init="k-means++", init_sample_size=10_000, random_state=None, persist="auto", split_every=None,
+        checkpoint=None,
     ):
         self.n_classes = n_classes
         self.clusters_per_class = clusters_per_class
@@ -144,6 +150,7 @@ class GMPR(BaseEstimator):
         self.random_state = random_state
         self.persist = persist
         self.split_every = split_every
+        self.checkpoint = checkpoint
 
     # ------------------------------------------------------------------------------------------------------
     def _params(self) -> MixtureParams:
@@ -245,20 +252,41 @@ class GMPR(BaseEstimator):
                         "Lower n_classes / clusters_per_class or pass more data.")
             )
         plan = _link_plan(constraints, arr, info.kind, M)
+        ck = self._checkpointer(arr)
+        if ck.active:
+            from ..io._checkpoint import graph_fingerprint  # io is above this layer
+
+            ck.fingerprint["constraints"] = graph_fingerprint(constraints)
+        state = ck.resume()
+        if state is not None and state.get("phase") == "done":
+            ck.restore_attributes(self, state)
+            self._warn_unconverged()
+            emit(ProgressEvent("GMPR", "done", self.n_iter_, self.log_likelihood_, M * K, 0.0))
+            return self
         rng = as_generator(self.random_state)
         if info.kind != "numpy":
             arr = persist_if_fits(arr, self.persist, logger)
         self._warned = False
         watch = Stopwatch()
-        params = self._initial_params(arr, rng)
-        emit(ProgressEvent("GMPR", "init", 0, float("nan"), M * K, watch.lap()))
+        if state is None:
+            first = 1
+            params = self._initial_params(arr, rng)
+            emit(ProgressEvent("GMPR", "init", 0, float("nan"), M * K, watch.lap()))
+        else:
+            first, params, history, self._warned = self._unpack(ck, state, d)
+            first += 1
         stats = _dgmpr.estep(arr, plan, params, self.split_every)
         raise_if_bad_block(stats, arr)
-        ll = _dgmpr.total_loglik(stats, params.alpha, plan.n_cannot)
-        history = [ll]
+        w_all, mean_all, scatter_all = _pooled(stats)  # independent of the parameters: the data's own sums
+        ck.check_content(w_all, mean_all, float(np.trace(scatter_all) if scatter_all.ndim == 2 else scatter_all.sum()))
+        if state is None:
+            ll = _dgmpr.total_loglik(stats, params.alpha, plan.n_cannot)
+            history = [ll]
+        else:
+            ll = history[-1]
         converged = False
-        n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):
+        n_iter = first - 1
+        for n_iter in range(first, self.max_iter + 1):
             new, weight = m_step(stats, params, self.reg_covar)
             self._warn_light(weight, d)
             alpha, _ = update_alpha(stats.class_counts, plan.n_cannot, params.alpha)
@@ -266,18 +294,15 @@ class GMPR(BaseEstimator):
             stats = _dgmpr.estep(arr, plan, params, self.split_every)
             ll_new = _dgmpr.total_loglik(stats, params.alpha, plan.n_cannot)
             history.append(ll_new)
+            converged = abs(ll_new - ll) <= self.tol * abs(ll_new)
+            if ck.active and not converged and n_iter < self.max_iter:
+                ck.save({"phase": "iter", "iteration": n_iter, "alpha": params.alpha, "pi": params.pi,
+                         "means": params.means, "covariances": params.covariances, "history": history,
+                         "warned": self._warned})
             emit(ProgressEvent("GMPR", "iter", n_iter, ll_new, M * K, watch.lap()))
-            if abs(ll_new - ll) <= self.tol * abs(ll_new):
-                converged = True
-                ll = ll_new
-                break
             ll = ll_new
-        if not converged:
-            warnings.warn(
-                f"GMPR did not converge in max_iter={self.max_iter} iterations (last relative change "
-                f"{abs(history[-1] - history[-2]) / max(abs(history[-1]), 1e-300):.3g} > tol={self.tol}). "
-                "Increase max_iter or tol.", ConvergenceWarning, stacklevel=2,
-            )
+            if converged:
+                break
         self.weights_ = params.alpha
         self.sub_weights_ = params.pi
         self.means_ = params.means
@@ -290,8 +315,37 @@ class GMPR(BaseEstimator):
         self.n_cannot_ = int(plan.n_cannot)
         self.n_features_in_ = d
         del self._warned
+        self._warn_unconverged()
+        ck.save_done(self)
         emit(ProgressEvent("GMPR", "done", n_iter, ll, M * K, 0.0))
         return self
+
+    def _warn_unconverged(self) -> None:
+        if not self.converged_:
+            h = self.objective_history_
+            change = abs(h[-1] - h[-2]) / max(abs(h[-1]), 1e-300) if len(h) > 1 else float("nan")
+            warnings.warn(
+                f"GMPR did not converge in max_iter={self.max_iter} iterations (last relative change "
+                f"{change:.3g} > tol={self.tol}). Increase max_iter or tol.", ConvergenceWarning, stacklevel=3,
+            )
+
+    def _unpack(self, ck, state, d):
+        """(last iteration, parameters, log-likelihood history, warned) of a checkpoint, shapes checked."""
+        M, K = self.n_classes, self.clusters_per_class
+        cov_shape = (M, K, d) if self.covariance_type == "diag" else (M, K, d, d)
+        with ck.reading():
+            it = int(state["iteration"])
+            if state["phase"] != "iter" or not 0 < it < self.max_iter:
+                raise ValueError(f"phase {state['phase']!r} at iteration {it} (max_iter={self.max_iter})")
+            alpha = ck.require_shape("class weights", state["alpha"], (M,)).astype(np.float64)
+            pi = ck.require_shape("sub-cluster weights", state["pi"], (M, K)).astype(np.float64)
+            means = ck.require_shape("means", state["means"], (M, K, d)).astype(np.float64)
+            cov = ck.require_shape("covariances", state["covariances"], cov_shape).astype(np.float64)
+            history = [float(v) for v in state["history"]]
+            if len(history) != it + 1:
+                raise ValueError(f"a log-likelihood history of {len(history)} values at iteration {it}")
+            warned = bool(state["warned"])
+        return it, self._build(alpha, pi, means, cov), history, warned
 
     def predict_proba(self, X, constraints=None):
         """Class posteriors, shape (n_samples, n_classes).

@@ -11,14 +11,14 @@ from .._dask.init import furthest_first
 from .._dask.links import build_layout
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
 from .._dask.occ import prefix_counts
-from .._dask.rdp import extract_linked, final_labels, init_pass, rdp_pass
+from .._dask.rdp import extract_linked, final_labels, init_pass, rdp_pass, records_from, records_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array
 from ..constraints import ConstraintGraph
 from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
 from ..kernels.divergence import divergence_nearest, neg_entropy, smooth_rows
 from ..kernels.rdpmeans import link_term
-from ._base import BaseEstimator, CentroidMixin, raise_if_bad_block, wrap_output
+from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block, wrap_output
 
 __all__ = ["RDPMeans"]
 
@@ -69,6 +69,10 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         Fixes the processing order (and so the result).
     prefix_size, max_proposals, persist, split_every
         As in :class:`DPMeans`.
+    checkpoint : str or os.PathLike, optional
+        As in :class:`KMeans`: the state (centres, labels of the linked rows, xi schedule, seed, histories and
+        pass records) is saved atomically after every iteration, and a refit with the same parameters, data and
+        constraint graph resumes from it with the identical model.
 
     Attributes
     ----------
@@ -120,13 +124,14 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         "max_proposals": [Interval("int", 1, None)],
         "persist": [Options(("auto", True, False))],
         "split_every": [Interval("int", 2, None), Options((None,))],
+        "checkpoint": [CHECKPOINT],
     }
     _transient_attributes = ("serial_order_",)
 
     def __init__(
         self, *, lam=None, n_clusters=None, xi0=0.001, xi_rate=2.0, max_xi=None, divergence="euclidean",
         smoothing=0.3, mode="serial", max_iter=20, random_state=None, prefix_size=1000, max_proposals=4096,
-        persist="auto", split_every=None,
+        persist="auto", split_every=None, checkpoint=None,
     ):
         self.lam = lam
         self.n_clusters = n_clusters
@@ -142,6 +147,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         self.max_proposals = max_proposals
         self.persist = persist
         self.split_every = split_every
+        self.checkpoint = checkpoint
 
     # ------------------------------------------------------------------------------------------------------
 
@@ -198,8 +204,19 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         self._check_setup(n)
         G = self._graph(constraints, arr, info.kind)
         kind = self.divergence
-        rng = as_generator(self.random_state)
-        seed = int(rng.integers(2**62))
+        ck = self._checkpointer(arr)
+        if ck.active:
+            from ..io._checkpoint import graph_fingerprint  # io is above this layer
+
+            ck.fingerprint["constraints"] = graph_fingerprint(G)
+        state = ck.resume()
+        if state is not None and state.get("phase") == "done":
+            return self._restore_done(ck, state, G, arr)
+        if state is None:
+            seed = int(as_generator(self.random_state).integers(2**62))
+        else:
+            with ck.reading():
+                seed = int(state["seed"])
         if kind == "kl":
             arr = arr.map_blocks(smooth_rows, float(self.smoothing), dtype=np.float64)
         if info.kind != "numpy":
@@ -208,16 +225,19 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         layout = build_layout(G, tuple(arr.chunks[0]), self.mode)
         unlinked = np.asarray(arr.chunks[0], dtype=np.int64) - np.diff(layout.ptr)
         counts = np.minimum(prefix_counts(arr.chunks[0], self.prefix_size), unlinked)
-        stats0, H, p_index, p_rows = init_pass(arr, layout, seed=seed, counts=counts, kind=kind,
-                                               split_every=self.split_every)
-        if stats0.bad_block >= 0 and kind == "kl":
-            raise_if_bad_block(stats0, arr, name="X (counts for divergence='kl', which must be finite and >= 0)")
-        raise_if_bad_block(stats0, arr)
-        mean = stats0.mean[:1]
-        lam = self._lam(arr, mean)
+        if state is None:
+            stats0, H, p_index, p_rows = init_pass(arr, layout, seed=seed, counts=counts, kind=kind,
+                                                   split_every=self.split_every)
+            if stats0.bad_block >= 0 and kind == "kl":
+                raise_if_bad_block(stats0, arr, name="X (counts for divergence='kl', which must be finite and >= 0)")
+            raise_if_bad_block(stats0, arr)
+            ck.check_content(*stats0.total())
+            mean = stats0.mean[:1]
+            lam = self._lam(arr, mean)
         lparts = extract_linked(arr, layout, seed=seed) if layout.n_nodes else None
-        emit(ProgressEvent("RDPMeans", "init", 0, float("nan"), 1, watch.lap(),
-                           {"lam": lam, "colours": layout.n_colours, "linked_rows": layout.n_nodes}))
+        if state is None:
+            emit(ProgressEvent("RDPMeans", "init", 0, float("nan"), 1, watch.lap(),
+                               {"lam": lam, "colours": layout.n_colours, "linked_rows": layout.n_nodes}))
 
         def data_term(stats):
             if kind == "euclidean":
@@ -228,17 +248,25 @@ class RDPMeans(CentroidMixin, BaseEstimator):
             return link_term(z[layout.pair_a], z[layout.pair_b], layout.pair_v) if layout.pair_v.size else 0.0
 
         max_xi = self.xi0 * self.xi_rate ** (self.max_iter - 1) if self.max_xi is None else float(self.max_xi)
-        C, z = mean.copy(), np.zeros(layout.n_nodes, dtype=np.int64)
-        prev_fp, data_prev = stats0.fingerprint[:1].copy(), data_term(stats0)
-        hist, assign_hist, start_hist, xi_hist, records = [], [], [], [], []
+        if state is None:
+            first = 0
+            C, z = mean.copy(), np.zeros(layout.n_nodes, dtype=np.int64)
+            prev_fp, data_prev = stats0.fingerprint[:1].copy(), data_term(stats0)
+            hist, assign_hist, start_hist, xi_hist, records = [], [], [], [], []
+            xi = float(self.xi0)
+        else:
+            (first, lam, H, xi, C, z, prev_fp, data_prev, hist, assign_hist, start_hist, xi_hist,
+             records) = self._unpack(ck, state, d, layout.n_nodes)
+            p_index = p_rows = None
         converged = False
-        xi = float(self.xi0)
-        for it in range(self.max_iter):
+        for it in range(first, self.max_iter):
             xi_hist.append(xi)
             start_hist.append(data_prev + xi * links(z) + lam * C.shape[0])
             res = rdp_pass(arr, lparts, layout, C, z, lam=lam, xi=xi, kind=kind, seed=seed,
                            starts=counts if it == 0 else np.zeros_like(counts), max_proposals=self.max_proposals,
                            split_every=self.split_every, prefix=(p_index, p_rows) if it == 0 else None)
+            if it == first and it > 0:
+                ck.check_content(*res.stats.total())  # every row is in a pass: the resumed data
             assign_hist.append(res.stats.cost + xi * links(z) + lam * res.centres.shape[0])
             keep = np.flatnonzero(res.stats.weight > 0)
             remap = np.full(res.centres.shape[0], -1, dtype=np.int64)
@@ -251,10 +279,15 @@ class RDPMeans(CentroidMixin, BaseEstimator):
             records.append(res.record)
             changed = not np.array_equal(stats.fingerprint, prev_fp)
             prev_fp = stats.fingerprint
+            converged = not changed and xi >= max_xi
+            if ck.active and not converged and it + 1 < self.max_iter:
+                ck.save({"phase": "iter", "iteration": it + 1, "seed": seed, "lam": lam, "H": H,
+                         "xi": xi * self.xi_rate, "centres": C, "z": z, "prev_fp": prev_fp, "data_prev": data_prev,
+                         "history": hist, "assign_history": assign_hist, "start_history": start_hist,
+                         "xi_history": xi_hist, "records": records_state(records)})
             emit(ProgressEvent("RDPMeans", "iter", it + 1, hist[-1], keep.size, watch.lap(),
                                {"xi": xi, "changed": changed, "phase0_epochs": len(res.record.epochs)}))
-            if not changed and xi >= max_xi:
-                converged = True
+            if converged:
                 break
             if it + 1 < self.max_iter:
                 xi *= self.xi_rate
@@ -282,8 +315,41 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         self.n_violated_ = (int((~same & (layout.pair_v > 0)).sum()), int((same & (layout.pair_v < 0)).sum()))
         self.n_features_in_ = d
         self._order_records = (seed, tuple(arr.chunks[0]), layout, records)
+        if ck.active:
+            ck.save_done(self, seed=seed, records=records_state(records))
         emit(ProgressEvent("RDPMeans", "done", it + 1, hist[-1], self.n_clusters_, 0.0))
         return self
+
+    def _restore_done(self, ck, state, G, arr) -> "RDPMeans":
+        """A finished fit's checkpoint: its model (and what ``serial_order_`` needs), without a pass."""
+        extra = ck.restore_attributes(self, state)
+        layout = build_layout(G, tuple(arr.chunks[0]), self.mode)
+        with ck.reading():
+            self._order_records = (int(extra["seed"]), tuple(arr.chunks[0]), layout, records_from(extra["records"]))
+        if not self.converged_:
+            warnings.warn(f"RDPMeans stopped at max_iter={self.max_iter}; increase max_iter.", ConvergenceWarning,
+                          stacklevel=3)
+        emit(ProgressEvent("RDPMeans", "done", self.n_iter_, self.objective_, self.n_clusters_, 0.0))
+        return self
+
+    def _unpack(self, ck, state, d, n_nodes):
+        """The loop state of a checkpoint after an iteration, shapes checked."""
+        with ck.reading():
+            first, lam, H, xi = int(state["iteration"]), float(state["lam"]), float(state["H"]), float(state["xi"])
+            if state["phase"] != "iter" or not 0 < first < self.max_iter or not (lam > 0 and np.isfinite(lam)):
+                raise ValueError(f"phase {state['phase']!r}, iteration {first} (max_iter={self.max_iter}), lam={lam}")
+            C = ck.require_shape("centres", state["centres"], (None, d)).astype(np.float64)
+            z = ck.require_shape("labels of the linked rows", state["z"], (n_nodes,)).astype(np.int64)
+            if z.size and not (0 <= z.min() and z.max() < C.shape[0]):
+                raise ValueError(f"labels of the linked rows outside 0..{C.shape[0] - 1}")
+            prev_fp = ck.require_shape("partition fingerprint", state["prev_fp"], (C.shape[0],)).astype(np.uint64)
+            hists = [[float(v) for v in state[k]] for k in ("history", "assign_history", "start_history",
+                                                            "xi_history")]
+            records = records_from(state["records"])
+            if any(len(h) != first for h in hists) or len(records) != first:
+                raise ValueError(f"histories of {[len(h) for h in hists]} and {len(records)} pass records; "
+                                 f"expected {first}")
+        return (first, lam, H, xi, C, z, prev_fp, float(state["data_prev"]), *hists, records)
 
     def _lam(self, arr, mean) -> float:
         if self.n_clusters is None:

@@ -10,13 +10,13 @@ import numbers
 
 import numpy as np
 
-from .._dask.loop import ProgressEvent, Stopwatch, emit
+from .._dask.loop import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus
-from ..kernels.tvclust import LinkLists, NIWPrior, gaussian_logpdf, gibbs
-from ._base import BaseEstimator, wrap_output
+from ..kernels.tvclust import GibbsState, LinkLists, NIWPrior, gaussian_logpdf, gibbs
+from ._base import CHECKPOINT, BaseEstimator, wrap_output
 
 __all__ = ["TVClust"]
 
@@ -71,6 +71,10 @@ class TVClust(BaseEstimator):
     max_samples : int, default 5000
         Largest number of rows accepted (the sampler costs O(n_samples · K) Python-level steps per sweep).
     random_state : int, Generator or None
+    checkpoint : str or os.PathLike, optional
+        As in :class:`KMeans`: the chain's state (labels, cluster parameters, ``p``, ``q``, traces and the exact
+        state of the random generator, as JSON) is saved atomically after every sweep, and a refit with the same
+        parameters, data and constraint graph continues the chain bit for bit.
 
     Attributes
     ----------
@@ -114,11 +118,13 @@ class TVClust(BaseEstimator):
         "n_sweeps": [Interval("int", 1, None)],
         "max_samples": [Interval("int", 1, None)],
         "random_state": [SEED],
+        "checkpoint": [CHECKPOINT],
     }
 
     def __init__(
         self, *, alpha=1.0, p=None, q=None, p_prior=(9.0, 1.0), q_prior=(9.0, 1.0), prior_kappa=0.01,
         prior_dof=None, prior_scale=None, init_clusters=3, n_sweeps=100, max_samples=5000, random_state=None,
+        checkpoint=None,
     ):
         self.alpha = alpha
         self.p = p
@@ -132,6 +138,7 @@ class TVClust(BaseEstimator):
         self.n_sweeps = n_sweeps
         self.max_samples = max_samples
         self.random_state = random_state
+        self.checkpoint = checkpoint
 
     # ------------------------------------------------------------------------------------------------------
     def _prior(self, X: np.ndarray) -> NIWPrior:
@@ -207,18 +214,38 @@ class TVClust(BaseEstimator):
             raise InvalidDataError(message("X", "finite values", f"NaN or infinity in row {row}",
                                            "Drop or impute those rows and fit again."))
         links = self._links(constraints, n)
+        ck = self._checkpointer(arr)
+        if ck.active:
+            from ..io._checkpoint import graph_fingerprint  # io is above this layer
+
+            ck.fingerprint["constraints"] = graph_fingerprint(constraints)
+        resume = ck.resume()
+        if resume is not None and resume.get("phase") == "done":
+            ck.restore_attributes(self, resume)
+            emit(ProgressEvent("TVClust", "done", self.n_sweeps, self.objective_history_[-1], self.n_clusters_, 0.0))
+            return self
+        diff = Xn - Xn.mean(axis=0)
+        ck.check_content(float(n), Xn.mean(axis=0), float((diff * diff).sum()))
         prior = self._prior(Xn)
-        rng = as_generator(self.random_state)
-        z0 = self._initial_labels(Xn, links, rng)
+        first = 0
+        if resume is None:
+            rng = as_generator(self.random_state)
+            z0 = self._initial_labels(Xn, links, rng)
+        else:
+            first, z0, rng, resume = self._unpack(ck, resume, n, d)
         watch = Stopwatch()
 
         def progress(sweep, state):
+            if ck.active and sweep + 1 < self.n_sweeps:
+                ck.save({"phase": "iter", "sweep": sweep + 1, "z": state.z, "means": state.means,
+                         "covariances": state.covs, "p": state.p, "q": state.q, "rng": rng_state(rng),
+                         "n_clusters_history": state.n_clusters_trace, "objective_history": state.log_joint_trace})
             emit(ProgressEvent("TVClust", "iter", sweep + 1, state.log_joint_trace[-1], state.n_clusters_trace[-1],
                                watch.lap()))
 
         state = gibbs(Xn, links, z0, alpha=float(self.alpha), prior=prior, p=self.p, q=self.q,
                       p_prior=tuple(map(float, self.p_prior)), q_prior=tuple(map(float, self.q_prior)),
-                      n_sweeps=self.n_sweeps, rng=rng, callback=progress)
+                      n_sweeps=self.n_sweeps, rng=rng, callback=progress, resume=resume, first_sweep=first)
         # number clusters by first appearance so that equal samples give equal attributes
         _, first = np.unique(state.z, return_index=True)
         order = np.argsort(first)
@@ -233,8 +260,28 @@ class TVClust(BaseEstimator):
         self.n_clusters_history_ = [int(k) for k in state.n_clusters_trace]
         self.objective_history_ = [float(v) for v in state.log_joint_trace]
         self.n_features_in_ = d
+        ck.save_done(self)
         emit(ProgressEvent("TVClust", "done", self.n_sweeps, self.objective_history_[-1], self.n_clusters_, 0.0))
         return self
+
+    def _unpack(self, ck, state, n, d):
+        """(first sweep, labels, generator, chain state) of a checkpoint, shapes checked."""
+        with ck.reading():
+            first = int(state["sweep"])
+            if state["phase"] != "iter" or not 0 < first < self.n_sweeps:
+                raise ValueError(f"phase {state['phase']!r} at sweep {first} (n_sweeps={self.n_sweeps})")
+            z = ck.require_shape("labels", state["z"], (n,)).astype(np.int64)
+            means = ck.require_shape("cluster means", state["means"], (None, d)).astype(np.float64)
+            covs = ck.require_shape("covariances", state["covariances"], (means.shape[0], d, d)).astype(np.float64)
+            if z.min() < 0 or z.max() != means.shape[0] - 1 or np.unique(z).size != means.shape[0]:
+                raise ValueError(f"labels that are not 0..{means.shape[0] - 1}, each used")
+            counts = [int(v) for v in state["n_clusters_history"]]
+            trace = [float(v) for v in state["objective_history"]]
+            if len(counts) != first or len(trace) != first:
+                raise ValueError(f"traces of {len(counts)} and {len(trace)} sweeps at sweep {first}")
+            rng = set_rng_state(state["rng"])
+            chain = GibbsState(z, means, covs, float(state["p"]), float(state["q"]), counts, trace)
+        return first, z, rng, chain
 
     def predict(self, X):
         """Most probable cluster of new rows under the last sample (``argmax_k log n_k + log N(x|μ_k, Σ_k)``),

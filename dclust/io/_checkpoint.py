@@ -74,7 +74,7 @@ from .._dask.loop import rng_state, set_rng_state  # noqa: F401 - re-exported
 from ._models import _TAG, _Unsaveable, _decode, _encode, _version
 from ._write import _resolve
 
-__all__ = ["Checkpointer", "data_fingerprint", "rng_state", "set_rng_state", "FORMAT_VERSION"]
+__all__ = ["Checkpointer", "data_fingerprint", "graph_fingerprint", "rng_state", "set_rng_state", "FORMAT_VERSION"]
 
 #: The newest checkpoint format this dclust writes and reads.
 FORMAT_VERSION = 1
@@ -107,6 +107,19 @@ def data_fingerprint(X: da.Array, w: Any = None, head_rows: int = 8) -> dict[str
         "weighted": w is not None,
         "head_sha256": h.hexdigest(),
     }
+
+
+def graph_fingerprint(graph: Any) -> dict[str, Any]:
+    """What identifies a :class:`dclust.ConstraintGraph` (or None: no links): its size, numbers of links and a
+    SHA-256 of its pairs, signs and weights -- put in a checkpoint's fingerprint by fits with side information."""
+    if graph is None:
+        return {"n_links": 0}
+    a, b, s = graph.pairs()
+    h = hashlib.sha256()
+    for x in (a.astype(np.int64), b.astype(np.int64), s.astype(np.int8), graph.weights().astype(np.float64)):
+        h.update(np.ascontiguousarray(x).tobytes())
+    return {"n_samples": int(graph.n_samples), "n_links": int(a.size), "n_must": int((s > 0).sum()),
+            "pairs_sha256": h.hexdigest()}
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -444,7 +444,7 @@ def link_partial(Xa: np.ndarray, sub_a: np.ndarray, Xb: np.ndarray, sub_b: np.nd
         Lb = log_a[None] + g_b[cl]
         P = La[:, :, None] + Lb[:, None, :]
         P[:, np.arange(M), np.arange(M)] = -np.inf
-        log_z = _lse(P.reshape(P.shape[0], -1), axis=1)
+        log_z = _lse(P.reshape(P.shape[0], M * M), axis=1)
         post = np.exp(P - log_z[:, None, None])
         d_a, d_b = post.sum(axis=2), post.sum(axis=1)
         counts += d_a.sum(axis=0) + d_b.sum(axis=0)
@@ -476,7 +476,7 @@ def pair_posteriors(sub_a: np.ndarray, sub_b: np.ndarray, must: np.ndarray, para
     out_a[must], out_b[must] = s, s
     P = La[~must][:, :, None] + Lb[~must][:, None, :]
     P[:, np.arange(M), np.arange(M)] = -np.inf
-    post = np.exp(P - _lse(P.reshape(P.shape[0], -1), axis=1)[:, None, None])
+    post = np.exp(P - _lse(P.reshape(P.shape[0], M * M), axis=1)[:, None, None])
     out_a[~must], out_b[~must] = post.sum(axis=2), post.sum(axis=1)
     return out_a, out_b
 

@@ -254,6 +254,8 @@ def gibbs(
     n_sweeps: int,
     rng: np.random.Generator,
     callback=None,
+    resume: GibbsState | None = None,
+    first_sweep: int = 0,
 ) -> GibbsState:
     """Run ``n_sweeps`` sweeps of the TVClust sampler from labels ``z0``.
 
@@ -262,6 +264,10 @@ def gibbs(
     probabilities from their Beta posteriors. ``z0`` must satisfy every hard constraint (``p = 1``: no
     cannot-link inside a cluster; ``q = 1``: no must-link across clusters).
 
+    ``callback(sweep, state)`` runs after every sweep with ``state`` holding that sweep's sample (labels, cluster
+    parameters, ``p``, ``q``, traces). ``resume``, such a state (with ``rng`` in the state it had then),
+    continues the chain at sweep ``first_sweep`` exactly as if it had not stopped (``z0`` is then ignored).
+
     Returns
     -------
     GibbsState
@@ -269,21 +275,30 @@ def gibbs(
     """
     X = np.asarray(X, dtype=np.float64)
     n, D = X.shape
-    _, z = np.unique(np.asarray(z0), return_inverse=True)
-    z = z.astype(np.int64)
-    K = int(z.max()) + 1
-    cur_p = 0.9 if p is None else float(p)
-    cur_q = 0.9 if q is None else float(q)
-    if p is None or q is None:
-        sp, sq = _resample_links(z, links, p_prior, q_prior, rng)
-        cur_p = sp if p is None else cur_p
-        cur_q = sq if q is None else cur_q
-    thetas = [sample_niw(_cluster_post(X, np.flatnonzero(z == k), prior), rng) for k in range(K)]
+    if resume is not None:
+        z = np.asarray(resume.z, dtype=np.int64).copy()
+        K = int(z.max()) + 1
+        cur_p, cur_q = float(resume.p), float(resume.q)
+        thetas = [(np.asarray(m, dtype=np.float64), np.asarray(c, dtype=np.float64))
+                  for m, c in zip(resume.means, resume.covs)]
+        state = GibbsState(z, np.empty((0, D)), np.empty((0, D, D)), cur_p, cur_q,
+                           list(resume.n_clusters_trace), list(resume.log_joint_trace))
+    else:
+        _, z = np.unique(np.asarray(z0), return_inverse=True)
+        z = z.astype(np.int64)
+        K = int(z.max()) + 1
+        cur_p = 0.9 if p is None else float(p)
+        cur_q = 0.9 if q is None else float(q)
+        if p is None or q is None:
+            sp, sq = _resample_links(z, links, p_prior, q_prior, rng)
+            cur_p = sp if p is None else cur_p
+            cur_q = sq if q is None else cur_q
+        thetas = [sample_niw(_cluster_post(X, np.flatnonzero(z == k), prior), rng) for k in range(K)]
+        state = GibbsState(z, np.empty((0, D)), np.empty((0, D, D)), cur_p, cur_q)
     log_new = np.log(alpha) + log_predictive(X, prior)
-    state = GibbsState(z, np.empty((0, D)), np.empty((0, D, D)), cur_p, cur_q)
     indptr = links.indptr.astype(np.int64)
     nbr, must = links.nbr.astype(np.int64), links.must.astype(np.bool_)
-    for sweep in range(n_sweeps):
+    for sweep in range(first_sweep, n_sweeps):
         cap = max(16, 2 * K)
         LL = np.empty((n, cap))  # LL[:, k] = log N(x | θ_k)
         for k, (m, c) in enumerate(thetas):
@@ -332,6 +347,9 @@ def gibbs(
         state.n_clusters_trace.append(K)
         state.log_joint_trace.append(_log_joint(LLk, z, links, cur_p, cur_q))
         if callback is not None:
+            state.means = np.array([t[0] for t in thetas])
+            state.covs = np.array([t[1] for t in thetas])
+            state.p, state.q = cur_p, cur_q
             callback(sweep, state)
     state.z = z
     state.means = np.array([t[0] for t in thetas])

@@ -291,3 +291,17 @@ def test_fused_unlinked_kernel_equals_the_numpy_twin(diag):
     bad = X.copy()
     bad[7, 0] = np.nan
     assert unlinked_partial(bad, p, linked, block_index=4).bad_block == (4 if 7 not in linked else -1)
+
+
+def test_predict_with_a_block_pair_holding_only_must_links():
+    """A block pair whose links are all must-links has no cannot-link posterior to normalise (it used to fail
+    reshaping an empty array)."""
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(0, 1, (60, 2)), rng.normal(6, 1, (60, 2))])
+    G = ConstraintGraph.from_pairs([0, 1, 70], [2, 65, 110], [True, False, True], n_samples=120, chunks=60)
+    Xd = da.from_array(X, chunks=(60, -1))
+    gm = GMPR(n_classes=2, random_state=0).fit(Xd, constraints=G)
+    proba = gm.predict_proba(Xd, constraints=G).compute()
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    labels = gm.predict(Xd, constraints=G).compute()
+    assert labels[0] == labels[2] and labels[70] == labels[110] and labels[1] != labels[65]
