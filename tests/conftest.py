@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # tests/_support: helpers shared by test modules
 
 
 @pytest.fixture(scope="session")

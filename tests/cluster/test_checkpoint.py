@@ -13,24 +13,10 @@ import numpy as np
 import pytest
 import zarr
 
+from _support.checkpoints import Stop, snapshot, stop_after
+
 import dclust
 from dclust.errors import FormatVersionError, InvalidParameterError, StorageError
-
-
-class Stop(Exception):
-    """Raised by a progress callback: the fit dies after an iteration, as a killed driver would."""
-
-
-def stop_after(k):
-    seen = []
-
-    def callback(event):
-        if event.phase == "iter":
-            seen.append(event.iteration)
-            if len(seen) == k:
-                raise Stop
-
-    return callback
 
 
 def interrupted(make, X, k):
@@ -43,15 +29,6 @@ def iter_events(make, X):
     with dclust.on_progress(events.append):
         model = make().fit(X)
     return model, [e for e in events if e.phase in ("init", "iter")]
-
-
-def snapshot(path):
-    out = {}
-    for root, _, files in os.walk(path):
-        for f in files:
-            with open(os.path.join(root, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(root, f), path)] = fh.read()
-    return out
 
 
 @pytest.fixture(scope="module")

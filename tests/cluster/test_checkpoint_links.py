@@ -15,28 +15,14 @@ import numpy as np
 import pytest
 import zarr
 
+from _support.checkpoints import Stop, snapshot, stop_after
+
 import dclust
 from dclust.constraints import ConstraintGraph
 from dclust.errors import StorageError
 from dclust.io._checkpoint import learned_attributes
 
 pytestmark = pytest.mark.filterwarnings("ignore::dclust.errors.ConvergenceWarning")
-
-
-class Stop(Exception):
-    """Raised by a progress callback: the fit dies after an iteration, as a killed driver would."""
-
-
-def stop_after(k):
-    seen = []
-
-    def callback(event):
-        if event.phase == "iter":
-            seen.append(event.iteration)
-            if len(seen) == k:
-                raise Stop
-
-    return callback
 
 
 def interrupted(make, X, G, k):
@@ -49,15 +35,6 @@ def fit_events(make, X, G):
     with dclust.on_progress(events.append):
         model = make().fit(X, constraints=G)
     return model, [e for e in events if e.phase in ("init", "iter")]
-
-
-def snapshot(path):
-    out = {}
-    for root, _, files in os.walk(path):
-        for f in files:
-            with open(os.path.join(root, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(root, f), path)] = fh.read()
-    return out
 
 
 def value(v):

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from _support.checkpoints import Stop, snapshot, stop_after
+
 import dclust
 from dclust._cli.main import app
 from dclust.cluster._collapsed import CappedDPMeans, CollapsedBPMeans, CollapsedDPMeans
@@ -22,22 +24,6 @@ from dclust.errors import StorageError
 from dclust.io._checkpoint import Checkpointer
 
 pytestmark = pytest.mark.filterwarnings("ignore::dclust.errors.ConvergenceWarning")
-
-
-class Stop(Exception):
-    """Raised by a progress callback: the fit dies after an iteration, as a killed driver would."""
-
-
-def stop_after(k):
-    seen = []
-
-    def callback(event):
-        if event.phase == "iter":
-            seen.append(event.iteration)
-            if len(seen) == k:
-                raise Stop
-
-    return callback
 
 
 def interrupted(make, X, k):
@@ -54,15 +40,6 @@ def fit_with_events(make, X):
 
 def iterations(events):
     return [e.iteration for e in events if e.phase == "iter"]
-
-
-def snapshot(path):
-    out = {}
-    for root, _, files in os.walk(path):
-        for f in files:
-            with open(os.path.join(root, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(root, f), path)] = fh.read()
-    return out
 
 
 def _value(v):
