@@ -305,3 +305,49 @@ def test_predict_with_a_block_pair_holding_only_must_links():
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     labels = gm.predict(Xd, constraints=G).compute()
     assert labels[0] == labels[2] and labels[70] == labels[110] and labels[1] != labels[65]
+
+
+@pytest.mark.parametrize("diag", [True, False])
+def test_numba_link_kernel_equals_the_numpy_twin(diag):
+    """The numba link pass (pair posteriors and endpoint sums about the current means in one loop) against plain
+    numpy, with must- and cannot-links, a zero sub-cluster weight and far-away endpoints."""
+    from dclust.kernels.gmpr import link_partial_numpy
+
+    rng = np.random.default_rng(6)
+    M, K, D, L = 3, 2, 4, 300
+    p = _params(rng, M, K, D, diag)
+    p = MixtureParams.build(p.alpha, np.array([[0.4, 0.6], [1.0, 0.0], [0.5, 0.5]]), p.means, p.covariances)
+    Xa = np.concatenate([rng.normal(size=(L - 3, D)) * 3, rng.normal(size=(3, D)) + 40.0])
+    Xb = rng.normal(size=(L, D)) * 3
+    must = rng.random(L) < 0.6
+    sa, sb = sub_log_density(Xa, p), sub_log_density(Xb, p)
+    a, b = link_partial(Xa, sa, Xb, sb, must, p), link_partial_numpy(Xa, sa, Xb, sb, must, p)
+    np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10, atol=1e-10 * np.abs(b.scatter).max())
+    np.testing.assert_allclose(a.class_counts, b.class_counts, rtol=1e-10)
+    assert a.loglik == pytest.approx(b.loglik, rel=1e-12) and a.n_rows == b.n_rows == 2 * L
+    assert a.weight[3] == 0.0  # pi = 0
+    empty = link_partial(Xa[:0], sa[:0], Xb[:0], sb[:0], must[:0], p)
+    assert empty.n_rows == 0 and not empty.weight.any()
+
+
+def test_diag_kernel_matches_the_generic_kernel():
+    """The diagonal fast path (components innermost, one-sum finiteness test) does the generic kernel's
+    arithmetic (up to fused multiply-adds): equal sums and the same count of rows with NaN/inf, for float64 and float32 rows."""
+    from dclust.kernels.gmpr import _unlinked_kernel, _unlinked_kernel_diag
+
+    rng = np.random.default_rng(7)
+    C, D, K = 6, 5, 2
+    means, prec = rng.normal(size=(C, D)) * 3, rng.uniform(0.5, 2.0, size=(C, D))
+    logdet, log_pi, log_alpha = np.log(prec).sum(axis=1), np.log(np.full(C, 0.5)), np.log(np.full(3, 1 / 3))
+    X = rng.normal(size=(400, D)) * 4
+    X[3, 1], X[9, 0] = np.nan, np.inf
+    keep = rng.random(400) < 0.9
+    keep[[3, 9]] = True
+    for arr in (X, X.astype(np.float32)):
+        a = _unlinked_kernel_diag(arr, keep, means, prec, logdet, log_pi, log_alpha, K)
+        b = _unlinked_kernel(arr, keep, means, prec, logdet, log_pi, log_alpha, K, True)
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12 * np.abs(y).max())
+        assert a[5] == 2 and a[0].sum() == pytest.approx(keep.sum() - 2)

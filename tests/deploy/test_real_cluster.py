@@ -11,8 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import dask.array as da
@@ -21,53 +19,14 @@ import pytest
 import zarr
 
 import dclust
-
-BIN = Path(sys.executable).parent
-
-
-def _wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[:2]} exited with {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear")
-        time.sleep(0.1)
+from _support.processes import BIN, dask_processes
 
 
 @pytest.fixture(scope="module")
 def dask_cluster(tmp_path_factory):
     """A scheduler and two single-threaded worker processes (no nanny: killing one really loses it)."""
-    from distributed import Client
-
-    work = tmp_path_factory.mktemp("cluster")
-    sched_file = work / "scheduler.json"
-    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
-    procs = [subprocess.Popen(
-        [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
-         "--scheduler-file", str(sched_file)], cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    try:
-        _wait_for_file(sched_file, procs[0])
-        for i in range(2):
-            procs.append(subprocess.Popen(
-                [str(BIN / "dask"), "worker", "--scheduler-file", str(sched_file), "--nthreads", "1", "--no-nanny",
-                 "--memory-limit", "1GiB", "--host", "127.0.0.1", "--no-dashboard", "--name", f"w{i}",
-                 "--local-directory", str(work / f"w{i}")],
-                cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        address = json.loads(sched_file.read_text())["address"]
-        with Client(address, timeout=30) as c:
-            c.wait_for_workers(2, timeout=90)
-        yield address, procs  # procs[1:] are the workers; a test that replaces one writes it back here
-    finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+    with dask_processes(tmp_path_factory.mktemp("cluster"), 2) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")

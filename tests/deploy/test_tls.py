@@ -11,9 +11,6 @@ import datetime
 import ipaddress
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import dask
@@ -23,13 +20,12 @@ import pytest
 import dclust
 from dclust._cli._cluster import dask_client, security
 from dclust.errors import InvalidParameterError
+from _support.processes import dask_processes
 
 x509 = pytest.importorskip("cryptography.x509")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
-
-BIN = Path(sys.executable).parent
 
 
 def _write_pem(path: Path, cert, key) -> tuple[str, str]:
@@ -78,53 +74,18 @@ def pki(tmp_path_factory):
     return {"ca": ca, "node": node, "client": client, "other_ca": other_ca}
 
 
-def _wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[:2]} exited with {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear")
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def tls_cluster(tmp_path_factory, pki):
     """A TLS-only scheduler and one single-threaded worker, both real processes on 127.0.0.1; always stopped."""
-    from distributed import Client
     from distributed.security import Security
 
-    work = tmp_path_factory.mktemp("tls-cluster")
-    sched_file = work / "scheduler.json"
     tls = ["--tls-ca-file", pki["ca"], "--tls-cert", pki["node"][0], "--tls-key", pki["node"][1]]
-    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
-    procs = [subprocess.Popen(
-        [str(BIN / "dask"), "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port", "0",
-         "--dashboard-address", ":0", "--scheduler-file", str(sched_file), *tls],
-        cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    try:
-        _wait_for_file(sched_file, procs[0])
-        procs.append(subprocess.Popen(
-            [str(BIN / "dask"), "worker", "--scheduler-file", str(sched_file), "--nthreads", "1", "--no-nanny",
-             "--memory-limit", "1GiB", "--host", "127.0.0.1", "--no-dashboard", "--local-directory", str(work / "w"),
-             *tls], cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        address = json.loads(sched_file.read_text())["address"]
+    sec = Security(tls_ca_file=pki["ca"], tls_client_cert=pki["client"][0], tls_client_key=pki["client"][1],
+                   require_encryption=True)
+    with dask_processes(tmp_path_factory.mktemp("tls-cluster"), 1, scheduler_args=["--protocol", "tls", *tls],
+                        worker_args=tls, security=sec) as (address, _):
         assert address.startswith("tls://")
-        sec = Security(tls_ca_file=pki["ca"], tls_client_cert=pki["client"][0], tls_client_key=pki["client"][1],
-                       require_encryption=True)
-        with Client(address, security=sec, timeout=30) as c:
-            c.wait_for_workers(1, timeout=90)
         yield address
-    finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
 
 @pytest.fixture(scope="module")
