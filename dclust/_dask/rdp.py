@@ -1,5 +1,6 @@
 """One RDP-means pass on Dask (ALGORITHMS.md 8.4): phase 0 (unlinked rows, OCC epochs over X) then one phase per
-colour class of the linked rows (OCC epochs over the persisted linked rows), proposals validated on the driver.
+colour class of the linked rows (OCC epochs over the persisted linked rows), proposals validated serially (in
+tasks when the pass runs as one graph, see :func:`_pass_one_graph`; else on the driver).
 
 A pass is serial RDP-means on the permutation recorded in :class:`RDPPassRecord`: the serial prefix (first pass
 only), then per phase-0 epoch its non-proposers and its proposals in validation order, then per colour phase and
@@ -151,40 +152,62 @@ def _props_of(parts):
     return object_array([(p.index, p.position, p.rows, p.stop) for p in parts])
 
 
-def _phase0(X, layout, C, *, lam, kind, seed, starts, max_proposals, split_every, total, drv_rows, drv_labels):
+def _epoch_graph(X, layout, C, todo, starts, *, lam, kind, seed, max_proposals, split_every):
+    """The block tasks of one phase-0 epoch over the blocks ``todo``: the statistics of their parallel rows
+    (tree-reduced) and their proposals, both lazy."""
+    args = [None] * len(X.chunks[0])
+    for b in todo:
+        args[int(b)] = (layout.linked_local(int(b)), starts[b])
+    parts = map_with_args(_unlinked_partial, X, args, blocks=todo, centres=C, lam=lam, seed=seed,
+                          max_proposals=max_proposals, kind=kind)
+    stats = tree_reduce(parts.map_blocks(_stats_of, dtype=object, name=fresh_name(_stats_of)),
+                        ClusterStats.merge_all, split_every=split_every)
+    return stats, parts.map_blocks(_props_of, dtype=object, name=fresh_name(_props_of))
+
+
+def _epoch_validate(props, C, *, lam, kind):
+    """The end of a phase-0 epoch (on the driver or in a task): the proposals in (position, block) order
+    validated serially against the snapshot ``C``. Returns ``(index, rows, labels, dist, new, stops)``."""
+    d = C.shape[1]
+    index = np.concatenate([p[0] for p in props])
+    position = np.concatenate([p[1] for p in props])
+    block = np.concatenate([np.full(p[0].size, k) for k, p in enumerate(props)])
+    order = np.lexsort((block, position))
+    rows = np.concatenate([p[2] for p in props]).reshape(-1, d)[order]
+    index = index[order]
+    labels, dist, new = validate_proposals(rows, lam, kind, C)
+    return index, rows, labels, dist, new, np.array([p[3] for p in props], dtype=np.int64)
+
+
+def _apply_epoch(v, C, todo, starts, *, total, drv_rows, drv_labels, epochs):
+    """Record a validated phase-0 epoch ``v`` (from :func:`_epoch_validate`) on the driver; returns the centres."""
+    index, rows, labels, dist, new, stops = v
+    k_snap = C.shape[0]
+    C = np.vstack([C, new])
+    if index.size:
+        total.append(ClusterStats.from_labels(rows, labels, C.shape[0], cost=float(dist.sum()), index=index))
+        drv_rows.append(index)
+        drv_labels.append(labels.astype(np.int64))
+    epochs.append((todo, starts[todo].copy(), stops, index, k_snap))
+    starts[todo] = stops
+    return C
+
+
+def _phase0(X, layout, C, *, lam, kind, seed, starts, max_proposals, split_every, total, drv_rows, drv_labels,
+            epochs=None):
     sizes = np.asarray(X.chunks[0], dtype=np.int64) - np.diff(layout.ptr)
     starts = np.asarray(starts, dtype=np.int64).copy()
-    d = X.shape[1]
-    epochs = []
+    epochs = [] if epochs is None else epochs
     while True:
         todo = np.flatnonzero(starts < sizes)
         if todo.size == 0:
             return C, epochs
-        args = [(layout.linked_local(int(b)), starts[b]) for b in todo]
-        parts = map_with_args(_unlinked_partial, X, [args[list(todo).index(b)] if b in todo else None
-                                                       for b in range(len(sizes))], blocks=todo, centres=C,
-                              lam=lam, seed=seed, max_proposals=max_proposals, kind=kind)
-        stats, props = dask.compute(
-            tree_reduce(parts.map_blocks(_stats_of, dtype=object, name=fresh_name(_stats_of)), ClusterStats.merge_all, split_every=split_every),
-            parts.map_blocks(_props_of, dtype=object, name=fresh_name(_props_of)),
-        )
+        stats, props = _epoch_graph(X, layout, C, todo, starts, lam=lam, kind=kind, seed=seed,
+                                    max_proposals=max_proposals, split_every=split_every)
+        stats, props = dask.compute(stats, props)
         total.append(stats[()])
-        index = np.concatenate([p[0] for p in props])
-        position = np.concatenate([p[1] for p in props])
-        block = np.concatenate([np.full(p[0].size, b) for p, b in zip(props, todo)])
-        order = np.lexsort((block, position))
-        rows = np.concatenate([p[2] for p in props]).reshape(-1, d)[order]
-        index = index[order]
-        k_snap = C.shape[0]
-        labels, dist, new = validate_proposals(rows, lam, kind, C)
-        C = np.vstack([C, new])
-        if index.size:
-            total.append(ClusterStats.from_labels(rows, labels, C.shape[0], cost=float(dist.sum()), index=index))
-            drv_rows.append(index)
-            drv_labels.append(labels.astype(np.int64))
-        stops = np.array([p[3] for p in props], dtype=np.int64)
-        epochs.append((todo, starts[todo].copy(), stops, index, k_snap))
-        starts[todo] = stops
+        v = _epoch_validate(list(props), C, lam=lam, kind=kind)
+        C = _apply_epoch(v, C, todo, starts, total=total, drv_rows=drv_rows, drv_labels=drv_labels, epochs=epochs)
 
 
 def _linked_partial(part, arg, **kw):
@@ -210,7 +233,8 @@ def _colour_phase(lparts, layout, c, C, z, *, lam, xi, kind, max_proposals, spli
         parts = map_parts(_linked_partial, lparts, args, todo, centres=C, lam=lam, xi=xi, kind=kind,
                           max_proposals=max_proposals)
         stats, props = dask.compute(
-            tree_reduce(parts.map_blocks(_stats_of, dtype=object, name=fresh_name(_stats_of)), ClusterStats.merge_all, split_every=split_every),
+            tree_reduce(parts.map_blocks(_stats_of, dtype=object, name=fresh_name(_stats_of)),
+                        ClusterStats.merge_all, split_every=split_every),
             parts.map_blocks(_lprops_of, dtype=object, name=fresh_name(_lprops_of)),
         )
         total.append(stats[()])
@@ -292,25 +316,26 @@ def _phase_parts(layout):
     return layout.phase_parts
 
 
-def _colour_phases_fused(lparts, layout, C, z, *, lam, xi, kind, total, order_out):
-    """All colour phases of a pass in ONE task graph (one round trip): phase ``c``'s block tasks read the state
-    left by phase ``c - 1``'s validation task, which runs on a worker instead of the driver. Each phase is one
-    OCC epoch (``max_proposals`` applies to phase 0 only): still serial RDP-means on the recorded order.
+def _epoch_task(chunks, C, *, lam, kind):
+    """:func:`_epoch_validate` in a task, on the proposals' chunks; also the state the colour phases start from."""
+    v = _epoch_validate([p for ch in chunks for p in ch], C, lam=lam, kind=kind)
+    return v, np.vstack([C, v[4]])
 
-    The graph is written as task specs with fixed keys (no tokenising); the O(links) phase lists are persisted
-    once per fit (:func:`_phase_parts`)."""
+
+def _colour_state(v, z):
+    return v[1], z, [], []
+
+
+def _colour_graph(lparts, layout, state, *, lam, xi, kind):
+    """The task specs of all colour phases of a pass, starting from ``state`` (a task spec giving
+    ``(C, z, stats, order)``). Returns ``(dsk, last key, dependencies)`` or None without colour phases."""
     from dask._task_spec import DataNode, List, Task, TaskRef
-    from dask.delayed import Delayed
-    from dask.highlevelgraph import HighLevelGraph
 
-    if lparts is None or layout.n_colours == 0:
-        return C, z
     pparts = _phase_parts(layout)
     tag = fresh_name(_fused_block)
     part_keys = list(lparts.__dask_keys__())
     phase_keys = list(pparts.__dask_keys__())
     dsk: dict = {}
-    state = DataNode(None, (C, z, [], []))
     last = None
     for c in range(layout.n_colours):
         blocks = [b for b, pb in enumerate(layout.phases[c]) if pb is not None]
@@ -325,14 +350,84 @@ def _colour_phases_fused(lparts, layout, C, z, *, lam, xi, kind, total, order_ou
         last = (f"{tag}-validate", c)
         dsk[last] = Task(last, _fused_validate, state, List(*res), DataNode(None, blocks), lam=lam, kind=kind)
         state = TaskRef(last)
-    if last is None:
-        return C, z
-    graph = HighLevelGraph.from_collections(f"{tag}-validate", dsk, dependencies=[lparts, pparts])
-    C, z_new, stats, order = Delayed(last, graph, layer=f"{tag}-validate").compute()
+    return None if last is None else (dsk, last, tag, [lparts, pparts])
+
+
+def _finish_colours(out, z, total, order_out):
+    C, z_new, stats, order = out
     z[:] = z_new
     total.extend(stats)
     order_out.extend(order)
-    return C, z
+    return C
+
+
+def _colour_phases_fused(lparts, layout, C, z, *, lam, xi, kind, total, order_out):
+    """All colour phases of a pass in ONE task graph (one round trip): phase ``c``'s block tasks read the state
+    left by phase ``c - 1``'s validation task, which runs on a worker instead of the driver. Each phase is one
+    OCC epoch (``max_proposals`` applies to phase 0 only): still serial RDP-means on the recorded order.
+
+    The graph is written as task specs with fixed keys (no tokenising); the O(links) phase lists are persisted
+    once per fit (:func:`_phase_parts`)."""
+    from dask._task_spec import DataNode
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    if lparts is None or layout.n_colours == 0:
+        return C, z
+    g = _colour_graph(lparts, layout, DataNode(None, (C, z, [], [])), lam=lam, xi=xi, kind=kind)
+    if g is None:
+        return C, z
+    dsk, last, tag, deps = g
+    graph = HighLevelGraph.from_collections(f"{tag}-validate", dsk, dependencies=deps)
+    out = Delayed(last, graph, layer=f"{tag}-validate").compute()
+    return _finish_colours(out, z, total, order_out), z
+
+
+def _pass_one_graph(X, lparts, layout, C, z, starts, *, lam, xi, kind, seed, max_proposals, split_every, total,
+                    drv_rows, drv_labels, order_out):
+    """Phase 0's first epoch, its validation (in a task) and all colour phases in ONE graph and one
+    ``dask.compute``. The colour phases start from the centres of that epoch, so they are kept only if it
+    finished phase 0 (no block stopped at ``max_proposals``); otherwise they are dropped, phase 0 goes on
+    epoch by epoch and the colour phases run after it (the serial order is the same either way).
+    Returns ``(C, epochs)``."""
+    from dask._task_spec import List, Task, TaskRef
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    sizes = np.asarray(X.chunks[0], dtype=np.int64) - np.diff(layout.ptr)
+    starts = np.asarray(starts, dtype=np.int64).copy()
+    todo = np.flatnonzero(starts < sizes)
+    epochs: list = []
+    st, props = _epoch_graph(X, layout, C, todo, starts, lam=lam, kind=kind, seed=seed,
+                             max_proposals=max_proposals, split_every=split_every)
+    tag = fresh_name(_epoch_task)
+    vkey, skey = (f"{tag}-validate", 0), (f"{tag}-state", 0)
+    dsk = {vkey: Task(vkey, _epoch_task, List(*(TaskRef(k) for k in props.__dask_keys__())), C, lam=lam,
+                      kind=kind)}
+    deps = [props]
+    g = None
+    if lparts is not None and layout.n_colours:
+        dsk[skey] = Task(skey, _colour_state, TaskRef(vkey), z)
+        g = _colour_graph(lparts, layout, TaskRef(skey), lam=lam, xi=xi, kind=kind)
+    if g is not None:
+        dsk.update(g[0])
+        deps += g[3]
+    hlg = HighLevelGraph.from_collections(tag, dsk, dependencies=deps)
+    layers = [Delayed(vkey, hlg, layer=tag)] + ([Delayed(g[1], hlg, layer=tag)] if g is not None else [])
+    out = dask.compute(st, *layers, optimize_graph=False)  # one graph: the epoch tasks are shared, not fused twice
+    total.append(out[0][()])
+    v, _ = out[1]
+    C = _apply_epoch(v, C, todo, starts, total=total, drv_rows=drv_rows, drv_labels=drv_labels, epochs=epochs)
+    if (starts >= sizes).all():
+        if g is not None:
+            C = _finish_colours(out[2], z, total, order_out)
+        return C, epochs
+    C, epochs = _phase0(X, layout, C, lam=lam, kind=kind, seed=seed, starts=starts, max_proposals=max_proposals,
+                        split_every=split_every, total=total, drv_rows=drv_rows, drv_labels=drv_labels,
+                        epochs=epochs)
+    C, _ = _colour_phases_fused(lparts, layout, C, z, lam=lam, xi=xi, kind=kind, total=total,
+                                order_out=order_out)
+    return C, epochs
 
 
 def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, seed, starts, max_proposals, split_every=None,
@@ -340,9 +435,10 @@ def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, seed, starts
     """One RDP-means pass. ``z`` (labels of the linked rows, by node id) is updated in place.
 
     ``prefix`` is ``(index, rows)`` of the serial prefix (first pass; processed first, on the driver, against
-    ``C``). ``fused``: all colour phases in one task graph (:func:`_colour_phases_fused`); otherwise one round
-    trip per colour phase and epoch (at most ``max_proposals`` proposals per block and epoch). Returns the statistics of every row (labels indexing the returned centres), the centres, and the
-    pass record.
+    ``C``). ``fused``: phase 0's first epoch, its validation and all colour phases in one task graph and one
+    compute (:func:`_pass_one_graph`; later phase-0 epochs, if any, one compute each); otherwise one round trip
+    per phase-0 epoch and per colour phase and epoch (at most ``max_proposals`` proposals per block and epoch).
+    Returns the statistics of every row (labels indexing the returned centres), the centres, and the pass record.
     """
     total: list[ClusterStats] = []
     drv_rows: list[np.ndarray] = []
@@ -355,13 +451,22 @@ def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, seed, starts
         total.append(ClusterStats.from_labels(p_rows, labels, C.shape[0], cost=float(dist.sum()), index=p_index))
         drv_rows.append(p_index)
         drv_labels.append(labels.astype(np.int64))
-    C, epochs = _phase0(X, layout, C, lam=lam, kind=kind, seed=seed, starts=starts, max_proposals=max_proposals,
-                        split_every=split_every, total=total, drv_rows=drv_rows, drv_labels=drv_labels)
     linked_order: list[np.ndarray] = []
-    if fused:
+    sizes = np.asarray(X.chunks[0], dtype=np.int64) - np.diff(layout.ptr)
+    if fused and (np.asarray(starts) < sizes).any():
+        C, epochs = _pass_one_graph(X, lparts, layout, C, z, starts, lam=lam, xi=xi, kind=kind, seed=seed,
+                                    max_proposals=max_proposals, split_every=split_every, total=total,
+                                    drv_rows=drv_rows, drv_labels=drv_labels, order_out=linked_order)
+    elif fused:
+        C, epochs = _phase0(X, layout, C, lam=lam, kind=kind, seed=seed, starts=starts,
+                            max_proposals=max_proposals, split_every=split_every, total=total, drv_rows=drv_rows,
+                            drv_labels=drv_labels)
         C, z = _colour_phases_fused(lparts, layout, C, z, lam=lam, xi=xi, kind=kind, total=total,
                                     order_out=linked_order)
     else:
+        C, epochs = _phase0(X, layout, C, lam=lam, kind=kind, seed=seed, starts=starts,
+                            max_proposals=max_proposals, split_every=split_every, total=total, drv_rows=drv_rows,
+                            drv_labels=drv_labels)
         for c in range(layout.n_colours):
             C = _colour_phase(lparts, layout, c, C, z, lam=lam, xi=xi, kind=kind, max_proposals=max_proposals,
                               split_every=split_every, total=total, order_out=linked_order)

@@ -37,11 +37,12 @@ class RDPMeans(CentroidMixin, BaseEstimator):
     ``xi_rate`` each iteration. Links are soft, so noisy side information is fine.
 
     Distribution (ALGORITHMS.md 8.4): each pass first assigns the rows without links (DP-means with optimistic
-    concurrency over the row blocks, new clusters validated serially on the driver), then the linked rows one
+    concurrency over the row blocks, new clusters validated serially), then the linked rows one
     colour class of the link graph at a time (rows of one class share no link, so they run in parallel). All
     colour phases of a pass form one task graph: each phase's proposals are validated serially by a task that
-    hands the centres and labels to the next phase, so a pass costs one round trip for its linked rows
-    (``max_proposals`` bounds phase 0's epochs only). The result equals serial RDP-means on the order
+    hands the centres and labels to the next phase; with phase 0's first epoch and its validation in the same
+    graph, a pass costs one round trip (one more per extra phase-0 epoch; ``max_proposals`` bounds phase 0's
+    epochs only). The result equals serial RDP-means on the order
     ``serial_order_``. ``mode="jacobi"`` puts all linked rows in one
     class, updated from the previous labels: fewer phases, not serialisable, no monotonicity guarantee.
 

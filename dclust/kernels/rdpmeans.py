@@ -158,6 +158,20 @@ def link_scores(indptr: np.ndarray, cols: np.ndarray, vals: np.ndarray, z_nb: np
     return L
 
 
+_TILE = 512
+
+
+def _divergences(X: np.ndarray, C: np.ndarray, kind: str) -> np.ndarray:
+    """:func:`divergence_matrix`, Euclidean in tiles of ``_TILE`` rows (the same values; the temporary is
+    ``tile x K x D`` and stays in cache)."""
+    if kind != "euclidean" or X.shape[0] <= _TILE:
+        return divergence_matrix(X, C, kind)
+    D = np.empty((X.shape[0], np.shape(C)[0]))
+    for s in range(0, X.shape[0], _TILE):
+        D[s : s + _TILE] = divergence_matrix(X[s : s + _TILE], C, kind)
+    return D
+
+
 @dataclass
 class LinkedBlockResult:
     """One block's answer in an epoch of a colour phase (positions index the phase's row list of the block)."""
@@ -183,7 +197,7 @@ def linked_block(
     k = centres.shape[0]
     part = np.asarray(sel[start:], dtype=np.int64)
     X = Xl[part]
-    D = divergence_matrix(X, centres, kind)
+    D = _divergences(X, centres, kind)
     sub = indptr[start:] - indptr[start]
     lo, hi = indptr[start], indptr[-1]
     L = link_scores(sub, cols[lo:hi], vals[lo:hi], z_nb, k)

@@ -248,3 +248,40 @@ def test_colour_phases_of_a_pass_run_as_one_task_graph(three):
     # every row is linked (no phase 0): one round trip per colour would be >= 4 passes x n_colors_ computes alone
     assert len(starts) < 4 * m.n_colors_
     _check_serial(m, X, G, max_iter=4)
+
+
+def test_a_pass_with_unlinked_and_linked_rows_is_one_compute(three):
+    """Phase 0 (one OCC epoch) and every colour phase of a pass go to the scheduler as one graph: each extra pass
+    costs exactly one compute, and the result is still serial RDP-means on ``serial_order_``."""
+    from dask.callbacks import Callback
+
+    X, y = three
+    Xd = da.from_array(X, chunks=(50, -1))
+    G = ConstraintGraph.from_labels_sample(y, 0.002, rng=3, p=0.9, chunks=Xd.chunks[0])  # some rows linked
+    counts = {}
+    for it in (2, 4):
+        starts = []
+
+        class Count(Callback):
+            def _start(self, dsk):
+                starts.append(1)
+
+        with Count():
+            m = RDPMeans(lam=6.0, random_state=4, prefix_size=10, max_iter=it).fit(Xd, constraints=G)
+        assert m.n_iter_ == it and m.n_colors_ >= 2
+        assert all(len(rec.epochs) == 1 for rec in m._order_records[3][1:])  # phase 0 in one epoch per pass
+        counts[it] = len(starts)
+    assert counts[4] - counts[2] == 2
+    _check_serial(m, X, G, max_iter=4)
+
+
+def test_tiled_divergences_of_a_colour_phase_equal_the_direct_ones():
+    """The colour-phase kernel computes Euclidean divergences in row tiles: bit-identical to the direct matrix
+    (the serial-order equality depends on it)."""
+    from dclust.kernels.divergence import divergence_matrix
+    from dclust.kernels.rdpmeans import _TILE, _divergences
+
+    rng = np.random.default_rng(9)
+    X, C = rng.normal(size=(3 * _TILE + 17, 8)), rng.normal(size=(30, 8))
+    np.testing.assert_array_equal(_divergences(X, C, "euclidean"), divergence_matrix(X, C, "euclidean"))
+    assert _divergences(X, C[:0], "euclidean").shape == (X.shape[0], 0)
