@@ -21,6 +21,7 @@ __all__ = [
     "sub_log_density",
     "unlinked_partial",
     "link_partial",
+    "link_partial_numpy",
     "m_step",
     "alpha_objective",
     "update_alpha",
@@ -328,11 +329,79 @@ def _unlinked_kernel(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub, dia
     return weight, sums, scat, counts, loglik, n_bad
 
 
+@numba.njit(cache=True, nogil=True, fastmath={"contract", "arcp"})
+def _unlinked_kernel_diag(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub):
+    """:func:`_unlinked_kernel` for diagonal covariances, the same arithmetic (up to fused multiply-adds) laid
+    out for speed: the data term runs over the components innermost on (D, C) copies of the means and precisions (SIMD over
+    components), the finiteness test is one sum per row, the class of a component is looked up, not divided."""
+    n, D = X.shape
+    C = means.shape[0]
+    M = C // n_sub
+    weight = np.zeros(C)
+    sums = np.zeros((C, D))
+    scat = np.zeros((C, D))
+    counts = np.zeros(M)
+    loglik = 0.0
+    t = np.empty(C)
+    base = np.empty(C)
+    cls = np.empty(C, np.intp)
+    for c in range(C):
+        cls[c] = c // n_sub
+        base[c] = log_alpha[c // n_sub] + log_pi[c] - 0.5 * D * np.log(2.0 * np.pi) + logdet[c]
+    mt = np.ascontiguousarray(means.T)
+    pt = np.ascontiguousarray(prec.T)
+    n_bad = 0
+    for i in range(n):
+        if not keep[i]:
+            continue
+        s = 0.0
+        for f in range(D):
+            s += np.float64(X[i, f])
+        if not np.isfinite(s):  # NaN/inf in the row, or (float64 only) an overflowing sum of finite values
+            finite = True
+            for f in range(D):
+                if not np.isfinite(X[i, f]):
+                    finite = False
+            if not finite:
+                n_bad += 1
+                continue
+        for c in range(C):
+            t[c] = 0.0
+        for f in range(D):
+            xf = np.float64(X[i, f])
+            for c in range(C):
+                v = (xf - mt[f, c]) * pt[f, c]
+                t[c] += v * v
+        mx = -np.inf
+        for c in range(C):
+            t[c] = base[c] - 0.5 * t[c]
+            mx = max(mx, t[c])
+        acc = 0.0
+        for c in range(C):
+            e = t[c] - mx
+            t[c] = np.exp(e) if e > _NEGLIGIBLE else 0.0
+            acc += t[c]
+        loglik += mx + np.log(acc)
+        inv = 1.0 / acc
+        for c in range(C):
+            r = t[c] * inv
+            if r == 0.0:
+                continue
+            counts[cls[c]] += r
+            weight[c] += r
+            for f in range(D):
+                d = np.float64(X[i, f]) - means[c, f]
+                sums[c, f] += r * d
+                scat[c, f] += r * d * d
+    return weight, sums, scat, counts, loglik, n_bad
+
+
 def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.ndarray | None = None, *,
                      block_index: int = 0) -> GaussianStats:
     """E-step partial of the rows of a block that are in no link (the set U of E-GP1).
 
-    One fused numba pass (:func:`_unlinked_kernel`); equal to :func:`unlinked_partial_numpy` up to rounding.
+    One fused numba pass (:func:`_unlinked_kernel_diag` or :func:`_unlinked_kernel`); equal to
+    :func:`unlinked_partial_numpy` up to rounding.
 
     Parameters
     ----------
@@ -361,23 +430,18 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
         logdet = np.log(np.diagonal(U, axis1=1, axis2=2)).sum(axis=1)
     with np.errstate(divide="ignore"):
         log_pi = np.log(params.pi).reshape(C)
-    weight, sums, scat, counts, loglik, n_bad = _unlinked_kernel(
-        Xb, keep, np.ascontiguousarray(shift), np.ascontiguousarray(prec), logdet, log_pi,
-        _log_alpha(params.alpha), K, params.diag)
+    args = (Xb, keep, np.ascontiguousarray(shift), np.ascontiguousarray(prec), logdet, log_pi,
+            _log_alpha(params.alpha), K)
+    if params.diag:
+        weight, sums, scat, counts, loglik, n_bad = _unlinked_kernel_diag(*args)
+    else:
+        weight, sums, scat, counts, loglik, n_bad = _unlinked_kernel(*args, False)
     if n_bad:
         out = GaussianStats.identity(C, D, M, params.diag)
         out.bad_block = int(block_index)
         return out
-    safe = np.where(weight > 0, weight, 1.0)
-    delta = sums / safe[:, None]
-    mean = np.where(weight[:, None] > 0, shift + delta, 0.0)
-    if params.diag:
-        scatter = scat - weight[:, None] * delta * delta
-    else:
-        scatter = scat.reshape(C, D, D) - weight[:, None, None] * delta[:, :, None] * delta[:, None, :]
-        scatter = 0.5 * (scatter + scatter.transpose(0, 2, 1))
-    scatter[weight <= 0] = 0.0
-    return GaussianStats(weight, mean, scatter, counts, float(loglik), int(keep.sum()))
+    return _from_shifted(weight, sums, scat, np.ascontiguousarray(shift), params.diag, counts, loglik,
+                         int(keep.sum()))
 
 
 def unlinked_partial_numpy(Xb: np.ndarray, params: MixtureParams, linked_local: np.ndarray | None = None, *,
@@ -402,9 +466,173 @@ def unlinked_partial_numpy(Xb: np.ndarray, params: MixtureParams, linked_local: 
     return GaussianStats.from_weights(X, R, M, params.diag, class_counts=post.sum(axis=0), loglik=log_z.sum())
 
 
+@numba.njit(cache=True, nogil=True)
+def _lse_row(a, lo, hi):
+    mx = -np.inf
+    for c in range(lo, hi):
+        if a[c] > mx:
+            mx = a[c]
+    if not np.isfinite(mx):
+        mx = 0.0
+    acc = 0.0
+    for c in range(lo, hi):
+        acc += np.exp(a[c] - mx)
+    return np.log(acc) + mx
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_endpoint(x, sub, g, post, shift, n_sub, diag, weight, sums, scat, diff, y):
+    """Fold one endpoint with class posterior ``post`` into the shifted sums (as :func:`_unlinked_kernel`)."""
+    C, D = shift.shape
+    for c in range(C):
+        m = c // n_sub
+        if n_sub == 1:  # exp(sub - g) is exactly 1 (NaN, taken as 0, when both are -inf)
+            w = post[m] if g[m] > -np.inf else 0.0
+        else:
+            w = post[m] * np.exp(sub[c] - g[m])
+        if not w == w or w == 0.0:  # NaN (-inf - -inf) counts as 0, as in _sub_responsibilities
+            continue
+        weight[c] += w
+        for f in range(D):
+            diff[f] = x[f] - shift[c, f]
+            sums[c, f] += w * diff[f]
+        if diag:
+            for f in range(D):
+                scat[c, f] += w * diff[f] * diff[f]
+        else:
+            for f in range(D):
+                y[f] = w * diff[f]
+            for f in range(D):
+                for h in range(D):
+                    scat[c, f * D + h] += y[f] * diff[h]
+
+
+@numba.njit(cache=True, nogil=True)
+def _link_kernel(Xa, sub_a, Xb, sub_b, must, log_alpha, shift, n_sub, diag):
+    """All links in one pass: class log-marginals, the pair posterior (``s`` or ``d_a, d_b``), counts, the link
+    log-likelihood and the endpoints' weighted sums and scatter about ``shift``.
+
+    O(M) per link: with ``a_m = exp(log α_m + log g_a(m) − max)`` (``b`` likewise) a must-link has
+    ``s ∝ a_m b_m / α_m``; a cannot-link has ``Z = Σ_m a_m B_m`` with ``B_m = Σ_{h≠m} b_h`` (prefix + suffix
+    sums, no cancellation), ``d_a(m) = a_m B_m / Z`` and ``d_b(h) = b_h A_h / Z``."""
+    L = Xa.shape[0]
+    C, D = shift.shape
+    M = C // n_sub
+    weight = np.zeros(C)
+    sums = np.zeros((C, D))
+    scat = np.zeros((C, D)) if diag else np.zeros((C, D * D))
+    counts = np.zeros(M)
+    loglik = 0.0
+    g_a = np.empty(M)
+    g_b = np.empty(M)
+    pa = np.empty(M)
+    pb = np.empty(M)
+    ea = np.empty(M)
+    eb = np.empty(M)
+    ex_a = np.empty(M)
+    ex_b = np.empty(M)
+    diff = np.empty(D)
+    y = np.empty(D)
+    for l in range(L):
+        for m in range(M):
+            if n_sub == 1:  # log-sum-exp of one entry is the entry
+                g_a[m] = sub_a[l, m]
+                g_b[m] = sub_b[l, m]
+            else:
+                g_a[m] = _lse_row(sub_a[l], m * n_sub, (m + 1) * n_sub)
+                g_b[m] = _lse_row(sub_b[l], m * n_sub, (m + 1) * n_sub)
+        if must[l]:
+            for m in range(M):
+                pa[m] = log_alpha[m] + g_a[m] + g_b[m]
+            z = _lse_row(pa, 0, M)
+            for m in range(M):
+                pa[m] = np.exp(pa[m] - z)
+                pb[m] = pa[m]
+                counts[m] += pa[m]
+        else:
+            mxa = -np.inf
+            mxb = -np.inf
+            for m in range(M):
+                ea[m] = log_alpha[m] + g_a[m]
+                eb[m] = log_alpha[m] + g_b[m]
+                mxa = max(mxa, ea[m])
+                mxb = max(mxb, eb[m])
+            if not np.isfinite(mxa):
+                mxa = 0.0
+            if not np.isfinite(mxb):
+                mxb = 0.0
+            for m in range(M):
+                ea[m] = np.exp(ea[m] - mxa)
+                eb[m] = np.exp(eb[m] - mxb)
+            run_a = 0.0
+            run_b = 0.0
+            for m in range(M):  # prefix sums: ex[m] = Σ_{h<m}
+                ex_a[m] = run_a
+                ex_b[m] = run_b
+                run_a += ea[m]
+                run_b += eb[m]
+            run_a = 0.0
+            run_b = 0.0
+            for m in range(M - 1, -1, -1):  # + suffix sums Σ_{h>m}
+                ex_a[m] += run_a
+                ex_b[m] += run_b
+                run_a += ea[m]
+                run_b += eb[m]
+            tot = 0.0
+            for m in range(M):
+                tot += ea[m] * ex_b[m]
+            z = np.log(tot) + mxa + mxb
+            inv = 1.0 / tot
+            for m in range(M):
+                pa[m] = ea[m] * ex_b[m] * inv
+                pb[m] = eb[m] * ex_a[m] * inv
+                counts[m] += pa[m] + pb[m]
+        loglik += z
+        _add_endpoint(Xa[l], sub_a[l], g_a, pa, shift, n_sub, diag, weight, sums, scat, diff, y)
+        _add_endpoint(Xb[l], sub_b[l], g_b, pb, shift, n_sub, diag, weight, sums, scat, diff, y)
+    return weight, sums, scat, counts, loglik
+
+
+def _from_shifted(weight, sums, scat, shift, diag, counts, loglik, n_rows) -> GaussianStats:
+    """Statistics from weights, sums and scatter accumulated about ``shift`` (the current means)."""
+    C, D = shift.shape
+    safe = np.where(weight > 0, weight, 1.0)
+    delta = sums / safe[:, None]
+    mean = np.where(weight[:, None] > 0, shift + delta, 0.0)
+    if diag:
+        scatter = scat - weight[:, None] * delta * delta
+    else:
+        scatter = scat.reshape(C, D, D) - weight[:, None, None] * delta[:, :, None] * delta[:, None, :]
+        scatter = 0.5 * (scatter + scatter.transpose(0, 2, 1))
+    scatter[weight <= 0] = 0.0
+    return GaussianStats(weight, mean, scatter, counts, float(loglik), int(n_rows))
+
+
 def link_partial(Xa: np.ndarray, sub_a: np.ndarray, Xb: np.ndarray, sub_b: np.ndarray, must: np.ndarray,
                  params: MixtureParams) -> GaussianStats:
     """E-step partial of a set of links, given their endpoints' rows and sub-cluster log-densities.
+
+    One numba pass (:func:`_link_kernel`); equal to :func:`link_partial_numpy` up to rounding. Parameters and
+    return value as there.
+    """
+    M, K = params.n_classes, params.n_sub
+    D = params.means.shape[2]
+    must = np.asarray(must, dtype=bool)
+    L = must.shape[0]
+    if L == 0:
+        return GaussianStats.identity(M * K, D, M, params.diag)
+    shift = np.ascontiguousarray(params.means.reshape(M * K, D))
+    f64 = lambda a, shape: np.ascontiguousarray(np.asarray(a, dtype=np.float64).reshape(shape))  # noqa: E731
+    weight, sums, scat, counts, loglik = _link_kernel(
+        f64(Xa, (L, D)), f64(sub_a, (L, M * K)), f64(Xb, (L, D)), f64(sub_b, (L, M * K)), must,
+        _log_alpha(params.alpha), shift, K, params.diag)
+    return _from_shifted(weight, sums, scat, shift, params.diag, counts, loglik, 2 * L)
+
+
+def link_partial_numpy(Xa: np.ndarray, sub_a: np.ndarray, Xb: np.ndarray, sub_b: np.ndarray, must: np.ndarray,
+                       params: MixtureParams) -> GaussianStats:
+    """E-step partial of a set of links, given their endpoints' rows and sub-cluster log-densities (plain numpy,
+    the test oracle of :func:`link_partial`).
 
     Parameters
     ----------
