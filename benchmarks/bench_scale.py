@@ -19,7 +19,7 @@ Every cluster first runs one iteration on a few chunks (numba compiles its kerne
     ``--memory-limit 1GiB`` each: completes, peak worker RSS (kernel VmHWM, see ``_common.WorkerPeakMemory``),
     and the count of memory warnings (spill / pause / "memory use is high") in the worker logs.
 
-Results: ``benchmarks/results/bench_scale.json``. Full size: ``flock /tmp/dclust-bench.lock .venv/bin/python
+Results: ``benchmarks/results/bench_scale.json``. Full size: ``.venv/bin/python
 benchmarks/bench_scale.py``; validation run (< 1 min of fitting): ``--quick``.
 """
 

@@ -20,7 +20,7 @@ original's change): the part a frozen palette gives (frame t quantised with fram
 palette update adds. Every method gets the same fit sample (same pixel positions) and pass bound. Targets: D-Means >= 24 fps at 1280 x 544 and >= 0.5 x the decode-only rate;
 its median |f_t - 1| below both per-frame baselines at equal or better PSNR.
 
-Run: ``flock /tmp/dclust-bench.lock .venv/bin/python benchmarks/bench_video.py [--video PATH]``;
+Run: ``.venv/bin/python benchmarks/bench_video.py [--video PATH]``;
 smoke run: ``--quick``.
 """
 
