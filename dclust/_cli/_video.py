@@ -2,7 +2,7 @@
 
 Commands::
 
-    dclust video quantize IN OUT [--method dmeans|kmeans|dpmeans] [--lam L --T-Q X --k-tau Y | --k N]
+    dclust video quantize IN OUT [--method dmeans|kmeans|dpmeans] [--lam L [--T-Q X --k-tau Y | --Q q --tau t] | --k N]
                                  [--colorspace rgb|lab] [--max-colors M] [--fit-sample S] [--palette-png P.png]
                                  [--report R.json] [--resume] [--overwrite] [--scheduler ADDRESS]
 
@@ -103,10 +103,15 @@ def quantize(
     lam: Annotated[Optional[float], typer.Option("--lam", callback=_positive, help="Penalty per new colour (a "
                                                  "squared distance in the colour space; default 800 in rgb, "
                                                  "100 in lab).")] = None,
-    T_Q: Annotated[float, typer.Option("--T-Q", callback=_above_one, help="Frames a colour may go unseen and be "
-                                       "revived (> 1).")] = 15.0,
-    k_tau: Annotated[float, typer.Option("--k-tau", callback=_at_least_one, help="Largest revival radius in units "
-                                         "of lam (>= 1).")] = 1.1,
+    T_Q: Annotated[Optional[float], typer.Option("--T-Q", callback=_above_one, help="Frames a colour may go unseen "
+                                                 "and be revived (> 1; default 15).")] = None,
+    k_tau: Annotated[Optional[float], typer.Option("--k-tau", callback=_at_least_one, help="Largest revival radius "
+                                                   "in units of lam (>= 1; default 1.1).")] = None,
+    Q: Annotated[Optional[float], typer.Option("--Q", min=0.0, help="Instead of --T-Q/--k-tau: revival cost per "
+                                               "frame unseen (with --tau).")] = None,
+    tau: Annotated[Optional[float], typer.Option("--tau", min=0.0, help="Instead of --T-Q/--k-tau: transition "
+                                                 "variance (with --Q); below 1/(T_Q-1) holds the palette more "
+                                                 "firmly: less flicker, a little PSNR.")] = None,
     k: Annotated[Optional[int], typer.Option("--k", min=1, help="Colours per frame (--method kmeans).")] = None,
     colorspace: Annotated[ColorSpace, typer.Option("--colorspace", help="Space the colours are clustered in.")]
     = ColorSpace.rgb,
@@ -141,6 +146,8 @@ def quantize(
         raise _usage("--method kmeans needs --k (the number of colours).")
     if method != Method.kmeans and k is not None:
         raise _usage(f"--k is for --method kmeans; --method {method.value} takes --lam.")
+    if (Q is not None or tau is not None) and (T_Q is not None or k_tau is not None or Q is None or tau is None):
+        raise _usage("give D-Means' temporal parameters as one pair: --T-Q and --k-tau, or --Q and --tau.")
     with _command(json_out, quiet, debug) as s:
         from dclust.apps.video import quantize_video
         from dclust.io._video import is_zarr_path
@@ -153,7 +160,8 @@ def quantize(
             lam = 800.0 if colorspace == ColorSpace.rgb else 100.0
         kwargs: dict[str, Any] = dict(
             method=method.value, lam=lam if method != Method.kmeans else None,
-            T_Q=T_Q if method == Method.dmeans else None, k_tau=k_tau if method == Method.dmeans else None, k=k,
+            T_Q=T_Q if method == Method.dmeans else None, k_tau=k_tau if method == Method.dmeans else None,
+            Q=Q if method == Method.dmeans else None, tau=tau if method == Method.dmeans else None, k=k,
             colorspace=colorspace.value, max_colors=max_colors, fit_sample=fit_sample, max_iter=max_iter, seed=seed,
             palette_png=palette_png, report=report, resume=resume, overwrite=overwrite, max_frames=max_frames,
             _stop_after=stop_after,

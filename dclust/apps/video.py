@@ -14,8 +14,10 @@ change of the quantised video beyond the original's comes from refitting the pal
 sample (sampling noise of the centres), which warm-started k-means shares: the D-Means carry-over weight is
 ``gamma = (1/w + tau dt)^-1 <= 1/tau`` (5.6 sample pixels at tau=0.18) against tens of sample pixels per colour,
 so the temporal prior barely holds the centres. Births and revivals of small clusters in the colour tails add
-to it, the more the larger the sample. A smaller ``k_tau`` (smaller tau) holds the palette more firmly at some
-PSNR cost.
+to it, the more the larger the sample. eq. 30 cannot go below ``tau = 1/(T_Q - 1)`` (``k_tau = 1``); pass ``Q`` and
+``tau`` directly for a firmer prior: ``tau = 0.01`` lets a colour's previous centre count as up to 100 sample
+pixels (about one frame of its pixels at the default sample), which halves the flicker for a few tenths of a dB of
+PSNR (``benchmarks/bench_video.py`` measures the trade-off against k-means at equal PSNR).
 
 Durability: the output is written under a temporary name and renamed at the end. While running, a checkpoint
 (``.{OUT}.resume/``: the per-frame palettes and the model) is saved every few seconds and on interruption; with
@@ -141,8 +143,8 @@ def _top(ids, centres, counts, max_colors):
 class _DMeansFitter:
     def __init__(self, p: dict) -> None:
         self.p = p
-        self.model = DynamicMeans(lam=p["lam"], T_Q=p["T_Q"], k_tau=p["k_tau"], max_iter=p["max_iter"],
-                                  random_state=p["seed"])
+        self.model = DynamicMeans(lam=p["lam"], T_Q=p["T_Q"], k_tau=p["k_tau"], Q=p["Q"], tau=p["tau"],
+                                  max_iter=p["max_iter"], random_state=p["seed"])
 
     def fit(self, t: int, X: np.ndarray, prev: Palette | None) -> Palette:
         with warnings.catch_warnings():
@@ -247,7 +249,8 @@ _FITTERS = {"dmeans": _DMeansFitter, "kmeans": _KMeansFitter, "dpmeans": _DPMean
 # --------------------------------------------------------------------------------------------------- params
 
 
-def _check_params(method, lam, T_Q, k_tau, k, colorspace, max_colors, fit_sample, max_iter, seed) -> dict:
+def _check_params(method, lam, T_Q, k_tau, k, colorspace, max_colors, fit_sample, max_iter, seed, Q=None,
+                  tau=None) -> dict:
     def bad(name, expected, value, fix):
         raise InvalidParameterError(message(name, expected, repr(value), fix))
 
@@ -271,7 +274,8 @@ def _check_params(method, lam, T_Q, k_tau, k, colorspace, max_colors, fit_sample
         bad("colorspace", "'rgb' or 'lab'", colorspace, "Choose a colour space.")
     p = {"method": method, "colorspace": colorspace, "max_colors": integer("max_colors", max_colors, 1, True),
          "fit_sample": integer("fit_sample", fit_sample, 1), "max_iter": integer("max_iter", max_iter, 1),
-         "seed": integer("seed", seed, 0), "lam": None, "T_Q": None, "k_tau": None, "k": None}
+         "seed": integer("seed", seed, 0), "lam": None, "T_Q": None, "k_tau": None, "Q": None, "tau": None,
+         "k": None}
     if method == "kmeans":
         if k is None:
             bad("k", "the number of colours for method='kmeans'", k, "Pass k (--k N).")
@@ -284,9 +288,18 @@ def _check_params(method, lam, T_Q, k_tau, k, colorspace, max_colors, fit_sample
     if k is not None:
         bad("k", f"None for method={method!r} (the number of colours follows from lam)", k, "Drop --k.")
     p["lam"] = real("lam", lam, 0.0)
-    if method == "dmeans":
-        p["T_Q"] = real("T_Q", T_Q, 1.0)
-        p["k_tau"] = real("k_tau", k_tau, 1.0, inclusive=True)
+    if method != "dmeans":
+        return p
+    if Q is None and tau is None:  # eq. 30's reparameterisation, [DM] 10.2's values by default
+        p["T_Q"] = real("T_Q", 15.0 if T_Q is None else T_Q, 1.0)
+        p["k_tau"] = real("k_tau", 1.1 if k_tau is None else k_tau, 1.0, inclusive=True)
+        return p
+    if Q is None or tau is None or T_Q is not None or k_tau is not None:
+        given = ", ".join(n for n, v in (("T_Q", T_Q), ("k_tau", k_tau), ("Q", Q), ("tau", tau)) if v is not None)
+        bad("T_Q, k_tau, Q, tau", "one complete pair: (T_Q, k_tau) or (Q, tau)", given,
+            "Pass --T-Q and --k-tau, or --Q and --tau.")
+    p["Q"] = real("Q", Q, 0.0, inclusive=True)
+    p["tau"] = real("tau", tau, 0.0, inclusive=True)
     return p
 
 
@@ -440,9 +453,11 @@ def quantize_video(
     *,
     method: str = "dmeans",
     lam: float | None = 800.0,
-    T_Q: float | None = 15.0,
-    k_tau: float | None = 1.1,
+    T_Q: float | None = None,
+    k_tau: float | None = None,
     k: int | None = None,
+    Q: float | None = None,
+    tau: float | None = None,
     colorspace: str = "rgb",
     max_colors: int | None = None,
     fit_sample: int = 2048,
@@ -466,9 +481,13 @@ def quantize_video(
         store for ``*.zarr`` paths, else a video (container from the extension; H.264 via libx264 when available,
         the input's frame rate).
     method : {"dmeans", "kmeans", "dpmeans"}
-        D-Means with persistent palette ids (``lam``, ``T_Q``, ``k_tau``; [DM] 10.2 used 800, 15, 1.1 on RGB in
-        [0, 255]); per-frame k-means with ``k`` colours warm-started from the previous frame; or per-frame
-        DP-means with penalty ``lam``.
+        D-Means with persistent palette ids (``lam`` and ``T_Q``, ``k_tau``; [DM] 10.2 used 800, 15, 1.1 on RGB in
+        [0, 255], the defaults); per-frame k-means with ``k`` colours warm-started from the previous frame; or
+        per-frame DP-means with penalty ``lam``.
+    Q, tau : float, optional
+        D-Means' revival cost per frame unseen and transition variance, in place of ``T_Q`` and ``k_tau`` (eq. 30:
+        ``Q = lam/T_Q``, ``tau >= 1/(T_Q-1)``). A smaller ``tau`` holds the palette more firmly (less flicker,
+        some PSNR); ``tau = 0`` keeps every colour's running mean over all frames.
     colorspace : {"rgb", "lab"}
         Space of the clustering: RGB values 0..255, or CIE Lab (D65). ``lam`` is a squared distance in it.
     max_colors : int, optional
@@ -499,7 +518,7 @@ def quantize_video(
     dict
         The report (also written to ``report`` when given).
     """
-    p = _check_params(method, lam, T_Q, k_tau, k, colorspace, max_colors, fit_sample, max_iter, seed)
+    p = _check_params(method, lam, T_Q, k_tau, k, colorspace, max_colors, fit_sample, max_iter, seed, Q, tau)
     if max_frames is not None and (isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1):
         raise InvalidParameterError(message("max_frames", "an integer >= 1 or None", repr(max_frames),
                                             "Pass a valid max_frames."))

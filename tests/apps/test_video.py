@@ -204,6 +204,31 @@ def test_dmeans_flickers_less_than_per_frame_dpmeans(video, tmp_path):
     assert dm["summary"]["psnr"] >= dp["summary"]["psnr"] - 0.5
 
 
+def test_Q_tau_pair_equals_its_eq30_reparameterisation(video, tmp_path):
+    ref = quantize_video(video, tmp_path / "a.zarr", lam=800.0, T_Q=15.0, k_tau=1.1)
+    tau = (15.0 * (1.1 - 1.0) + 1.0) / (15.0 - 1.0)
+    got = quantize_video(video, tmp_path / "b.zarr", lam=800.0, Q=800.0 / 15.0, tau=tau)
+    assert [f["mse"] for f in got["frames"]] == [f["mse"] for f in ref["frames"]]
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a.zarr"))[...],
+                                  zarr.open_array(str(tmp_path / "b.zarr"))[...])
+
+
+def _palette_motion(doc):
+    """Mean RGB distance moved by the colours present in consecutive frames (matched by persistent id)."""
+    moves = []
+    for prev, cur in zip(doc["frames"], doc["frames"][1:]):
+        before = dict(zip(prev["ids"], np.asarray(prev["rgb"], float)))
+        moves += [np.abs(c - before[i]).sum() for i, c in zip(cur["ids"], np.asarray(cur["rgb"], float))
+                  if i in before]
+    return float(np.mean(moves))
+
+
+def test_a_firmer_temporal_prior_holds_the_palette_still(video, tmp_path):
+    loose = quantize_video(video, tmp_path / "loose.zarr", lam=800.0)  # [DM] 10.2: tau = 2.5/14
+    firm = quantize_video(video, tmp_path / "firm.zarr", lam=800.0, Q=800.0 / 15.0, tau=0.001)
+    assert _palette_motion(firm) < 0.5 * _palette_motion(loose)  # flicker itself: benchmarks/bench_video.py
+
+
 def test_max_colors_and_lab(video, tmp_path):
     doc = quantize_video(video, tmp_path / "q.zarr", colorspace="lab", lam=100.0, max_colors=4, fit_sample=500)
     assert all(1 <= f["k"] <= 4 for f in doc["frames"])
@@ -258,6 +283,9 @@ def test_bad_inputs_leave_nothing_behind(video, tmp_path):
         quantize_video(video, tmp_path / "o.mp4", method="kmeans")
     with pytest.raises(InvalidParameterError, match="lam"):
         quantize_video(video, tmp_path / "o.mp4", lam=-1.0)
+    for pairs in ({"Q": 50.0}, {"tau": 0.1}, {"Q": 50.0, "tau": 0.1, "T_Q": 15.0}, {"Q": -1.0, "tau": 0.1}):
+        with pytest.raises(InvalidParameterError, match="Q|tau"):
+            quantize_video(video, tmp_path / "o.mp4", **pairs)
     assert _files(tmp_path) == ["bad.zarr", "empty.avi", "empty.mp4", "exists.mp4", "junk.mp4"]
 
 
