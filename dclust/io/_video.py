@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import InvalidDataError, StorageError, message
-from ._write import _atomic_write, _is_zarr_dir, _remove_tmp, _tmp_name
+from ._write import _atomic_write, _is_zarr_dir, _remove_tmp, _tmp_name, remove_stale_tmp
 
 __all__ = [
     "import_av",
@@ -234,6 +234,7 @@ class _VideoSink(FrameSink):
         self.target = target
         parent, name = os.path.split(target)
         ext = os.path.splitext(name)[1] or ".mp4"
+        remove_stale_tmp(parent, name)
         self.tmp = _tmp_name(parent, name, "tmp") + ext  # the container format follows the extension
         try:
             self.container = av.open(self.tmp, mode="w")
@@ -305,6 +306,7 @@ class _ZarrSink(FrameSink):
 
         self.target = target
         parent, name = os.path.split(target.rstrip(os.sep))
+        remove_stale_tmp(parent, name)
         self.tmp = _tmp_name(parent, name, "tmp")
         self.n = 0
         self.capacity = max(1, n_frames or 64)
@@ -404,6 +406,7 @@ def write_png(image: np.ndarray, path: str | os.PathLike, *, overwrite: bool = F
 def write_bytes(data: bytes, target: str) -> None:
     """Write ``data`` to a temporary sibling of ``target`` and rename it into place."""
     parent, name = os.path.split(target)
+    remove_stale_tmp(parent, name)
     tmp = _tmp_name(parent, name, "tmp")
     try:
         with open(tmp, "wb") as f:

@@ -52,8 +52,10 @@ them.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
+import socket
 import time
 import warnings
 from typing import Any, Callable
@@ -218,8 +220,51 @@ def _check_new_target(local: str, overwrite: bool, what: str) -> None:
 # --------------------------------------------------------------------------------------------------------------
 
 
+#: this machine's name as it appears in temporary names (no "-": the name is split on it)
+_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+
+
 def _tmp_name(parent: str, name: str, kind: str) -> str:
-    return os.path.join(parent, f".{name}.{kind}-{secrets.token_hex(6)}")
+    """``.NAME.KIND-HOST-PID-RANDOM``: the writer's host and process id let a later run on the same host find
+    (and remove) what a killed writer left behind, see :func:`remove_stale_tmp`."""
+    return os.path.join(parent, f".{name}.{kind}-{_HOST}-{os.getpid()}-{secrets.token_hex(6)}")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # exists but is not ours, or cannot tell: keep its files
+        return True
+    return True
+
+
+def remove_stale_tmp(parent: str, name: str) -> list[str]:
+    """Remove the temporary outputs ``.NAME.tmp-*`` in ``parent`` left by writers of this host that no longer run
+    (a killed driver: nothing was renamed into place, the temporary copy is garbage). Temporaries of live
+    processes and of other hosts are kept; so are ``.NAME.old-*`` (a previous complete output renamed aside just
+    before its replacement came in: data, not garbage). Returns the removed paths."""
+    prefix = f".{name}.tmp-{_HOST}-"
+    try:
+        entries = [e for e in os.listdir(parent or ".") if e.startswith(prefix)]
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        pid = entry[len(prefix):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)):
+            continue
+        path = os.path.join(parent, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            _remove_tmp(path)
+        else:
+            try:
+                os.remove(path)
+            except OSError:
+                continue
+        removed.append(path)
+    return removed
 
 
 def _remove_tmp(tmp: str) -> None:
@@ -254,6 +299,7 @@ def _atomic_write(
     parent = tmp_parent or os.path.dirname(target)
     name = os.path.basename(target.rstrip(os.sep)) or "store"
     os.makedirs(parent, exist_ok=True)
+    remove_stale_tmp(parent, name)
     tmp = _tmp_name(parent, name, "tmp")
     try:
         write(tmp)

@@ -146,3 +146,5 @@ def test_driver_killed_before_the_labels_are_renamed_leaves_no_labels(store, add
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["resumed"] is True
     same_outputs(tmp_path, undisturbed)
+    # the killed driver's temporary labels were removed by the rerun (its process is gone)
+    assert not [e for e in os.listdir(tmp_path) if ".tmp-" in e]
