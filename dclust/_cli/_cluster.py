@@ -60,9 +60,9 @@ TlsKeyOpt = Annotated[Optional[str], _tls_option("tls_key", "this client's priva
 def tls_from_context(ctx: Any = None) -> dict[str, Optional[str]]:
     """The ``--tls-*`` values of the running command (``{}`` outside a command)."""
     if ctx is None:
-        from . import main
+        from ._session import _current_context
 
-        ctx = main._current_context()
+        ctx = _current_context()
     while ctx is not None:
         if _TLS_META in ctx.meta:
             return dict(ctx.meta[_TLS_META])

@@ -30,26 +30,20 @@ import dclust
 from dclust.errors import InvalidDataError, message
 
 from ._display import learned_attributes
-from ._cluster import TlsCaOpt, TlsCertOpt, TlsKeyOpt
-from .main import (
-    ComponentOpt,
-    DebugOpt,
+from ._options import (
+    ConstraintsOpt,
     FitCheckpointOpt,
     InputArg,
-    JsonOpt,
     LabelsOpt,
     MaxIterOpt,
-    MemoryLimitOpt,
     ModelOpt,
-    OverwriteOpt,
-    QuietOpt,
-    SchedulerOpt,
     SeedOpt,
-    _check_outputs,
-    _command,
-    app,
-    fit_app,
+    _checkpoint_row,
+    _estimator_params,
+    shared_options,
 )
+from ._session import _Session
+from .main import app, fit_app
 
 __all__ = ["constraints_app", "constraints_import", "fit_gmpr", "read_links_csv", "load_constraints", "LinkPairs"]
 
@@ -163,17 +157,15 @@ def load_constraints(path: str, X: Any) -> Any:
     return G
 
 
-def _shape(X: Any) -> tuple[int, int]:
-    return X.shape[0], (X.shape[1] if X.ndim > 1 else 1)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # constraints import
 # ---------------------------------------------------------------------------------------------------------------
 
 
 @constraints_app.command("import")
+@shared_options(cluster=False)
 def constraints_import(
+    s: _Session,
     pairs_csv: Annotated[
         str, typer.Argument(metavar="PAIRS.csv", help="Links CSV with the columns i, j, type (and optionally weight).")
     ],
@@ -190,44 +182,37 @@ def constraints_import(
         typer.Option("--check-feasible/--no-check-feasible",
                      help="Reject cannot-links inside a must-link component (off: noisy links, for RDP-means)."),
     ] = True,
-    component: ComponentOpt = None,
-    overwrite: OverwriteOpt = False,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    debug: DebugOpt = False,
 ) -> None:
     """Turn a CSV of must-/cannot-links into a ConstraintGraph aligned to the row chunks of IN.zarr."""
-    with _command(json_out, quiet, debug) as s:
-        _check_outputs({"OUT.zarr": out}, overwrite, inputs=(pairs_csv, chunks_like))
-        X = dclust.open_array(chunks_like, component=component)  # metadata only
-        n = X.shape[0]
-        if n_samples is not None and n_samples != n:
-            raise InvalidDataError(message(
-                "--n-samples", f"the row count of --chunks-like {chunks_like!r} ({n})", str(n_samples),
-                "Drop --n-samples or give the data the links refer to."))
-        with s.live(cluster=False) as display:
-            t = time.perf_counter()
-            with display.step(f"reading links from {pairs_csv}"):
-                pairs = read_links_csv(pairs_csv)
-                G = dclust.ConstraintGraph.from_pairs(
-                    pairs.i, pairs.j, pairs.must_link, n_samples=n, chunks=X.chunks[0], weight=pairs.weight,
-                    check_feasible=check_feasible,
-                )
-            with display.step(f"writing {G.n_links:,} links to {out}"):
-                G.to_zarr(out, overwrite=overwrite)
-            seconds = time.perf_counter() - t
-        result = {
-            "command": "constraints import", "input": os.path.abspath(pairs_csv),
-            "chunks_like": os.path.abspath(chunks_like), "component": component, "output": os.path.abspath(out),
-            "n_samples": n, "n_row_blocks": len(X.chunks[0]), "n_pairs_read": int(pairs.i.size),
-            "n_must": G.n_must, "n_cannot": G.n_cannot, "n_links": G.n_links, "n_blocks": G.n_blocks,
-            "weighted": pairs.weight is not None, "check_feasible": check_feasible, "nbytes": G.nbytes,
-            "seconds": round(seconds, 3),
-        }
-        rows = {"links": f"{G.n_must:,} must, {G.n_cannot:,} cannot ({int(pairs.i.size):,} rows read)",
-                "rows (N)": n, "row blocks": len(X.chunks[0]), "weighted": pairs.weight is not None,
-                "graph": out}
-        s.report(result, "constraints import", rows)
+    s.check_outputs({"OUT.zarr": out}, (pairs_csv, chunks_like))
+    X, n, _ = s.open_input(chunks_like)  # metadata only
+    if n_samples is not None and n_samples != n:
+        raise InvalidDataError(message(
+            "--n-samples", f"the row count of --chunks-like {chunks_like!r} ({n})", str(n_samples),
+            "Drop --n-samples or give the data the links refer to."))
+    with s.live(cluster=False) as display:
+        t = time.perf_counter()
+        with display.step(f"reading links from {pairs_csv}"):
+            pairs = read_links_csv(pairs_csv)
+            G = dclust.ConstraintGraph.from_pairs(
+                pairs.i, pairs.j, pairs.must_link, n_samples=n, chunks=X.chunks[0], weight=pairs.weight,
+                check_feasible=check_feasible,
+            )
+        with display.step(f"writing {G.n_links:,} links to {out}"):
+            G.to_zarr(out, overwrite=s.overwrite)
+        seconds = time.perf_counter() - t
+    result = {
+        "command": "constraints import", "input": os.path.abspath(pairs_csv),
+        "chunks_like": os.path.abspath(chunks_like), "component": s.component, "output": os.path.abspath(out),
+        "n_samples": n, "n_row_blocks": len(X.chunks[0]), "n_pairs_read": int(pairs.i.size),
+        "n_must": G.n_must, "n_cannot": G.n_cannot, "n_links": G.n_links, "n_blocks": G.n_blocks,
+        "weighted": pairs.weight is not None, "check_feasible": check_feasible, "nbytes": G.nbytes,
+        "seconds": round(seconds, 3),
+    }
+    rows = {"links": f"{G.n_must:,} must, {G.n_cannot:,} cannot ({int(pairs.i.size):,} rows read)",
+            "rows (N)": n, "row blocks": len(X.chunks[0]), "weighted": pairs.weight is not None,
+            "graph": out}
+    s.report(result, "constraints import", rows)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -241,7 +226,9 @@ class Covariance(str, Enum):
 
 
 @fit_app.command("gmpr")
+@shared_options()
 def fit_gmpr(
+    s: _Session,
     input_path: InputArg,
     classes: Annotated[int, typer.Option("--classes", min=1, help="Number of classes (the output labels).")],
     labels: LabelsOpt,
@@ -249,77 +236,48 @@ def fit_gmpr(
     clusters_per_class: Annotated[
         int, typer.Option("--clusters-per-class", min=1, help="Gaussian sub-clusters per class.")
     ] = 1,
-    constraints: Annotated[
-        Optional[str],
-        typer.Option("--constraints", metavar="LINKS.zarr|LINKS.csv",
-                     help="Must/cannot links over the rows of IN: a graph (ConstraintGraph.to_zarr) or a links CSV."),
-    ] = None,
+    constraints: ConstraintsOpt = None,
     covariance: Annotated[Covariance, typer.Option("--covariance", help="Covariance of every Gaussian.")] = (
         Covariance.full
     ),
     seed: SeedOpt = None,
     max_iter: MaxIterOpt = None,
     checkpoint: FitCheckpointOpt = None,
-    component: ComponentOpt = None,
-    overwrite: OverwriteOpt = False,
-    scheduler: SchedulerOpt = None,
-    tls_ca: TlsCaOpt = None, tls_cert: TlsCertOpt = None, tls_key: TlsKeyOpt = None,
-    memory_limit: MemoryLimitOpt = "auto",
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    debug: DebugOpt = False,
 ) -> None:
     """GM-PR: EM for a Gaussian mixture per class, with must-links and cannot-links between classes."""
-    with _command(json_out, quiet, debug) as s:
-        params: dict[str, Any] = {"n_classes": classes, "clusters_per_class": clusters_per_class,
-                                  "covariance_type": covariance.value, "random_state": seed,
-                                  "checkpoint": checkpoint}
-        if max_iter is not None:
-            params["max_iter"] = max_iter
-        estimator = dclust.GMPR(**params)
-        resume = checkpoint is not None and os.path.lexists(checkpoint)
-        inputs = ((input_path, constraints) if constraints else (input_path,)) + ((checkpoint,) if resume else ())
-        outputs = {"--labels": labels, "--model": model,
-                   **({"--checkpoint": checkpoint} if checkpoint is not None and not resume else {})}
-        _check_outputs(outputs, overwrite, inputs=inputs)
-        X = dclust.open_array(input_path, component=component)
-        n, d = _shape(X)
-        G = load_constraints(constraints, X) if constraints else None
-        links = f" with {G.n_must:,} must- and {G.n_cannot:,} cannot-links" if G is not None else ""
-        with s.live(scheduler, memory_limit) as display:
-            if resume:
-                display.message(f"resuming from the checkpoint {checkpoint}")
-            t = time.perf_counter()
-            with display.fit(f"GMPR on {n:,} x {d}{links}", client=s.client, n_chunks=X.numblocks[0]):
-                estimator.fit(X, constraints=G)
-            fit_seconds = time.perf_counter() - t
-            t = time.perf_counter()
-            with display.step(f"writing labels to {labels}"):
-                dclust.write_labels(estimator.predict(X, constraints=G), labels, overwrite=overwrite)
-            labels_seconds = time.perf_counter() - t
-            with display.step(f"saving the model to {model}"):
-                dclust.save(estimator, model, overwrite=overwrite)
-        scalars, _ = learned_attributes(estimator)
-        n_must, n_cannot = (G.n_must, G.n_cannot) if G is not None else (0, 0)
-        result = {
-            "command": "fit gmpr", "estimator": "GMPR", "input": os.path.abspath(input_path),
-            "component": component, "n_samples": n, "n_features": d,
-            "constraints": os.path.abspath(constraints) if constraints else None, "n_must": n_must,
-            "n_cannot": n_cannot, "labels": os.path.abspath(labels), "model": os.path.abspath(model),
-            "params": estimator.get_params(), "n_classes": classes, "clusters_per_class": clusters_per_class,
-            "checkpoint": os.path.abspath(checkpoint) if checkpoint else None, "resumed": resume,
-            "class_weights": np.asarray(estimator.weights_).tolist(), "learned": scalars,
-            "objective_history": list(estimator.objective_history_),
-            "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
-        }
-        iters = max(1, int(estimator.n_iter_))
-        rows: dict[str, Any] = {
-            "estimator": "GMPR", "data": f"{n:,} x {d}", "links": f"{n_must:,} must, {n_cannot:,} cannot",
-            "classes": classes, "clusters per class": clusters_per_class, "covariance": covariance.value,
-            "log-likelihood": estimator.log_likelihood_, "iterations": estimator.n_iter_,
-            "converged": estimator.converged_, "fit seconds": round(fit_seconds, 2),
-            "seconds / iteration": round(fit_seconds / iters, 3), "labels": labels, "model": model,
-        }
-        if checkpoint:
-            rows["checkpoint"] = f"{checkpoint} ({'resumed' if resume else 'new'})"
-        s.report(result, "fit GMPR", rows)
+    params = _estimator_params({"n_classes": classes, "clusters_per_class": clusters_per_class,
+                                "covariance_type": covariance.value, "random_state": seed, "checkpoint": checkpoint},
+                               max_iter=max_iter)
+    estimator = dclust.GMPR(**params)
+    resume = s.check_outputs({"--labels": labels, "--model": model},
+                             (input_path, constraints) if constraints else (input_path,), checkpoint=checkpoint)
+    X, n, d = s.open_input(input_path)
+    G = load_constraints(constraints, X) if constraints else None
+    links = f" with {G.n_must:,} must- and {G.n_cannot:,} cannot-links" if G is not None else ""
+    fit_seconds, labels_seconds = s.fit_and_write(
+        estimator, X, f"GMPR on {n:,} x {d}{links}", labels, model, resumed_from=checkpoint if resume else None,
+        labels_of=lambda: estimator.predict(X, constraints=G), constraints=G,
+    )
+    scalars, _ = learned_attributes(estimator)
+    n_must, n_cannot = (G.n_must, G.n_cannot) if G is not None else (0, 0)
+    result = {
+        "command": "fit gmpr", "estimator": "GMPR", "input": os.path.abspath(input_path),
+        "component": s.component, "n_samples": n, "n_features": d,
+        "constraints": os.path.abspath(constraints) if constraints else None, "n_must": n_must,
+        "n_cannot": n_cannot, "labels": os.path.abspath(labels), "model": os.path.abspath(model),
+        "params": estimator.get_params(), "n_classes": classes, "clusters_per_class": clusters_per_class,
+        "checkpoint": os.path.abspath(checkpoint) if checkpoint else None, "resumed": resume,
+        "class_weights": np.asarray(estimator.weights_).tolist(), "learned": scalars,
+        "objective_history": list(estimator.objective_history_),
+        "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
+    }
+    iters = max(1, int(estimator.n_iter_))
+    rows: dict[str, Any] = {
+        "estimator": "GMPR", "data": f"{n:,} x {d}", "links": f"{n_must:,} must, {n_cannot:,} cannot",
+        "classes": classes, "clusters per class": clusters_per_class, "covariance": covariance.value,
+        "log-likelihood": estimator.log_likelihood_, "iterations": estimator.n_iter_,
+        "converged": estimator.converged_, "fit seconds": round(fit_seconds, 2),
+        "seconds / iteration": round(fit_seconds / iters, 3), "labels": labels, "model": model,
+        **_checkpoint_row(checkpoint, resume),
+    }
+    s.report(result, "fit GMPR", rows)

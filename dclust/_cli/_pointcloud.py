@@ -24,18 +24,8 @@ import typer
 
 from dclust.apps.pointcloud import track
 
-from .main import (
-    DebugOpt,
-    JsonOpt,
-    MemoryLimitOpt,
-    OverwriteOpt,
-    QuietOpt,
-    SchedulerOpt,
-    _check_outputs,
-    _command,
-    _positive,
-    _usage,
-)
+from ._options import _bounded, _positive, shared_options
+from ._session import _Session, _usage
 
 __all__ = ["pointcloud_app"]
 
@@ -48,17 +38,6 @@ pointcloud_app = typer.Typer(
 class Kernel(str, Enum):
     rbf = "rbf"
     mst = "mst"
-
-
-def _above(low: float, inclusive: bool):
-    def check(value: float | None) -> float | None:
-        import math
-
-        if value is not None and not (math.isfinite(value) and (value >= low if inclusive else value > low)):
-            raise typer.BadParameter(f"{value} is not a finite number {'>=' if inclusive else '>'} {low:g}.")
-        return value
-
-    return check
 
 
 class _FrameProgress:
@@ -91,15 +70,17 @@ class _FrameProgress:
 
 
 @pointcloud_app.command("track")
+@shared_options(component=False, tls=False)
 def pointcloud_track(
+    s: _Session,
     input_path: Annotated[str, typer.Argument(metavar="IN", help="Directory or glob of .ply/.las/.laz/.npy frames, "
                                               "or a Zarr store of frames.")],
     out: Annotated[str, typer.Argument(metavar="OUT.zarr", help="New Zarr store: labels (frames x max_points, "
                                        "int32, -1 padding) and counts.")],
     lam: Annotated[float, typer.Option("--lam", callback=_positive, help="Penalty of a new segment (> 0).")],
-    T_Q: Annotated[float, typer.Option("--T-Q", callback=_above(1.0, False),
+    T_Q: Annotated[float, typer.Option("--T-Q", callback=_bounded(1.0, False),
                                        help="Frames a segment may go unseen and still be revived (> 1).")],
-    k_tau: Annotated[float, typer.Option("--k-tau", callback=_above(1.0, True),
+    k_tau: Annotated[float, typer.Option("--k-tau", callback=_bounded(1.0, True),
                                          help="Largest revival radius, in units of lam (>= 1).")],
     spectral: Annotated[bool, typer.Option("--spectral", help="SD-Means (kernelised, spectral) instead of D-Means.")]
     = False,
@@ -123,12 +104,6 @@ def pointcloud_track(
     plot_frames: Annotated[str, typer.Option("--plot-frames", metavar="0,5", help="Frames to plot.")] = "0",
     n_restarts: Annotated[int, typer.Option("--n-restarts", min=1, help="Random orders tried per frame.")] = 1,
     seed: Annotated[int, typer.Option("--seed", min=0, help="random_state (reproducible runs).")] = 0,
-    overwrite: OverwriteOpt = False,
-    scheduler: SchedulerOpt = None,
-    memory_limit: MemoryLimitOpt = "auto",
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    debug: DebugOpt = False,
 ) -> None:
     """Segment every frame and keep segment ids persistent over time (birth, motion, death, revival)."""
     if spectral and bandwidth is None:
@@ -137,42 +112,41 @@ def pointcloud_track(
         raise _usage("--bandwidth and --kernel apply to --spectral (SD-Means) only.")
     if plot is None and plot_frames != "0":
         raise _usage("--plot-frames needs --plot PNG.")
-    with _command(json_out, quiet, debug) as s:
-        outputs = {"OUT.zarr": out, **({"--tracks": tracks} if tracks else {}), **({"--plot": plot} if plot else {})}
-        if os.path.lexists(os.path.abspath(input_path)):  # a glob is not a store and cannot be an output
-            _check_outputs(outputs, overwrite, inputs=(input_path,))
-        else:
-            _check_outputs({"OUT.zarr": out}, overwrite)
-        with s.live(scheduler, memory_limit, cluster=scheduler is not None) as display:
-            from dclust import on_progress
+    outputs = {"OUT.zarr": out, **({"--tracks": tracks} if tracks else {}), **({"--plot": plot} if plot else {})}
+    if os.path.lexists(os.path.abspath(input_path)):  # a glob is not a store and cannot be an output
+        s.check_outputs(outputs, (input_path,))
+    else:
+        s.check_outputs({"OUT.zarr": out})
+    with s.live(cluster=s.scheduler is not None) as display:
+        from dclust import on_progress
 
-            bar = _FrameProgress(display, f"{'SD-Means' if spectral else 'D-Means'} tracking {input_path}")
-            try:
-                with on_progress(bar):
-                    r = track(input_path, out, lam=lam, T_Q=T_Q, k_tau=k_tau, spectral=spectral,
-                              kernel=kernel.value, bandwidth=bandwidth, features=features,
-                              feature_weights=feature_weights, fit_sample=fit_sample, tracks=tracks, plot=plot,
-                              plot_frames=plot_frames, overwrite=overwrite, n_restarts=n_restarts, random_state=seed)
-            finally:
-                bar.close()
-        h = r.history
-        totals = {k: int(sum(h.get(k, []))) for k in ("births", "deaths", "revivals")}
-        result = {
-            "command": "pointcloud track", "estimator": r.estimator, "input": input_path, "output": r.out,
-            "tracks": r.tracks, "plot": r.plot, "n_frames": r.n_frames, "n_points": r.n_points,
-            "max_points": r.max_points, "features": list(r.features), "n_segments": r.n_segments,
-            "segments_per_frame": h.get("n_clusters", []), **totals, "seconds": round(r.seconds, 3),
-            "frames_per_second": round(r.frames_per_second, 2),
-            "params": {"lam": lam, "T_Q": T_Q, "k_tau": k_tau, "spectral": spectral,
-                       "kernel": kernel.value if spectral else None, "bandwidth": bandwidth,
-                       "feature_weights": feature_weights, "fit_sample": fit_sample, "seed": seed},
-        }
-        rows = {"estimator": r.estimator, "frames": r.n_frames, "points": r.n_points,
-                "features": ",".join(r.features), "segments (ids used)": r.n_segments,
-                "segments (last frame)": (h.get("n_clusters") or [0])[-1], **totals,
-                "frames / s": round(r.frames_per_second, 1), "labels": out}
-        if tracks:
-            rows["tracks"] = tracks
-        if plot:
-            rows["plot"] = plot
-        s.report(result, "pointcloud track", rows)
+        bar = _FrameProgress(display, f"{'SD-Means' if spectral else 'D-Means'} tracking {input_path}")
+        try:
+            with on_progress(bar):
+                r = track(input_path, out, lam=lam, T_Q=T_Q, k_tau=k_tau, spectral=spectral,
+                          kernel=kernel.value, bandwidth=bandwidth, features=features,
+                          feature_weights=feature_weights, fit_sample=fit_sample, tracks=tracks, plot=plot,
+                          plot_frames=plot_frames, overwrite=s.overwrite, n_restarts=n_restarts, random_state=seed)
+        finally:
+            bar.close()
+    h = r.history
+    totals = {k: int(sum(h.get(k, []))) for k in ("births", "deaths", "revivals")}
+    result = {
+        "command": "pointcloud track", "estimator": r.estimator, "input": input_path, "output": r.out,
+        "tracks": r.tracks, "plot": r.plot, "n_frames": r.n_frames, "n_points": r.n_points,
+        "max_points": r.max_points, "features": list(r.features), "n_segments": r.n_segments,
+        "segments_per_frame": h.get("n_clusters", []), **totals, "seconds": round(r.seconds, 3),
+        "frames_per_second": round(r.frames_per_second, 2),
+        "params": {"lam": lam, "T_Q": T_Q, "k_tau": k_tau, "spectral": spectral,
+                   "kernel": kernel.value if spectral else None, "bandwidth": bandwidth,
+                   "feature_weights": feature_weights, "fit_sample": fit_sample, "seed": seed},
+    }
+    rows = {"estimator": r.estimator, "frames": r.n_frames, "points": r.n_points,
+            "features": ",".join(r.features), "segments (ids used)": r.n_segments,
+            "segments (last frame)": (h.get("n_clusters") or [0])[-1], **totals,
+            "frames / s": round(r.frames_per_second, 1), "labels": out}
+    if tracks:
+        rows["tracks"] = tracks
+    if plot:
+        rows["plot"] = plot
+    s.report(result, "pointcloud track", rows)

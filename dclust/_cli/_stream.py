@@ -38,24 +38,8 @@ from dclust.errors import StorageError
 from dclust.stream._checkpoint import save_state
 
 from ._display import learned_attributes
-from ._cluster import TlsCaOpt, TlsCertOpt, TlsKeyOpt
-from .main import (
-    ComponentOpt,
-    DebugOpt,
-    InputArg,
-    JsonOpt,
-    LabelsOpt,
-    MemoryLimitOpt,
-    OverwriteOpt,
-    QuietOpt,
-    SchedulerOpt,
-    SeedOpt,
-    _check_outputs,
-    _command,
-    _positive,
-    _Session,
-    _usage,
-)
+from ._options import InputArg, LabelsOpt, SeedOpt, _bounded, _estimator_params, _positive, shared_options
+from ._session import _Session, _usage
 
 __all__ = ["stream_app"]
 
@@ -63,15 +47,6 @@ stream_app = typer.Typer(
     help="Online clustering over the row batches of a store: labels streamed out batch by batch, resumable.",
     no_args_is_help=True,
 )
-
-
-def _bounded(low: float, inclusive: bool):
-    def check(value: float | None) -> float | None:
-        if value is not None and not (math.isfinite(value) and (value >= low if inclusive else value > low)):
-            raise typer.BadParameter(f"{value} is not a finite number {'>=' if inclusive else '>'} {low:g}.")
-        return value
-
-    return check
 
 
 BatchRowsOpt = Annotated[int, typer.Option("--batch-rows", min=1, help="Rows per batch (time step).")]
@@ -160,7 +135,9 @@ def _totals(history: dict[str, list]) -> dict[str, int]:
 
 
 @stream_app.command("dmeans")
+@shared_options()
 def stream_dmeans(
+    s: _Session,
     input_path: InputArg,
     batch_rows: BatchRowsOpt,
     lam: LamOpt,
@@ -188,76 +165,59 @@ def stream_dmeans(
     n_restarts: Annotated[
         Optional[int], typer.Option("--n-restarts", min=1, help="Random orders tried per batch (default 1).")
     ] = None,
-    component: ComponentOpt = None,
-    overwrite: OverwriteOpt = False,
-    scheduler: SchedulerOpt = None,
-    tls_ca: TlsCaOpt = None, tls_cert: TlsCertOpt = None, tls_key: TlsKeyOpt = None,
-    memory_limit: MemoryLimitOpt = "auto",
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    debug: DebugOpt = False,
 ) -> None:
     """D-Means over consecutive row batches (time steps): persistent cluster ids with birth, death and revival."""
     pair_a, pair_b = (T_Q is not None, k_tau is not None), (Q is not None, tau is not None)
     if not ((all(pair_a) and not any(pair_b)) or (all(pair_b) and not any(pair_a))):
         raise _usage("give exactly one complete pair: --T-Q and --k-tau, or --Q and --tau.")
-    with _command(json_out, quiet, debug) as s:
-        params: dict[str, Any] = {"lam": lam, "T_Q": T_Q, "k_tau": k_tau, "Q": Q, "tau": tau, "random_state": seed}
-        if max_iter is not None:
-            params["max_iter"] = max_iter
-        if n_restarts is not None:
-            params["n_restarts"] = n_restarts
-        fresh = dclust.DynamicMeans(**params)
-        resume = checkpoint is not None and os.path.lexists(checkpoint)
-        outputs = {"--labels": labels, **({"--model": model_path} if model_path else {})}
-        if checkpoint is not None and not resume:
-            outputs["--checkpoint"] = checkpoint
-        _check_outputs(outputs, overwrite, inputs=(input_path,) + ((checkpoint,) if resume else ()))
-        local = _local(labels, "--labels")
-        partial = _partial_path(local)
-        X = dclust.open_array(input_path, component=component, chunks=batch_rows)  # one row block per batch
-        n, d, n_batches = X.shape[0], (X.shape[1] if X.ndim > 1 else 1), X.numblocks[0]
-        model = _load_checkpoint(checkpoint, fresh) if resume else fresh
-        done = int(getattr(model, "n_batches_", 0))
-        if done > n_batches:
-            raise StorageError(f"--checkpoint {checkpoint!r} holds {done} batches, more than the {n_batches} of "
-                               f"{input_path!r} in batches of {batch_rows} rows; pass the same input and --batch-rows.")
-        seconds = _stream_dmeans(s, model, X, done, batch_rows, partial, local, checkpoint, model_path, overwrite,
-                                 scheduler, memory_limit)
-        history = model.history_
-        totals = _totals(history)
-        scalars, _ = learned_attributes(model)
-        result = {
-            "command": "stream dmeans", "estimator": "DynamicMeans", "input": os.path.abspath(input_path),
-            "component": component, "n_samples": n, "n_features": d, "batch_rows": batch_rows,
-            "n_batches": n_batches, "resumed_batches": done, "labels": local,
-            "checkpoint": os.path.abspath(checkpoint) if checkpoint else None,
-            "model": os.path.abspath(model_path) if model_path else None, "params": model.get_params(),
-            "n_clusters": int(model.n_clusters_), "n_tracked": int(model.cluster_ids_.shape[0]),
-            "cluster_ids": model.cluster_ids_, "learned": scalars, "history": history, **totals,
-            "points_per_second": round((n - sum(history["n_samples"][:done])) / max(seconds, 1e-9), 1),
-        }
-        rows = {"estimator": "DynamicMeans", "data": f"{n:,} x {d}", "batches": f"{n_batches} x {batch_rows} rows",
-                "resumed after": done, "clusters (K, last batch)": result["n_clusters"],
-                "clusters tracked": result["n_tracked"], **totals, "Q": model.Q_, "tau": model.tau_,
-                "points / s": result["points_per_second"], "labels": labels}
-        if checkpoint:
-            rows["checkpoint"] = checkpoint
-        if model_path:
-            rows["model"] = model_path
-        s.report(result, "stream DynamicMeans", rows)
+    params = _estimator_params({"lam": lam, "T_Q": T_Q, "k_tau": k_tau, "Q": Q, "tau": tau, "random_state": seed},
+                               max_iter=max_iter, n_restarts=n_restarts)
+    fresh = dclust.DynamicMeans(**params)
+    resume = s.check_outputs({"--labels": labels, **({"--model": model_path} if model_path else {})}, (input_path,),
+                             checkpoint=checkpoint)
+    local = _local(labels, "--labels")
+    partial = _partial_path(local)
+    X, n, d = s.open_input(input_path, chunks=batch_rows)  # one row block per batch
+    n_batches = X.numblocks[0]
+    model = _load_checkpoint(checkpoint, fresh) if resume else fresh
+    done = int(getattr(model, "n_batches_", 0))
+    if done > n_batches:
+        raise StorageError(f"--checkpoint {checkpoint!r} holds {done} batches, more than the {n_batches} of "
+                           f"{input_path!r} in batches of {batch_rows} rows; pass the same input and --batch-rows.")
+    seconds = _stream_dmeans(s, model, X, done, batch_rows, partial, local, checkpoint, model_path)
+    history = model.history_
+    totals = _totals(history)
+    scalars, _ = learned_attributes(model)
+    result = {
+        "command": "stream dmeans", "estimator": "DynamicMeans", "input": os.path.abspath(input_path),
+        "component": s.component, "n_samples": n, "n_features": d, "batch_rows": batch_rows,
+        "n_batches": n_batches, "resumed_batches": done, "labels": local,
+        "checkpoint": os.path.abspath(checkpoint) if checkpoint else None,
+        "model": os.path.abspath(model_path) if model_path else None, "params": model.get_params(),
+        "n_clusters": int(model.n_clusters_), "n_tracked": int(model.cluster_ids_.shape[0]),
+        "cluster_ids": model.cluster_ids_, "learned": scalars, "history": history, **totals,
+        "points_per_second": round((n - sum(history["n_samples"][:done])) / max(seconds, 1e-9), 1),
+    }
+    rows = {"estimator": "DynamicMeans", "data": f"{n:,} x {d}", "batches": f"{n_batches} x {batch_rows} rows",
+            "resumed after": done, "clusters (K, last batch)": result["n_clusters"],
+            "clusters tracked": result["n_tracked"], **totals, "Q": model.Q_, "tau": model.tau_,
+            "points / s": result["points_per_second"], "labels": labels}
+    if checkpoint:
+        rows["checkpoint"] = checkpoint
+    if model_path:
+        rows["model"] = model_path
+    s.report(result, "stream DynamicMeans", rows)
 
 
 def _stream_dmeans(s: _Session, model: Any, X: Any, done: int, batch_rows: int, partial: str, local: str,
-                   checkpoint: str | None, model_path: str | None, overwrite: bool, scheduler: str | None,
-                   memory_limit: str) -> float:
+                   checkpoint: str | None, model_path: str | None) -> float:
     """Fit the batches after ``done``, writing their labels as they come; returns the seconds of the batches."""
     n, n_batches = X.shape[0], X.numblocks[0]
     offsets = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
     z = (_open_partial(partial, n, batch_rows, checkpoint, local) if done
          else _create_partial(partial, n, batch_rows))
     try:
-        with s.live(scheduler, memory_limit) as display:
+        with s.live() as display:
             if done:
                 display.message(f"resuming from {checkpoint}: {done} of {n_batches} batches done")
             with display.stream(f"DynamicMeans on {n:,} x {X.shape[1]}", n_batches, done_batches=done,
@@ -270,10 +230,9 @@ def _stream_dmeans(s: _Session, model: Any, X: Any, done: int, batch_rows: int, 
                         save_state(model, path=checkpoint)
                 seconds = time.perf_counter() - t
             with display.step(f"renaming the labels into place at {local}"):
-                _commit(partial, local, overwrite)
+                _commit(partial, local, s.overwrite)
             if model_path:
-                with display.step(f"saving the model to {model_path}"):
-                    dclust.save(model, model_path, overwrite=overwrite)
+                s.save_model(display, model, model_path)
         return seconds
     except BaseException:
         if checkpoint is None:  # nothing can resume it
@@ -287,7 +246,9 @@ def _stream_dmeans(s: _Session, model: Any, X: Any, done: int, batch_rows: int, 
 
 
 @stream_app.command("anytime-dpmeans")
+@shared_options()
 def stream_anytime_dpmeans(
+    s: _Session,
     input_path: InputArg,
     lam: LamOpt,
     batch_rows: BatchRowsOpt,
@@ -304,77 +265,60 @@ def stream_anytime_dpmeans(
     checkpoint: CheckpointOpt = None,
     seed: SeedOpt = None,
     max_iter: MaxIterOpt = None,
-    component: ComponentOpt = None,
-    overwrite: OverwriteOpt = False,
-    scheduler: SchedulerOpt = None,
-    tls_ca: TlsCaOpt = None, tls_cert: TlsCertOpt = None, tls_key: TlsKeyOpt = None,
-    memory_limit: MemoryLimitOpt = "auto",
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    debug: DebugOpt = False,
 ) -> None:
     """Any-time DP-means: one pass over random disjoint batches, a usable model after each, stop when good enough."""
     if target_objective is not None and math.isnan(target_objective):
         raise typer.BadParameter("nan is not a number.", param_hint="'--target-objective'")
-    with _command(json_out, quiet, debug) as s:
-        params: dict[str, Any] = {"lam": lam, "batch_rows": batch_rows, "random_state": seed}
-        if max_iter is not None:
-            params["max_iter"] = max_iter
-        fresh = dclust.AnytimeDPMeans(**params, checkpoint=checkpoint)  # saved after every batch by iter_fit
-        resume = checkpoint is not None and os.path.lexists(checkpoint)
-        outputs = {"--labels": labels, "--model": model_path}
-        if checkpoint is not None and not resume:
-            outputs["--checkpoint"] = checkpoint
-        _check_outputs(outputs, overwrite, inputs=(input_path,) + ((checkpoint,) if resume else ()))
-        X = dclust.open_array(input_path, component=component)
-        n, d = X.shape[0], (X.shape[1] if X.ndim > 1 else 1)
-        n_batches = -(-n // batch_rows)
-        if resume:
-            from dclust.stream._checkpoint import fingerprint_of
+    params = _estimator_params({"lam": lam, "batch_rows": batch_rows, "random_state": seed}, max_iter=max_iter)
+    fresh = dclust.AnytimeDPMeans(**params, checkpoint=checkpoint)  # saved after every batch by iter_fit
+    resume = s.check_outputs({"--labels": labels, "--model": model_path}, (input_path,), checkpoint=checkpoint)
+    X, n, d = s.open_input(input_path)
+    n_batches = -(-n // batch_rows)
+    if resume:
+        from dclust.stream._checkpoint import fingerprint_of
 
-            model = _load_checkpoint(checkpoint, fresh, fingerprint_of(fresh, fresh._batches(X)[0]))
-        else:
-            model = fresh
-        done = int(getattr(model, "n_batches_", 0))
-        stopped = "end of data" if max_batches is None or done < max_batches else "max_batches"
-        with s.live(scheduler, memory_limit) as display:
-            if resume:
-                display.message(f"resuming from {checkpoint}: {done} of {n_batches} batches done")
-            t = time.perf_counter()
-            with display.stream(f"AnytimeDPMeans on {n:,} x {d}", n_batches, done_batches=done,
-                                done_points=int(getattr(model, "n_seen_", 0))):
-                for m in (model.iter_fit(X, resume=resume) if max_batches is None or done < max_batches else ()):
-                    if max_batches is not None and m.n_batches_ >= max_batches:
-                        stopped = "max_batches"
-                        break
-                    if target_objective is not None and m.objective_ <= target_objective:
-                        stopped = "target_objective"
-                        break
-            fit_seconds = time.perf_counter() - t
-            t = time.perf_counter()
-            with display.step(f"writing labels to {labels}"):
-                dclust.write_labels(model.predict(X), labels, overwrite=overwrite)
-            labels_seconds = time.perf_counter() - t
-            with display.step(f"saving the model to {model_path}"):
-                dclust.save(model, model_path, overwrite=overwrite)
-        history = model.history_
-        scalars, _ = learned_attributes(model)
-        new_points = int(model.n_seen_) - int(sum(history["n_samples"][:done]))
-        result = {
-            "command": "stream anytime-dpmeans", "estimator": "AnytimeDPMeans", "input": os.path.abspath(input_path),
-            "component": component, "n_samples": n, "n_features": d, "batch_rows": batch_rows,
-            "n_batches": n_batches, "batches_done": int(model.n_batches_), "resumed_batches": done,
-            "stopped": stopped, "n_seen": int(model.n_seen_), "labels": os.path.abspath(labels),
-            "model": os.path.abspath(model_path), "checkpoint": os.path.abspath(checkpoint) if checkpoint else None,
-            "params": model.get_params(), "n_clusters": int(model.n_clusters_), "objective": model.objective_,
-            "learned": scalars, "history": history,
-            "points_per_second": round(new_points / max(fit_seconds, 1e-9), 1),
-            "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
-        }
-        rows = {"estimator": "AnytimeDPMeans", "data": f"{n:,} x {d}",
-                "batches": f"{model.n_batches_} of {n_batches} ({stopped})", "points seen": model.n_seen_,
-                "clusters (K)": result["n_clusters"], "last batch objective": model.objective_,
-                "points / s": result["points_per_second"], "labels": labels, "model": model_path}
-        if checkpoint:
-            rows["checkpoint"] = checkpoint
-        s.report(result, "stream AnytimeDPMeans", rows)
+        model = _load_checkpoint(checkpoint, fresh, fingerprint_of(fresh, fresh._batches(X)[0]))
+    else:
+        model = fresh
+    done = int(getattr(model, "n_batches_", 0))
+    stopped = "end of data" if max_batches is None or done < max_batches else "max_batches"
+    with s.live() as display:
+        if resume:
+            display.message(f"resuming from {checkpoint}: {done} of {n_batches} batches done")
+        t = time.perf_counter()
+        with display.stream(f"AnytimeDPMeans on {n:,} x {d}", n_batches, done_batches=done,
+                            done_points=int(getattr(model, "n_seen_", 0))):
+            for m in (model.iter_fit(X, resume=resume) if max_batches is None or done < max_batches else ()):
+                if max_batches is not None and m.n_batches_ >= max_batches:
+                    stopped = "max_batches"
+                    break
+                if target_objective is not None and m.objective_ <= target_objective:
+                    stopped = "target_objective"
+                    break
+        fit_seconds = time.perf_counter() - t
+        t = time.perf_counter()
+        with display.step(f"writing labels to {labels}"):
+            dclust.write_labels(model.predict(X), labels, overwrite=s.overwrite)
+        labels_seconds = time.perf_counter() - t
+        s.save_model(display, model, model_path)
+    history = model.history_
+    scalars, _ = learned_attributes(model)
+    new_points = int(model.n_seen_) - int(sum(history["n_samples"][:done]))
+    result = {
+        "command": "stream anytime-dpmeans", "estimator": "AnytimeDPMeans", "input": os.path.abspath(input_path),
+        "component": s.component, "n_samples": n, "n_features": d, "batch_rows": batch_rows,
+        "n_batches": n_batches, "batches_done": int(model.n_batches_), "resumed_batches": done,
+        "stopped": stopped, "n_seen": int(model.n_seen_), "labels": os.path.abspath(labels),
+        "model": os.path.abspath(model_path), "checkpoint": os.path.abspath(checkpoint) if checkpoint else None,
+        "params": model.get_params(), "n_clusters": int(model.n_clusters_), "objective": model.objective_,
+        "learned": scalars, "history": history,
+        "points_per_second": round(new_points / max(fit_seconds, 1e-9), 1),
+        "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
+    }
+    rows = {"estimator": "AnytimeDPMeans", "data": f"{n:,} x {d}",
+            "batches": f"{model.n_batches_} of {n_batches} ({stopped})", "points seen": model.n_seen_,
+            "clusters (K)": result["n_clusters"], "last batch objective": model.objective_,
+            "points / s": result["points_per_second"], "labels": labels, "model": model_path}
+    if checkpoint:
+        rows["checkpoint"] = checkpoint
+    s.report(result, "stream AnytimeDPMeans", rows)

@@ -27,8 +27,8 @@ from dclust import on_progress
 
 from ._cluster import TlsCaOpt, TlsCertOpt, TlsKeyOpt, dask_client, tls_from_context
 from ._display import fmt_number
-from .main import DebugOpt, JsonOpt, MemoryLimitOpt, OverwriteOpt, QuietOpt, SchedulerOpt, _command, _memory_limit
-from .main import _positive, _usage
+from ._options import DebugOpt, JsonOpt, MemoryLimitOpt, OverwriteOpt, QuietOpt, SchedulerOpt, _bounded, _positive
+from ._session import _command, _memory_limit, _usage
 
 __all__ = ["video_app"]
 
@@ -49,16 +49,8 @@ class ColorSpace(str, Enum):
     rgb = "rgb"
 
 
-def _above_one(value: float | None) -> float | None:
-    if value is not None and not (math.isfinite(value) and value > 1):
-        raise typer.BadParameter(f"{value} is not a finite number > 1.")
-    return value
-
-
-def _at_least_one(value: float | None) -> float | None:
-    if value is not None and not (math.isfinite(value) and value >= 1):
-        raise typer.BadParameter(f"{value} is not a finite number >= 1.")
-    return value
+_above_one = _bounded(1.0, False)
+_at_least_one = _bounded(1.0, True)
 
 
 @contextlib.contextmanager

@@ -48,6 +48,48 @@ def _resume(ck, state, n: int, max_iter: int):
     return first, order, history
 
 
+def _start(est, X):
+    """The start of a serial fit: ``(X in memory, checkpointer, state, first pass, processing order, history)``
+    with the checkpoint's state after a pass (``state`` None afresh), or None when the checkpoint holds the
+    finished fit (its model is restored)."""
+    est._validate_params()
+    X, _ = est._load(X)
+    ck, state = est._memory_checkpointer(X)
+    if est._restore_done(ck, state):
+        return None
+    n = X.shape[0]
+    first, order, history = _resume(ck, state, n, est.max_iter)
+    if state is None:
+        order = _processing_order(n, est.shuffle, est.random_state)
+    return X, ck, state, first, order, history
+
+
+def _after_pass(est, ck, watch, it: int, order, history: list, changed: bool, size: int, state: dict,
+                extra: dict | None = None) -> None:
+    """After pass ``it``: save ``state`` (with the pass, order and history) while the fit goes on (the pass changed
+    something and passes are left), then announce the pass (``size``: clusters or features)."""
+    if ck.active and changed and it + 1 < est.max_iter:
+        ck.save({"phase": "pass", "pass": it + 1, "order": order, "history": history, **state})
+    emit(ProgressEvent(type(est).__name__, "iter", it + 1, history[-1], size, watch.lap(), extra or {}))
+
+
+def _finish(est, ck, history: list, n_iter: int, converged: bool, order, n_features: int, size: int) -> None:
+    """The end of a serial fit, once its own fitted attributes are set: the attributes every one has, the
+    finished checkpoint and the "done" event (``size``: clusters or features)."""
+    name = type(est).__name__
+    if not converged:
+        warnings.warn(f"{name} did not converge in max_iter={est.max_iter} passes; increase max_iter.",
+                      ConvergenceWarning, stacklevel=3)
+    est.objective_ = history[-1]
+    est.objective_history_ = history
+    est.n_iter_ = n_iter
+    est.converged_ = converged
+    est.order_ = order
+    est.n_features_in_ = n_features
+    ck.save_done(est)
+    emit(ProgressEvent(name, "done", n_iter, history[-1], size, 0.0))
+
+
 @register
 class CollapsedDPMeans(CentroidMixin, _InMemory):
     """Collapsed DP-means ([MB] eq. 8/9, ALGORITHMS.md 1.4): the centres are always the cluster means.
@@ -127,16 +169,13 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
 
     def fit(self, X, y=None) -> "CollapsedDPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
-        self._validate_params()
-        X, _ = self._load(X)
+        started = _start(self, X)
+        if started is None:
+            return self
+        X, ck, state, first, order, history = started
         n, d = X.shape
         lam = float(self.lam)
-        ck, state = self._memory_checkpointer(X)
-        if self._restore_done(ck, state):
-            return self
-        first, order, history = _resume(ck, state, n, self.max_iter)
         if state is None:
-            order = _processing_order(n, self.shuffle, self.random_state)
             labels = np.zeros(n, dtype=np.int64) if self.init == "mean" else np.full(n, -1, dtype=np.int64)
         else:
             with ck.reading():
@@ -148,32 +187,18 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
         for it in range(first, self.max_iter):
             labels, moved = K.collapsed_pass(X, order, labels, lam)
             history.append(K.collapsed_objective(X, labels, lam))
-            if ck.active and moved and it + 1 < self.max_iter:
-                ck.save({"phase": "pass", "pass": it + 1, "order": order, "history": history, "labels": labels})
-            emit(ProgressEvent("CollapsedDPMeans", "iter", it + 1, history[-1], int(labels.max()) + 1, watch.lap(),
-                               {"moved": moved}))
+            _after_pass(self, ck, watch, it, order, history, moved != 0, int(labels.max()) + 1, {"labels": labels},
+                        {"moved": moved})
             if moved == 0:
                 converged = True
                 break
-        if not converged:
-            warnings.warn(
-                f"CollapsedDPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
-                ConvergenceWarning, stacklevel=2,
-            )
         k = int(labels.max()) + 1
         counts, sums = K.collapsed_stats(X, labels, k)
         self.cluster_centers_ = sums / counts[:, None]
         self.labels_ = labels
         self.cluster_sizes_ = counts
         self.n_clusters_ = k
-        self.objective_ = history[-1]
-        self.objective_history_ = history
-        self.n_iter_ = it + 1
-        self.converged_ = converged
-        self.order_ = order
-        self.n_features_in_ = d
-        ck.save_done(self)
-        emit(ProgressEvent("CollapsedDPMeans", "done", it + 1, history[-1], k, 0.0))
+        _finish(self, ck, history, it + 1, converged, order, d, k)
         return self
 
     def fit_predict(self, X, y=None):
@@ -259,17 +284,14 @@ class CappedDPMeans(CentroidMixin, _InMemory):
 
     def fit(self, X, y=None) -> "CappedDPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
-        self._validate_params()
-        X, _ = self._load(X)
+        started = _start(self, X)
+        if started is None:
+            return self
+        X, ck, state, first, order, history = started
         n, d = X.shape
         lam = float(self.lam)
         kmax = n if self.max_clusters is None else int(self.max_clusters)
-        ck, state = self._memory_checkpointer(X)
-        if self._restore_done(ck, state):
-            return self
-        first, order, history = _resume(ck, state, n, self.max_iter)
         if state is None:
-            order = _processing_order(n, self.shuffle, self.random_state)
             if self.init == "mean":
                 C, labels = X.mean(axis=0, keepdims=True), np.zeros(n, dtype=np.int64)
             else:
@@ -285,31 +307,16 @@ class CappedDPMeans(CentroidMixin, _InMemory):
         for it in range(first, self.max_iter):
             new, C = K.capped_pass(X, order, C, labels, lam, kmax)
             history.append(K.collapsed_objective(X, new, lam))
-            if ck.active and not np.array_equal(new, labels) and it + 1 < self.max_iter:
-                ck.save({"phase": "pass", "pass": it + 1, "order": order, "history": history, "labels": new,
-                         "centres": C})
-            emit(ProgressEvent("CappedDPMeans", "iter", it + 1, history[-1], C.shape[0], watch.lap()))
             changed = not np.array_equal(new, labels)
             labels = new
+            _after_pass(self, ck, watch, it, order, history, changed, C.shape[0], {"labels": labels, "centres": C})
             if not changed:
                 converged = True
                 break
-        if not converged:
-            warnings.warn(
-                f"CappedDPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
-                ConvergenceWarning, stacklevel=2,
-            )
         self.cluster_centers_ = C
         self.labels_ = labels
         self.n_clusters_ = int(C.shape[0])
-        self.objective_ = history[-1]
-        self.objective_history_ = history
-        self.n_iter_ = it + 1
-        self.converged_ = converged
-        self.order_ = order
-        self.n_features_in_ = d
-        ck.save_done(self)
-        emit(ProgressEvent("CappedDPMeans", "done", it + 1, history[-1], self.n_clusters_, 0.0))
+        _finish(self, ck, history, it + 1, converged, order, d, self.n_clusters_)
         return self
 
     def fit_predict(self, X, y=None):
@@ -389,17 +396,14 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
 
     def fit(self, X, y=None) -> "CollapsedBPMeans":
         """Learn a binary feature allocation of ``X`` (numpy, dask, zarr or xarray)."""
-        self._validate_params()
-        X, _ = self._load(X)
+        started = _start(self, X)
+        if started is None:
+            return self
+        X, ck, state, first, order, history = started
         n, d = X.shape
         lam = float(self.lam)
         sq_norm = float((X * X).sum())
-        ck, state = self._memory_checkpointer(X)
-        if self._restore_done(ck, state):
-            return self
-        first, order, history = _resume(ck, state, n, self.max_iter)
         if state is None:
-            order = _processing_order(n, self.shuffle, self.random_state)
             Z = np.zeros((n, 0), np.uint8)
         else:
             with ck.reading():
@@ -409,27 +413,13 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
         for it in range(first, self.max_iter):
             Z, moves, J = K.collapsed_bp_pass(X, order, Z, lam, sq_norm)
             history.append(J)
-            if ck.active and moves and it + 1 < self.max_iter:
-                ck.save({"phase": "pass", "pass": it + 1, "order": order, "history": history, "Z": Z})
-            emit(ProgressEvent("CollapsedBPMeans", "iter", it + 1, J, Z.shape[1], watch.lap(), {"moves": moves}))
+            _after_pass(self, ck, watch, it, order, history, moves != 0, Z.shape[1], {"Z": Z}, {"moves": moves})
             if moves == 0:
                 converged = True
                 break
-        if not converged:
-            warnings.warn(
-                f"CollapsedBPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
-                ConvergenceWarning, stacklevel=2,
-            )
         Zf = Z.astype(np.float64)
         self.features_ = feature_means(Zf.T @ Zf, Zf.T @ X)
         self.n_latent_features_ = int(Z.shape[1])
         self.allocation_ = Z
-        self.objective_ = history[-1]
-        self.objective_history_ = history
-        self.n_iter_ = it + 1
-        self.converged_ = converged
-        self.order_ = order
-        self.n_features_in_ = d
-        ck.save_done(self)
-        emit(ProgressEvent("CollapsedBPMeans", "done", it + 1, history[-1], self.n_latent_features_, 0.0))
+        _finish(self, ck, history, it + 1, converged, order, d, self.n_latent_features_)
         return self

@@ -110,6 +110,28 @@ def _check_run_state(ck, state, arr, k, n_init, max_iter):
     return state
 
 
+def _start(est, X, max_k):
+    """The start of a fit: ``(data, input info, checkpointer, checkpoint state or None)`` after the checks of the
+    parameters (``max_k``: the largest K, for the ``exhaustive`` bound)."""
+    est._validate_params()
+    _check_exhaustive(type(est).__name__, est.exhaustive, max_k)
+    arr, info = check_array(X)
+    ck = est._checkpointer(arr)
+    return arr, info, ck, ck.resume()
+
+
+def _first_pass(est, arr, info, ck):
+    """``(data, stopwatch, mean, squared norm)``: the data persisted when they fit (dask input), and their mean
+    and squared norm from one pass (which also checks that a resumed checkpoint's data are these)."""
+    if info.kind != "numpy":
+        arr = persist_if_fits(arr, est.persist, logger)
+    watch = Stopwatch()
+    mean, sq_norm, _, _ = first_pass(arr, seed=0, counts=np.zeros(len(arr.chunks[0]), np.int64),
+                                     split_every=est.split_every,
+                                     check_content=ck.check_content if ck.active else None)
+    return arr, watch, mean, sq_norm
+
+
 def _restore(est, ck, state, info, n):
     """Set the model of a finished fit's checkpoint (with its allocation Z) on ``est``."""
     extra = ck.restore_attributes(est, state)
@@ -189,11 +211,7 @@ class KFeatures(FeatureMixin, BaseEstimator):
 
     def fit(self, X, y=None) -> "KFeatures":
         """Learn ``n_features`` features from ``X`` (shape (n_samples, n_features_in))."""
-        self._validate_params()
-        _check_exhaustive("KFeatures", self.exhaustive, self.n_features)
-        arr, info = check_array(X)
-        ck = self._checkpointer(arr)
-        state = ck.resume()
+        arr, info, ck, state = _start(self, X, self.n_features)
         if state is not None and state.get("phase") == "done":
             return _restore(self, ck, state, info, arr.shape[0])
         rng, inner, count = as_generator(self.random_state), None, [0]
@@ -203,12 +221,7 @@ class KFeatures(FeatureMixin, BaseEstimator):
                     raise ValueError(f"phase {state['phase']!r}")
                 rng, count = set_rng_state(state["rng"]), [int(state["n_passes"])]
                 inner = _check_run_state(ck, state["kfeatures"], arr, self.n_features, self.n_init, self.max_iter)
-        if info.kind != "numpy":
-            arr = persist_if_fits(arr, self.persist, logger)
-        watch = Stopwatch()
-        mean, sq_norm, _, _ = first_pass(arr, seed=0, counts=np.zeros(len(arr.chunks[0]), np.int64),
-                                         split_every=self.split_every,
-                                         check_content=ck.check_content if ck.active else None)
+        arr, watch, mean, sq_norm = _first_pass(self, arr, info, ck)
 
         def step(s, objective):  # after every pass: save (when the run goes on), then announce it
             count[0] += 1
@@ -296,23 +309,14 @@ class StepwiseKFeatures(FeatureMixin, BaseEstimator):
 
     def fit(self, X, y=None) -> "StepwiseKFeatures":
         """Choose K and learn the features of ``X``."""
-        self._validate_params()
-        _check_exhaustive("StepwiseKFeatures", self.exhaustive, self.max_features)
-        arr, info = check_array(X)
-        ck = self._checkpointer(arr)
-        state = ck.resume()
+        arr, info, ck, state = _start(self, X, self.max_features)
         if state is not None and state.get("phase") == "done":
             return _restore(self, ck, state, info, arr.shape[0])
         rng, first, prev, objectives, inner = as_generator(self.random_state), 1, None, [], None
         if state is not None:
             rng, first, prev, objectives, inner = self._unpack(ck, state, arr)
-        if info.kind != "numpy":
-            arr = persist_if_fits(arr, self.persist, logger)
-        watch = Stopwatch()
+        arr, watch, mean, sq_norm = _first_pass(self, arr, info, ck)
         lam = float(self.lam)
-        mean, sq_norm, _, _ = first_pass(arr, seed=0, counts=np.zeros(len(arr.chunks[0]), np.int64),
-                                         split_every=self.split_every,
-                                         check_content=ck.check_content if ck.active else None)
 
         def outer(k):  # the state around the K-features run for K = k
             return {"phase": "iter", "k": k, "objectives": objectives, "prev": prev}

@@ -219,6 +219,32 @@ def serial_sweep(X, Z, A, lam, *, R=None, k_from=None, max_new=None, saturate=Fa
 
 
 @numba.njit(**_JIT)
+def _sweep_row(x, z, A, aa, r):
+    """One coordinate sweep of the bits ``z`` of row ``x`` from the first feature: ``(bits changed, squared
+    residual)``, the residual left in ``r``."""
+    _residual(x, z, A, r)
+    flipped = _sweep_from(r, z, A, aa, 0)
+    return flipped, _sq(r)
+
+
+@numba.njit(**_JIT)
+def _add_row(x, z, on, G, B):
+    """Add the terms of row ``x`` with bits ``z`` to ``G = Z'Z`` and ``B = Z'X`` (``on``: scratch of length K,
+    the number of features)."""
+    m = 0
+    for k in range(on.shape[0]):
+        if z[k]:
+            on[m] = k
+            m += 1
+    for a in range(m):
+        ka = on[a]
+        for b in range(m):
+            G[ka, on[b]] += 1.0
+        for j in range(x.shape[0]):
+            B[ka, j] += x[j]
+
+
+@numba.njit(**_JIT)
 def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     """The OCC epoch of one block, fused with the (G, B, sse) partial of the rows that do not propose."""
     n, D = X.shape
@@ -238,9 +264,8 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
         i = perm[p]
         x = X[i]
         z = Z[i]
-        _residual(x, z, A, r)
-        flips += _sweep_from(r, z, A, aa, 0)
-        qi = _sq(r)
+        flipped, qi = _sweep_row(x, z, A, aa, r)
+        flips += flipped
         if qi > lam:
             propose[i] = True
             pos[count] = p
@@ -251,17 +276,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                 break
             continue
         sse += qi
-        m = 0
-        for k in range(K):
-            if z[k]:
-                on[m] = k
-                m += 1
-        for a in range(m):
-            ka = on[a]
-            for b in range(m):
-                G[ka, on[b]] += 1.0
-            for j in range(D):
-                B[ka, j] += x[j]
+        _add_row(x, z, on, G, B)
     return propose, pos[:count].copy(), res[:count].copy(), flips, stop, G, B, sse
 
 
@@ -286,9 +301,8 @@ def _bp_scan(X, Z, A, aa, lam, max_proposals):
     for i in range(n):
         x = X[i]
         z = Z[i]
-        _residual(x, z, A, r)
-        flips += _sweep_from(r, z, A, aa, 0)
-        qi = _sq(r)
+        flipped, qi = _sweep_row(x, z, A, aa, r)
+        flips += flipped
         if qi > lam:
             if count + 1 >= max_proposals:
                 return False, local[:0].copy(), res[:0].copy(), flips, G, B, sse
@@ -297,17 +311,7 @@ def _bp_scan(X, Z, A, aa, lam, max_proposals):
             count += 1
             continue
         sse += qi
-        m = 0
-        for k in range(K):
-            if z[k]:
-                on[m] = k
-                m += 1
-        for a in range(m):
-            ka = on[a]
-            for b in range(m):
-                G[ka, on[b]] += 1.0
-            for j in range(D):
-                B[ka, j] += x[j]
+        _add_row(x, z, on, G, B)
     return True, local[:count].copy(), res[:count].copy(), flips, G, B, sse
 
 

@@ -19,6 +19,7 @@ Examples
 0.8333333333333334
 """
 
+from . import _scores
 from ._contingency import contingency_table
 from ._scores import (
     adjusted_rand_score,
@@ -34,17 +35,4 @@ from ._scores import (
     tracking_accuracy,
 )
 
-__all__ = [
-    "contingency_table",
-    "rand_score",
-    "adjusted_rand_score",
-    "normalized_mutual_info_score",
-    "pairwise_precision_recall",
-    "pairwise_f_measure",
-    "purity_score",
-    "matched_accuracy",
-    "confidence_weighted_accuracy",
-    "tracking_accuracy",
-    "flicker",
-    "flicker_summary",
-]
+__all__ = ["contingency_table", *_scores.__all__]

@@ -14,7 +14,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from ..errors import InvalidDataError, InvalidParameterError, message
-from ._contingency import Table, check_split_every, compute_table
+from ._contingency import check_split_every, compute_table
 
 __all__ = [
     "rand_score",
@@ -38,6 +38,19 @@ _INT64_SAFE_N = 3_000_000_000  # below this, N*(N-1) and every sum of C2 fit in 
 # --------------------------------------------------------------------------------------------------------------
 
 
+#: The parameters of a score of two labelings, put in place of ``{labelings}`` in its docstring.
+_LABELINGS_DOC = """y_true, y_pred : array-like or dask.array.Array, shape (n_samples,)
+        Integer labels.
+    split_every : int, optional
+        Fan-in of the tree reduction for dask inputs."""
+
+
+def _labelings_doc(score):
+    if score.__doc__:  # None under python -OO
+        score.__doc__ = score.__doc__.replace("{labelings}", _LABELINGS_DOC)
+    return score
+
+
 def _c2_sum(x: np.ndarray, n_total: int) -> int:
     """Exact ``sum_k x_k (x_k - 1) / 2`` as a Python int (``n_total >= sum(x)`` bounds the result)."""
     if n_total <= _INT64_SAFE_N:
@@ -46,8 +59,9 @@ def _c2_sum(x: np.ndarray, n_total: int) -> int:
     return sum(v * (v - 1) // 2 for v in x.tolist())
 
 
-def _pair_counts(table: Table) -> tuple[int, int, int, int]:
+def _pair_counts(y_true: Any, y_pred: Any, split_every: int | None) -> tuple[int, int, int, int]:
     """``(TP, P_true, P_pred, P_all)``: pairs together in both, in y_true, in y_pred, and all pairs."""
+    table = compute_table(y_true, y_pred, split_every=split_every)
     n = table.total
     return _c2_sum(table.values, n), _c2_sum(table.a, n), _c2_sum(table.b, n), n * (n - 1) // 2
 
@@ -74,12 +88,13 @@ def rand_score(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> f
     >>> rand_score([0, 0, 1, 2], [0, 0, 1, 1])
     0.8333333333333334
     """
-    tp, pt, pp, pall = _pair_counts(compute_table(y_true, y_pred, split_every=split_every))
+    tp, pt, pp, pall = _pair_counts(y_true, y_pred, split_every)
     if pall == 0:
         return 1.0
     return (pall - pt - pp + 2 * tp) / pall
 
 
+@_labelings_doc
 def adjusted_rand_score(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> float:
     """Adjusted Rand index (Hubert and Arabie): ``(TP - E) / (0.5 (P_true + P_pred) - E)``.
 
@@ -88,10 +103,7 @@ def adjusted_rand_score(y_true: Any, y_pred: Any, *, split_every: int | None = N
 
     Parameters
     ----------
-    y_true, y_pred : array-like or dask.array.Array, shape (n_samples,)
-        Integer labels.
-    split_every : int, optional
-        Fan-in of the tree reduction for dask inputs.
+    {labelings}
 
     Returns
     -------
@@ -105,7 +117,7 @@ def adjusted_rand_score(y_true: Any, y_pred: Any, *, split_every: int | None = N
     >>> adjusted_rand_score([0, 0, 1, 1], [0, 1, 0, 1])
     -0.5
     """
-    tp, pt, pp, pall = _pair_counts(compute_table(y_true, y_pred, split_every=split_every))
+    tp, pt, pp, pall = _pair_counts(y_true, y_pred, split_every)
     # multiply numerator and denominator by 2 * P_all: exact integers, one correctly rounded division
     num = 2 * (tp * pall - pt * pp)
     den = (pt + pp) * pall - 2 * pt * pp
@@ -122,6 +134,7 @@ def _entropy(counts: np.ndarray) -> float:
     return float(-np.sum((pi / s) * (np.log(pi) - math.log(s))))
 
 
+@_labelings_doc
 def normalized_mutual_info_score(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> float:
     """Normalised mutual information ``I(U; V) / ((H(U) + H(V)) / 2)``, natural logarithms.
 
@@ -131,10 +144,7 @@ def normalized_mutual_info_score(y_true: Any, y_pred: Any, *, split_every: int |
 
     Parameters
     ----------
-    y_true, y_pred : array-like or dask.array.Array, shape (n_samples,)
-        Integer labels.
-    split_every : int, optional
-        Fan-in of the tree reduction for dask inputs.
+    {labelings}
 
     Returns
     -------
@@ -164,6 +174,7 @@ def normalized_mutual_info_score(y_true: Any, y_pred: Any, *, split_every: int |
     return float(mi_sum / np.mean([_entropy(table.a), _entropy(table.b)]))
 
 
+@_labelings_doc
 def pairwise_precision_recall(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> tuple[float, float]:
     """Pairwise precision ``TP / P_pred`` and recall ``TP / P_true`` over all unordered pairs.
 
@@ -172,10 +183,7 @@ def pairwise_precision_recall(y_true: Any, y_pred: Any, *, split_every: int | No
 
     Parameters
     ----------
-    y_true, y_pred : array-like or dask.array.Array, shape (n_samples,)
-        Integer labels.
-    split_every : int, optional
-        Fan-in of the tree reduction for dask inputs.
+    {labelings}
 
     Returns
     -------
@@ -186,10 +194,11 @@ def pairwise_precision_recall(y_true: Any, y_pred: Any, *, split_every: int | No
     >>> pairwise_precision_recall([0, 0, 0, 1], [0, 0, 1, 1])
     (0.5, 0.3333333333333333)
     """
-    tp, pt, pp, _ = _pair_counts(compute_table(y_true, y_pred, split_every=split_every))
+    tp, pt, pp, _ = _pair_counts(y_true, y_pred, split_every)
     return (tp / pp if pp else 0.0), (tp / pt if pt else 0.0)
 
 
+@_labelings_doc
 def pairwise_f_measure(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> float:
     """Pairwise F-measure ``2PR / (P + R) = 2 TP / (P_true + P_pred)`` ([TV], after Bilenko et al. 2004).
 
@@ -197,10 +206,7 @@ def pairwise_f_measure(y_true: Any, y_pred: Any, *, split_every: int | None = No
 
     Parameters
     ----------
-    y_true, y_pred : array-like or dask.array.Array, shape (n_samples,)
-        Integer labels.
-    split_every : int, optional
-        Fan-in of the tree reduction for dask inputs.
+    {labelings}
 
     Returns
     -------
@@ -212,7 +218,7 @@ def pairwise_f_measure(y_true: Any, y_pred: Any, *, split_every: int | None = No
     >>> pairwise_f_measure([0, 0, 0, 1], [0, 0, 1, 1])
     0.4
     """
-    tp, pt, pp, _ = _pair_counts(compute_table(y_true, y_pred, split_every=split_every))
+    tp, pt, pp, _ = _pair_counts(y_true, y_pred, split_every)
     return 2 * tp / (pt + pp) if tp else 0.0
 
 
@@ -221,15 +227,13 @@ def pairwise_f_measure(y_true: Any, y_pred: Any, *, split_every: int | None = No
 # --------------------------------------------------------------------------------------------------------------
 
 
+@_labelings_doc
 def purity_score(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> float:
     """Purity ``(1/N) sum_j max_i n_ij``: every cluster takes its majority class ([GP]).
 
     Parameters
     ----------
-    y_true, y_pred : array-like or dask.array.Array, shape (n_samples,)
-        Integer labels.
-    split_every : int, optional
-        Fan-in of the tree reduction for dask inputs.
+    {labelings}
 
     Returns
     -------
@@ -252,6 +256,7 @@ def _matched(counts: np.ndarray) -> float:
     return counts[rows, cols].sum()
 
 
+@_labelings_doc
 def matched_accuracy(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> float:
     """Accuracy under the best one-to-one matching of clusters to classes (Hungarian algorithm).
 
@@ -260,10 +265,7 @@ def matched_accuracy(y_true: Any, y_pred: Any, *, split_every: int | None = None
 
     Parameters
     ----------
-    y_true, y_pred : array-like or dask.array.Array, shape (n_samples,)
-        Integer labels.
-    split_every : int, optional
-        Fan-in of the tree reduction for dask inputs.
+    {labelings}
 
     Returns
     -------

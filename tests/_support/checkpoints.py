@@ -30,3 +30,14 @@ def snapshot(path):
             with open(os.path.join(root, f), "rb") as fh:
                 out[os.path.relpath(os.path.join(root, f), path)] = fh.read()
     return out
+
+
+class Interrupt:
+    """A progress callback that presses Ctrl-C (raises KeyboardInterrupt) once iteration (or batch) ``at`` is done."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def __call__(self, event):
+        if event.phase == "iter" and event.iteration == self.at:
+            raise KeyboardInterrupt

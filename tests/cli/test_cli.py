@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,29 +20,13 @@ from typer.testing import CliRunner
 import dclust
 from dclust._cli.main import app
 
-DCLUST = os.path.join(os.path.dirname(sys.executable), "dclust")
+from _support.checkpoints import snapshot
+from _support.cli import one_line_error, read, run, sh
+
 N, D, K, CHUNK = 6_000, 3, 4, 2_000
 
 
 # ------------------------------------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """One single-worker process cluster for the whole module; always closed."""
-    from distributed import LocalCluster
-
-    c = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                     dashboard_address=None, memory_limit="1GiB")
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-@pytest.fixture(scope="module")
-def address(cluster):
-    return cluster.scheduler_address
 
 
 @pytest.fixture(scope="module")
@@ -71,48 +53,12 @@ def nan_store(tmp_path_factory):
     return p
 
 
-def run(args, **kwargs):
-    """Invoke the CLI in-process; stdout and stderr are kept apart."""
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False, **kwargs)
-
-
-def sh(args, env=None, timeout=120):
-    """Run the installed ``dclust`` entry point as a subprocess."""
-    full_env = {k: v for k, v in os.environ.items() if k != "DCLUST_SCHEDULER"}
-    full_env.update(env or {})
-    return subprocess.run([DCLUST, *map(str, args)], capture_output=True, text=True, env=full_env,
-                          timeout=timeout)
-
-
-def one_line_error(stderr):
-    """The error message; asserts it is exactly one line, prefixed, and carries no traceback."""
-    lines = [line for line in stderr.splitlines() if line.startswith("dclust: error:")]
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr, stderr
-    return lines[0]
-
-
-def labels_of(path):
-    z = zarr.open_array(path, mode="r")
-    return z[...]
-
-
-def snapshot(path):
-    out = {}
-    for root, _, files in os.walk(path):
-        for f in files:
-            p = os.path.join(root, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, path)] = fh.read()
-    return out
-
-
 # ------------------------------------------------------------------------------------------- the full pipeline
 
 
 def test_generate_fit_predict_info_pipeline(data, address, tmp_path):
     x, y = data
-    truth = labels_of(y)
+    truth = read(y)
     X = zarr.open_array(x, mode="r")
     assert X.shape == (N, D) and X.dtype == np.float32 and X.chunks == (CHUNK, D)
     assert truth.shape == (N,) and set(np.unique(truth)) == set(range(K))
@@ -130,7 +76,7 @@ def test_generate_fit_predict_info_pipeline(data, address, tmp_path):
     assert out["learned"]["n_iter_"] == len(out["objective_history"]) >= 1
     assert out["learned"]["inertia_"] == pytest.approx(out["objective_history"][-1])
     assert set(out["seconds"]) == {"fit", "labels"} and out["warnings"] == []
-    km_labels = labels_of(labels)
+    km_labels = read(labels)
     assert km_labels.shape == (N,) and km_labels.min() >= 0 and km_labels.max() < K
     assert dclust.metrics.adjusted_rand_score(truth, km_labels) > 0.95
     km = dclust.load(model)
@@ -145,7 +91,7 @@ def test_generate_fit_predict_info_pipeline(data, address, tmp_path):
     assert out["estimator"] == "DPMeans" and out["params"]["n_clusters"] == K and out["params"]["lam"] is None
     lam = out["learned"]["lam_"]
     assert lam > 0 and out["n_clusters"] == out["learned"]["n_clusters_"] >= 1
-    assert dclust.metrics.adjusted_rand_score(truth, labels_of(dp_labels)) > 0.9
+    assert dclust.metrics.adjusted_rand_score(truth, read(dp_labels)) > 0.9
 
     # fit dpmeans --lam: the same penalty, passed explicitly, gives the same model
     lam_labels, lam_model = str(tmp_path / "lam-labels.zarr"), str(tmp_path / "lam-model.zarr")
@@ -155,7 +101,7 @@ def test_generate_fit_predict_info_pipeline(data, address, tmp_path):
     out_lam = json.loads(r.stdout)
     assert out_lam["params"]["lam"] == pytest.approx(lam) and out_lam["params"]["max_iter"] == 50
     assert out_lam["n_clusters"] == out["n_clusters"]
-    assert dclust.metrics.adjusted_rand_score(labels_of(dp_labels), labels_of(lam_labels)) == pytest.approx(1.0)
+    assert dclust.metrics.adjusted_rand_score(read(dp_labels), read(lam_labels)) == pytest.approx(1.0)
 
     # predict with the saved k-means model reproduces the labels written by fit
     pred = str(tmp_path / "pred.zarr")
@@ -164,7 +110,7 @@ def test_generate_fit_predict_info_pipeline(data, address, tmp_path):
     out = json.loads(r.stdout)
     assert out["command"] == "predict" and out["estimator"] == "KMeans" and out["n_clusters"] == K
     assert out["n_samples"] == N and out["labels"] == pred and "predict" in out["seconds"]
-    np.testing.assert_array_equal(labels_of(pred), km_labels)
+    np.testing.assert_array_equal(read(pred), km_labels)
 
     # info: JSON and the human table
     r = run(["info", dp_model, "--json"])
@@ -191,7 +137,7 @@ def test_human_output_progress_and_quiet(data, address, tmp_path):
     r = run(["predict", tmp_path / "m.zarr", x, "--labels", tmp_path / "p.zarr", "--quiet", "--scheduler", address])
     assert r.exit_code == 0, r.stderr
     assert r.stderr == "" and "predict" in r.stdout
-    np.testing.assert_array_equal(labels_of(tmp_path / "p.zarr"), labels_of(tmp_path / "a.zarr"))
+    np.testing.assert_array_equal(read(tmp_path / "p.zarr"), read(tmp_path / "a.zarr"))
 
 
 def test_overwrite_replaces_outputs(data, address, tmp_path):
@@ -199,7 +145,7 @@ def test_overwrite_replaces_outputs(data, address, tmp_path):
     labels, model = tmp_path / "labels.zarr", tmp_path / "model.zarr"
     base = ["fit", "kmeans", x, "--labels", labels, "--model", model, "--seed", 0, "--quiet", "--scheduler", address]
     assert run([*base, "--k", 2]).exit_code == 0
-    assert labels_of(labels).max() == 1
+    assert read(labels).max() == 1
 
     # without --overwrite: exit 1, one line naming the option, and nothing touched
     before_labels, before_model = snapshot(labels), snapshot(model)
@@ -218,7 +164,7 @@ def test_overwrite_replaces_outputs(data, address, tmp_path):
     # with --overwrite: replaced, no temporary or set-aside stores left behind
     r = run([*base, "--k", 3, "--overwrite"])
     assert r.exit_code == 0, r.stderr
-    assert labels_of(labels).max() == 2 and dclust.load(model).cluster_centers_.shape == (3, D)
+    assert read(labels).max() == 2 and dclust.load(model).cluster_centers_.shape == (3, D)
     assert sorted(os.listdir(tmp_path)) == ["labels.zarr", "model.zarr"]
 
     # generate and predict honour it too
@@ -400,7 +346,7 @@ def test_scheduler_from_environment(data, address, tmp_path):
     out = json.loads(r.stdout)
     assert out["scheduler"] == address and out["estimator"] == "DPMeans"
     assert f"Dask cluster at {address} (1 worker)" in r.stderr
-    assert labels_of(labels).shape == (N,) and dclust.load(model).n_clusters_ == out["n_clusters"]
+    assert read(labels).shape == (N,) and dclust.load(model).n_clusters_ == out["n_clusters"]
 
 
 def test_scheduler_option_overrides_environment(data, address, tmp_path):

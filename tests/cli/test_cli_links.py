@@ -6,36 +6,19 @@ Every command's output is compared with the public API called directly on the sa
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 import numpy as np
 import pytest
-import zarr
 from typer.testing import CliRunner
 
 import dclust
 from dclust._cli.main import app
 
+from _support.cli import ok_json, one_line_error, read, run
+
 # ------------------------------------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    from distributed import LocalCluster
-
-    c = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                     dashboard_address=None, memory_limit="1GiB")
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-@pytest.fixture(scope="module")
-def address(cluster):
-    return cluster.scheduler_address
 
 
 def write_csv(path, header, rows):
@@ -62,25 +45,6 @@ def data(tmp_path_factory):
             for k, (a, b, s) in enumerate(zip(i.tolist(), j.tolist(), v.tolist()))]
     csv_path = write_csv(d / "links.csv", [" i", "j ", "Type"], rows)
     return x, csv_path, truth, G
-
-
-def run(args, **kwargs):
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False, **kwargs)
-
-
-def ok_json(r):
-    assert r.exit_code == 0, (r.stdout, r.stderr)
-    return json.loads(r.stdout)
-
-
-def one_line_error(stderr):
-    lines = [line for line in stderr.splitlines() if line.startswith("dclust: error:")]
-    assert len(lines) == 1 and "Traceback" not in stderr, stderr
-    return lines[0]
-
-
-def read(path):
-    return zarr.open_array(str(path), mode="r")[...]
 
 
 def same_graph(a, b):

@@ -6,7 +6,6 @@ Every command's output is compared with the public API called directly on the sa
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
@@ -18,28 +17,14 @@ from typer.testing import CliRunner
 import dclust
 from dclust._cli.main import app
 
+from _support.checkpoints import Interrupt, snapshot
+from _support.cli import ok_json, one_line_error, read, run
+
 T, BATCH, CHUNK = 6, 300, 600  # 6 time steps of 300 rows, stored in chunks of 600 rows
 STREAM = dict(lam=9.0, T_Q=3.0, k_tau=1.1)
 
 
 # ------------------------------------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    from distributed import LocalCluster
-
-    c = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                     dashboard_address=None, memory_limit="1GiB")
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-@pytest.fixture(scope="module")
-def address(cluster):
-    return cluster.scheduler_address
 
 
 @pytest.fixture(scope="module")
@@ -80,34 +65,6 @@ def linked_store(tmp_path_factory):
     return x, links, truth, G
 
 
-def run(args, **kwargs):
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False, **kwargs)
-
-
-def ok_json(r):
-    assert r.exit_code == 0, (r.stdout, r.stderr)
-    return json.loads(r.stdout)
-
-
-def one_line_error(stderr):
-    lines = [line for line in stderr.splitlines() if line.startswith("dclust: error:")]
-    assert len(lines) == 1 and "Traceback" not in stderr, stderr
-    return lines[0]
-
-
-def read(path):
-    return zarr.open_array(str(path), mode="r")[...]
-
-
-def snapshot(path):
-    out = {}
-    for root, _, files in os.walk(path):
-        for f in files:
-            with open(os.path.join(root, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(root, f), path)] = fh.read()
-    return out
-
-
 def dmeans_reference(x):
     """The public API, batch by batch: the model and the persistent ids of every batch."""
     X = dclust.open_array(x, chunks=BATCH)
@@ -136,17 +93,6 @@ def dmeans_expected(stream_store):
 def dmeans_args(x, labels, *extra):
     return ["stream", "dmeans", x, "--batch-rows", BATCH, "--lam", STREAM["lam"], "--T-Q", STREAM["T_Q"],
             "--k-tau", STREAM["k_tau"], "--labels", labels, "--seed", 0, *extra]
-
-
-class Interrupt:
-    """A progress callback that presses Ctrl-C (raises KeyboardInterrupt) when batch ``at`` has been fitted."""
-
-    def __init__(self, at):
-        self.at = at
-
-    def __call__(self, event):
-        if event.phase == "iter" and event.iteration == self.at:
-            raise KeyboardInterrupt
 
 
 # ----------------------------------------------------------------------------------------------- stream dmeans

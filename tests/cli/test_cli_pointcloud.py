@@ -4,37 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import zarr
-from typer.testing import CliRunner
 
-from dclust._cli.main import app
 from dclust.apps._scenes import moving_objects_scene
 from dclust.apps.pointcloud import tracking_scores
 from dclust.io._pointcloud import write_ply
 
-DCLUST = os.path.join(os.path.dirname(sys.executable), "dclust")
+from _support.cli import one_line_error, run, sh
+
 PARAMS = ["--lam", 4, "--T-Q", 10, "--k-tau", 1.1]
-
-
-def run(args):
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-
-def sh(args, timeout=120):
-    env = {k: v for k, v in os.environ.items() if k != "DCLUST_SCHEDULER"}
-    env["COLUMNS"] = "200"
-    return subprocess.run([DCLUST, *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout)
-
-
-def one_line_error(stderr):
-    lines = [line for line in stderr.splitlines() if line.startswith("dclust: error:")]
-    assert len(lines) == 1 and "Traceback" not in stderr, stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +79,7 @@ def test_data_errors_are_one_line_and_leave_nothing(tmp_path, seq):
 
 def test_subprocess_progress_then_unreadable_frame(tmp_path, seq):
     d, _ = seq
-    r = sh(["pointcloud", "track", d, tmp_path / "o.zarr", *PARAMS])
+    r = sh(["pointcloud", "track", d, tmp_path / "o.zarr", *PARAMS], env={"COLUMNS": "200"})
     assert r.returncode == 0, r.stderr
     assert "frames/s" in r.stderr and "frame 5/5" in r.stderr  # the rich progress line
     assert "DynamicMeans" in r.stdout and "frames / s" in r.stdout

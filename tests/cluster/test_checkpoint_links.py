@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import zarr
 
-from _support.checkpoints import Stop, snapshot, stop_after
+from _support.checkpoints import Interrupt, Stop, snapshot, stop_after
 
 import dclust
 from dclust.constraints import ConstraintGraph
@@ -316,17 +316,6 @@ def address():
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None,
                       memory_limit=0) as c:
         yield c.scheduler_address
-
-
-class Interrupt:
-    """A progress callback that presses Ctrl-C once iteration ``at`` is done."""
-
-    def __init__(self, at):
-        self.at = at
-
-    def __call__(self, event):
-        if event.phase == "iter" and event.iteration == self.at:
-            raise KeyboardInterrupt
 
 
 def test_cli_fit_rdpmeans_resumes_from_its_checkpoint(rdp_data, address, tmp_path):

@@ -1,0 +1,144 @@
+"""The options several commands share, defined once; the small helpers that turn options into estimator
+parameters; and :func:`shared_options`, the decorator that adds the options every computing command ends with
+(``--component ... --debug``) and runs its body in a session."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from ._cluster import SCHEDULER_ENV, TlsCaOpt, TlsCertOpt, TlsKeyOpt
+from ._session import _command, _usage
+
+
+def _bounded(low: float, inclusive: bool) -> Callable[[float | None], float | None]:
+    """An option callback: the value (if given) is a finite number > ``low`` (>= with ``inclusive``)."""
+    def check(value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and (value >= low if inclusive else value > low)):
+            raise typer.BadParameter(f"{value} is not a finite number {'>=' if inclusive else '>'} {low:g}.")
+        return value
+
+    return check
+
+
+_positive = _bounded(0.0, False)
+
+# ---------------------------------------------------------------------------------------------------------------
+# the options every computing command ends with (added by shared_options)
+# ---------------------------------------------------------------------------------------------------------------
+
+SchedulerOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--scheduler",
+        envvar=SCHEDULER_ENV,
+        metavar="ADDRESS",
+        help="Address of a running Dask scheduler (tcp://host:8786). Default: start a local cluster.",
+    ),
+]
+MemoryLimitOpt = Annotated[
+    str,
+    typer.Option("--memory-limit", help='Memory limit per worker of the local cluster ("4GB", or "auto").'),
+]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace existing output stores.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object with the results on stdout.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no dashboard link.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the full traceback of errors.")]
+ComponentOpt = Annotated[
+    Optional[str],
+    typer.Option("--component", metavar="NAME", help="Array inside the input Zarr group (e.g. 'X')."),
+]
+
+# ---------------------------------------------------------------------------------------------------------------
+# options of the fit and stream commands
+# ---------------------------------------------------------------------------------------------------------------
+
+InputArg = Annotated[str, typer.Argument(metavar="IN.zarr", help="Input Zarr store (N x D points).")]
+LabelsOpt = Annotated[str, typer.Option("--labels", metavar="OUT.zarr", help="Where to write the labels (Zarr).")]
+ModelOpt = Annotated[str, typer.Option("--model", metavar="MODEL.zarr", help="Where to save the fitted model.")]
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", min=0, help="random_state (reproducible runs).")]
+MaxIterOpt = Annotated[
+    Optional[int], typer.Option("--max-iter", min=1, help="Maximum number of iterations (default: the estimator's).")
+]
+FitCheckpointOpt = Annotated[
+    Optional[str],
+    typer.Option("--checkpoint", metavar="PATH",
+                 help="Save the fit's state here after every iteration; if PATH exists, resume from it."),
+]
+TargetKOpt = Annotated[
+    Optional[int], typer.Option("--k", min=1, help="Target number of clusters: lam from the furthest-first heuristic.")
+]
+ClusterLamOpt = Annotated[
+    Optional[float], typer.Option("--lam", callback=_positive, help="Penalty per cluster (a squared distance, > 0).")
+]
+ConstraintsOpt = Annotated[
+    Optional[str],
+    typer.Option("--constraints", metavar="LINKS.zarr|LINKS.csv",
+                 help="Must/cannot links over the rows of IN: a graph (ConstraintGraph.to_zarr) or a links CSV."),
+]
+
+# ---------------------------------------------------------------------------------------------------------------
+# from options to estimator parameters and report rows
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _estimator_params(params: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    """``params`` and those of ``optional`` that are given (not None): unset options keep the estimator's
+    defaults."""
+    return {**params, **{name: value for name, value in optional.items() if value is not None}}
+
+
+def _exactly_one_of_k_and_lam(k: int | None, lam: float | None) -> None:
+    if (k is None) == (lam is None):
+        raise _usage("give exactly one of --k (target number of clusters) and --lam (penalty per cluster).")
+
+
+def _checkpoint_row(checkpoint: str | None, resume: bool) -> dict[str, str]:
+    """The table row of ``--checkpoint`` (none without it)."""
+    return {"checkpoint": f"{checkpoint} ({'resumed' if resume else 'new'})"} if checkpoint else {}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# shared_options
+# ---------------------------------------------------------------------------------------------------------------
+
+# (name, annotation, default), in the order --help lists them after a command's own options
+_COMPONENT = [("component", ComponentOpt, None)]
+_OVERWRITE = [("overwrite", OverwriteOpt, False)]
+_SCHEDULER = [("scheduler", SchedulerOpt, None)]
+_TLS = [("tls_ca", TlsCaOpt, None), ("tls_cert", TlsCertOpt, None), ("tls_key", TlsKeyOpt, None)]
+_MEMORY_LIMIT = [("memory_limit", MemoryLimitOpt, "auto")]
+_OUTPUT = [("json_out", JsonOpt, False), ("quiet", QuietOpt, False), ("debug", DebugOpt, False)]
+
+
+def shared_options(*, component: bool = True, cluster: bool = True, tls: bool = True) -> Callable:
+    """Make ``body(s, <own options>)`` a command taking its own options, then ``--component`` (with
+    ``component``), ``--overwrite``, ``--scheduler``, ``--tls-*`` (with ``tls``) and ``--memory-limit`` (with
+    ``cluster``), ``--json``, ``--quiet`` and ``--debug``. The body runs inside :func:`_command`; ``s`` is the
+    session, which holds the shared values (``s.overwrite``, ``s.component``, ``s.scheduler``, ...). The TLS
+    values reach the cluster through the click context (:func:`dclust._cli._cluster.tls_from_context`)."""
+    shared = ((_COMPONENT if component else []) + _OVERWRITE
+              + ((_SCHEDULER + (_TLS if tls else []) + _MEMORY_LIMIT) if cluster else []) + _OUTPUT)
+
+    def decorate(body: Callable[..., None]) -> Callable[..., None]:
+        own = list(inspect.signature(body, eval_str=True).parameters.values())[1:]  # [0] is the session
+        params = own + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                                          default=default) for name, annotation, default in shared]
+
+        @functools.wraps(body)
+        def command(**kwargs: Any) -> None:
+            options = {name: kwargs.pop(name) for name, _, _ in shared}
+            for name, _, _ in _TLS:
+                options.pop(name, None)
+            with _command(options.pop("json_out"), options.pop("quiet"), options.pop("debug"), **options) as s:
+                body(s, **kwargs)
+
+        command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return decorate
