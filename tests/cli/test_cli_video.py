@@ -64,6 +64,18 @@ def test_kmeans_and_dpmeans_methods_to_zarr(video, tmp_path):
     assert r.exit_code == 2 and "--k" in r.output
 
 
+def test_Q_and_tau_replace_T_Q_and_k_tau(video, tmp_path):
+    r = run(["video", "quantize", video, tmp_path / "f.zarr", "--Q", 53.3, "--tau", 0.01, "--fit-sample", 500,
+             "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    params = json.loads(r.stdout)["params"]
+    assert (params["Q"], params["tau"], params["T_Q"], params["k_tau"]) == (53.3, 0.01, None, None)
+    for mixed in (["--Q", 53.3], ["--tau", 0.01], ["--T-Q", 15, "--tau", 0.01]):
+        r = run(["video", "quantize", video, tmp_path / "m.zarr", *mixed])
+        assert r.exit_code == 2 and "--Q and --tau" in " ".join(r.output.replace("│", " ").split())
+    assert sorted(os.listdir(tmp_path)) == ["f.zarr"]
+
+
 def test_resume_continues_an_interrupted_run(video, tmp_path):
     full, cut = tmp_path / "full.zarr", tmp_path / "cut.zarr"
     args = ["--fit-sample", 400, "--json", "-q"]
