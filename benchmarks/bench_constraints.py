@@ -13,7 +13,8 @@ Measured in one run on a local cluster of 2 single-threaded worker processes:
   - the number of colour phases of the link graph;
   - peak resident memory of the workers during each fit;
   - graph memory (bytes per link) at two link counts, and the time to build / write / read the graph; likewise
-    the bytes of GM-PR's per-block link plan.
+    the bytes of GM-PR's per-block link plan, and of the link endpoints' float64 rows its fit gathers once and
+    keeps on the workers (every E-step is then one task per row block).
 
 Targets (issue 5): RDP-means per iteration <= 2 x DPMeans per iteration; GM-PR E+M step <= 3 x KMeans per
 iteration (diagonal covariances); graph memory linear in the links.
@@ -97,6 +98,18 @@ def make_links(y: np.ndarray, m: int, within: float, rng: np.random.Generator):
     return a, b, y[a] == y[b]
 
 
+def _warm_gmpr_kernels() -> None:
+    """Load GM-PR's numba kernels (from numba's cache) in this process, with the argument types of the fit."""
+    from dclust.kernels.gmpr import MixtureParams, link_partial, sub_log_density, unlinked_partial
+
+    X = np.random.default_rng(0).normal(size=(64, 8)).astype(np.float32)
+    p = MixtureParams.build(np.full(2, 0.5), np.ones((2, 1)), np.zeros((2, 1, 8)), np.ones((2, 1, 8)))
+    unlinked_partial(X, p, np.array([0, 1]))
+    rows = X[:4].astype(np.float64)
+    sub = sub_log_density(rows, p)
+    link_partial(rows[:2], sub[:2], rows[2:], sub[2:], np.array([True, False]), p)
+
+
 def fit_timed(client, name, make, X, **fit_kw):
     import dclust
 
@@ -156,7 +169,8 @@ def run(args, client) -> dict:
              "nbytes": G.nbytes, "bytes_per_link": G.nbytes / max(G.n_links, 1), "half_links": half.n_links,
              "half_nbytes": half.nbytes, "build_seconds": t_build, "write_seconds": t_write, "read_seconds": t_read,
              "colouring_seconds": t_colour, "n_colours": n_colours, "path": str(gpath),
-             "gmpr_plan_nbytes": plan_bytes(G), "gmpr_plan_half_nbytes": plan_bytes(half)}
+             "gmpr_plan_nbytes": plan_bytes(G), "gmpr_plan_half_nbytes": plan_bytes(half),
+             "gmpr_endpoint_rows_nbytes": 2 * G.n_links * args.d * 8}
     print(f"  graph: {G}  ({fmt_bytes(G.nbytes)}, {n_colours} colours)", flush=True)
 
     it = args.iters
@@ -188,6 +202,7 @@ def run(args, client) -> dict:
             dclust.GMPR(n_classes=args.centers, covariance_type="diag", max_iter=2, tol=0.0, **common).fit(
                 X[:200_000], constraints=ConstraintGraph.from_pairs([0], [1], [True], n_samples=200_000,
                                                                     chunks=X[:200_000].chunks[0]))
+        client.run(_warm_gmpr_kernels)  # that fit ran on one worker: load the kernels in every worker
         model, r = fit_timed(client, "GMPR (diag)", lambda: dclust.GMPR(
             n_classes=args.centers, covariance_type="diag", max_iter=it, tol=0.0, **common), X, constraints=G)
         labels = np.asarray(model.predict(X).compute())
@@ -217,7 +232,8 @@ def report(res: dict) -> str:
                  f"{g['colouring_seconds']:.2f} s ({g['n_colours']} colours)")
     texts.append(f"  GM-PR link plan: {fmt_bytes(g['gmpr_plan_nbytes'])} for {g['n_links']:,} links "
                  f"({g['gmpr_plan_nbytes'] / g['n_links']:.1f} B/link); {fmt_bytes(g['gmpr_plan_half_nbytes'])} for "
-                 f"{g['half_links']:,} links ({g['gmpr_plan_half_nbytes'] / max(g['half_links'], 1):.1f} B/link)")
+                 f"{g['half_links']:,} links ({g['gmpr_plan_half_nbytes'] / max(g['half_links'], 1):.1f} B/link); "
+                 f"endpoint rows kept on the workers {fmt_bytes(g.get('gmpr_endpoint_rows_nbytes', 0))}")
     linear = abs(g["nbytes"] / g["n_links"] - g["half_nbytes"] / max(g["half_links"], 1)) < 1e-9
     texts.append(f"  graph memory linear in links: {'MET' if linear else 'NOT MET'}")
     for r in res["runs"]:

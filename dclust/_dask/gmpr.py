@@ -1,8 +1,9 @@
-"""GM-PR on Dask (ALGORITHMS.md 8.4): one E-step pass over the row blocks and the non-empty link-block pairs,
-partials tree-reduced; initial statistics; class posteriors with or without links.
+"""GM-PR on Dask (ALGORITHMS.md 8.4): one E-step pass of one task per row block (its unlinked rows and its share
+of the links), partials tree-reduced; initial statistics; class posteriors with or without links.
 
-The driver holds O(links) integers (the link plan) and O(M K D²) parameters; no task receives more than two row
-blocks, and every block task only the local indices of its own linked rows.
+The driver holds O(links) integers (the link plan) and O(M K D²) parameters. The rows of the links' far
+endpoints are gathered once per fit (:func:`link_payload`, O(links · D) floats kept on the cluster), so an
+E-step is one round trip like a k-means iteration, each of its tasks receiving one row block.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from ..kernels.gmpr import (
     GaussianStats, MixtureParams, class_posteriors, link_partial, pair_posteriors, sub_log_density,
     unlinked_partial,
 )
-from .blocks import map_partials
+from .blocks import _block_info_array, _partial_block, map_partials
 from .reduce import tree_reduce
 
-__all__ = ["LinkPlan", "estep", "init_stats", "proba", "total_loglik"]
+__all__ = ["LinkPlan", "estep", "init_stats", "link_payload", "proba", "total_loglik"]
 
 
 @dataclass
@@ -108,38 +109,120 @@ def _block_kernel(Xb, mask, *, offset, block_index, params):
     return _BlockOut(partial, rows, sub)
 
 
-def _strip(block: np.ndarray) -> np.ndarray:
-    out = np.empty(block.shape, dtype=object)
-    out[0] = block[0].partial
-    return out
+@dataclass
+class _BlockLinks:
+    """The links a row block's E-step task handles (built once per fit, kept on the cluster next to the block).
 
-
-def _pair_kernel(a, b, pos_i, pos_j, must, params):
-    a, b = a[0], b[0]
-    M, K, D = params.n_classes, params.n_sub, params.means.shape[2]
-    out = np.empty(1, dtype=object)
-    if a.sub is None or b.sub is None:  # NaN in an endpoint: the block partial already reports it
-        out[0] = GaussianStats.identity(M * K, D, M, params.diag)
-    else:
-        out[0] = link_partial(a.rows[pos_i], a.sub[pos_i], b.rows[pos_j], b.sub[pos_j], must, params)
-    return out
-
-
-def estep(X: da.Array, plan: LinkPlan, params: MixtureParams, split_every=None) -> GaussianStats:
-    """One E-step pass: the merged statistics of all row blocks and link-block pairs.
-
-    ``stats.loglik`` holds ``ℓ`` without the cannot-link normaliser ``−|CL| log(1 − Σα²)``.
+    ``linked``: sorted local indices of the block's rows in any link (skipped by the unlinked pass); ``own`` and
+    ``other``: the float64 rows of the two endpoints of every link assigned to the block (``own`` in it), gathered
+    once since X does not change between iterations; ``must``: the link types; ``finite``: no NaN or inf in the
+    block's linked rows.
     """
-    mask = _linked_mask(plan) if plan.n_links else None
-    blk = map_partials(_block_kernel, X, mask, params=params)
-    parts = [blk.map_blocks(_strip, dtype=object, meta=np.empty(0, dtype=object))]
-    if plan.pairs:
-        cells = blk.to_delayed().ravel()
-        for bi, bj, pos_i, pos_j, must in plan.pairs:
-            task = dask.delayed(_pair_kernel, pure=True)(cells[bi], cells[bj], pos_i, pos_j, must, params)
-            parts.append(da.from_delayed(task, shape=(1,), dtype=object, meta=np.empty(0, dtype=object)))
-    partials = da.concatenate(parts) if len(parts) > 1 else parts[0]
-    return tree_reduce(partials, GaussianStats.merge_all, split_every=split_every).compute()[()]
+
+    linked: np.ndarray
+    own: np.ndarray
+    other: np.ndarray
+    must: np.ndarray
+    finite: bool
+
+
+def _assign_links(plan: LinkPlan):
+    """Every link to the row block of one of its endpoints, half of a block pair's links to each side (so the
+    link work is spread evenly): per block, (own local index, other block, other local index, must), sorted by
+    the other block."""
+    parts: list[list[tuple]] = [[] for _ in plan.chunks]
+    for bi, bj, pos_i, pos_j, must in plan.pairs:
+        li, lj = plan.linked[bi][pos_i], plan.linked[bj][pos_j]
+        h = must.size if bi == bj else (must.size + 1) // 2
+        parts[bi].append((li[:h], np.full(h, bj, np.intp), lj[:h], must[:h]))
+        if h < must.size:
+            parts[bj].append((lj[h:], np.full(must.size - h, bi, np.intp), li[h:], must[h:]))
+    out = []
+    for p in parts:
+        if not p:
+            out.append((np.zeros(0, np.intp), np.zeros(0, np.intp), np.zeros(0, np.intp), np.zeros(0, bool)))
+            continue
+        own, src, loc, must = (np.concatenate(x) for x in zip(*p))
+        order = np.argsort(src, kind="stable")
+        out.append((own[order], src[order], loc[order], must[order]))
+    return out
+
+
+def _take_rows(Xb, idx):
+    return np.asarray(Xb[idx], dtype=np.float64)
+
+
+def _assemble(Xb, linked, own, must, *pieces):
+    """A block's :class:`_BlockLinks` (takes the block itself, so that it is kept on the block's worker)."""
+    rows = [taken[start:stop] for taken, start, stop in pieces]
+    other = np.concatenate(rows) if rows else np.zeros((0, Xb.shape[1]))
+    out = np.empty(1, dtype=object)
+    out[0] = _BlockLinks(linked, _take_rows(Xb, own), other, must, bool(np.isfinite(Xb[linked]).all()))
+    return out
+
+
+def link_payload(X: da.Array, plan: LinkPlan) -> da.Array | None:
+    """Lazy (n_blocks,) object array: per row block its :class:`_BlockLinks` (None without links).
+
+    One pass gathers every block's link endpoints needed elsewhere; persist the result once per fit
+    (``O(links · D)`` floats on the cluster) and pass it to every :func:`estep`.
+    """
+    if not plan.n_links:
+        return None
+    assigned = _assign_links(plan)
+    nb = len(plan.chunks)
+    needed: list[list[np.ndarray]] = [[] for _ in range(nb)]
+    spans: list[list[tuple[int, int, int]]] = [[] for _ in range(nb)]
+    sizes = np.zeros(nb, np.intp)
+    for b, (_, src, loc, _) in enumerate(assigned):
+        bounds = np.searchsorted(src, np.arange(nb + 1))
+        for c in np.flatnonzero(np.diff(bounds)):
+            n = bounds[c + 1] - bounds[c]
+            needed[c].append(loc[bounds[c]:bounds[c + 1]])
+            spans[b].append((int(c), int(sizes[c]), int(sizes[c] + n)))
+            sizes[c] += n
+    xb = X.to_delayed().ravel()
+    taken = {c: dask.delayed(_take_rows, pure=True)(xb[c], np.concatenate(needed[c]))
+             for c in range(nb) if needed[c]}
+    parts = []
+    for b, (own, _, _, must) in enumerate(assigned):
+        pieces = [(taken[c], start, stop) for c, start, stop in spans[b]]
+        task = dask.delayed(_assemble, pure=True)(xb[b], plan.linked[b], own, must, *pieces)
+        parts.append(da.from_delayed(task, shape=(1,), dtype=object, meta=np.empty(0, dtype=object)))
+    return da.concatenate(parts) if nb > 1 else parts[0]
+
+
+def _estep_kernel(Xb, links, *, offset, block_index, params):
+    """One block's E-step partial: its unlinked rows and the links assigned to it, merged."""
+    if links is None:
+        return unlinked_partial(Xb, params, None, block_index=block_index)
+    links = links[0]
+    partial = unlinked_partial(Xb, params, links.linked, block_index=block_index)
+    if not links.finite and partial.bad_block < 0:
+        partial.bad_block = block_index
+    own, other = links.own, links.other
+    if not links.must.size or not (np.isfinite(own).all() and np.isfinite(other).all()):
+        return partial  # NaN in an endpoint: the block that holds it reports it
+    sub = sub_log_density(np.concatenate([own, other]), params)
+    L = own.shape[0]
+    return GaussianStats.merge_all([partial, link_partial(own, sub[:L], other, sub[L:], links.must, params)])
+
+
+def estep(X: da.Array, plan: LinkPlan, params: MixtureParams, split_every=None, links: da.Array | None = None
+          ) -> GaussianStats:
+    """One E-step pass: one task per row block (its unlinked rows and its share of the links), tree-reduced.
+
+    ``links`` is :func:`link_payload` ``(X, plan)`` (persisted by the caller; built here, in the same graph,
+    when omitted). ``stats.loglik`` holds ``ℓ`` without the cannot-link normaliser ``−|CL| log(1 − Σα²)``.
+    """
+    if links is None and plan.n_links:
+        links = link_payload(X, plan)
+    parts = da.blockwise(
+        _partial_block, "i", _estep_kernel, None, {"params": params}, None, _block_info_array(X), "ij", X, "ik",
+        links, "i" if links is not None else None, dtype=object, concatenate=True, align_arrays=False,
+        adjust_chunks={"i": 1}, meta=np.empty(0, dtype=object),
+    )
+    return tree_reduce(parts, GaussianStats.merge_all, split_every=split_every).compute()[()]
 
 
 def _init_kernel(Xb, *, offset, block_index, class_centres, sub_centres, diag):

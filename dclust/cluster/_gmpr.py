@@ -55,10 +55,11 @@ class GMPR(BaseEstimator):
 
     Each of ``n_classes`` classes is a mixture of ``clusters_per_class`` Gaussians. Must-linked points share one
     class variable; cannot-linked points have different classes (ALGORITHMS.md 6.1). Every pass is one E-step
-    over the row blocks and the non-empty link-block pairs, with per-component statistics merged by Chan's rule
-    in a tree; the class weights are then solved on the driver (closed form for two classes, SLSQP with
-    generalised-EM acceptance otherwise). A point in several links is counted once per link (composite
-    likelihood, E-GP2). Without links this is EM for a Gaussian mixture of mixtures.
+    of one task per row block (its unlinked rows and its share of the links, whose far endpoints are gathered
+    once per fit), with per-component statistics merged by Chan's rule in a tree; the class weights are then
+    solved on the driver (closed form for two classes, SLSQP with generalised-EM acceptance otherwise). A point
+    in several links is counted once per link (composite likelihood, E-GP2). Without links this is EM for a
+    Gaussian mixture of mixtures.
 
     Parameters
     ----------
@@ -267,6 +268,9 @@ class GMPR(BaseEstimator):
         if info.kind != "numpy":
             arr = persist_if_fits(arr, self.persist, logger)
         self._warned = False
+        links = _dgmpr.link_payload(arr, plan)
+        if links is not None:
+            links = links.persist()  # O(links · D) floats on the cluster, gathered once
         watch = Stopwatch()
         if state is None:
             first = 1
@@ -275,7 +279,7 @@ class GMPR(BaseEstimator):
         else:
             first, params, history, self._warned = self._unpack(ck, state, d)
             first += 1
-        stats = _dgmpr.estep(arr, plan, params, self.split_every)
+        stats = _dgmpr.estep(arr, plan, params, self.split_every, links)
         raise_if_bad_block(stats, arr)
         w_all, mean_all, scatter_all = _pooled(stats)  # independent of the parameters: the data's own sums
         ck.check_content(w_all, mean_all, float(np.trace(scatter_all) if scatter_all.ndim == 2 else scatter_all.sum()))
@@ -291,7 +295,7 @@ class GMPR(BaseEstimator):
             self._warn_light(weight, d)
             alpha, _ = update_alpha(stats.class_counts, plan.n_cannot, params.alpha)
             params = self._build(alpha, new.pi, new.means, new.covariances)
-            stats = _dgmpr.estep(arr, plan, params, self.split_every)
+            stats = _dgmpr.estep(arr, plan, params, self.split_every, links)
             ll_new = _dgmpr.total_loglik(stats, params.alpha, plan.n_cannot)
             history.append(ll_new)
             converged = abs(ll_new - ll) <= self.tol * abs(ll_new)

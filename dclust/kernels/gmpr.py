@@ -107,28 +107,41 @@ def sub_log_density(X: np.ndarray, params: MixtureParams) -> np.ndarray:
     X = np.asarray(X, dtype=np.float64)
     n, D = X.shape
     M, K = params.n_classes, params.n_sub
-    out = np.empty((n, M, K))
     pc = params.prec_chol
-    for m in range(M):
-        for k in range(K):
-            if params.diag:
-                y = (X - params.means[m, k]) * pc[m, k]
-                logdet = np.log(pc[m, k]).sum()
-            else:
+    if params.diag:
+        logdet = np.log(pc).sum(axis=2).reshape(M * K)
+        out = _diag_log_density(X, params.means.reshape(M * K, D), pc.reshape(M * K, D), logdet).reshape(n, M, K)
+    else:
+        out = np.empty((n, M, K))
+        for m in range(M):
+            for k in range(K):
                 y = X @ pc[m, k] - params.means[m, k] @ pc[m, k]
                 logdet = np.log(np.diag(pc[m, k])).sum()
-            out[:, m, k] = -0.5 * (D * _LOG_2PI + (y * y).sum(axis=1)) + logdet
+                out[:, m, k] = -0.5 * (D * _LOG_2PI + (y * y).sum(axis=1)) + logdet
     with np.errstate(divide="ignore"):
         out += np.log(params.pi)[None]
     return out
 
 
+@numba.njit(cache=True, nogil=True)
+def _diag_log_density(X, means, prec, logdet):
+    """``log N(x_n | μ_c, diag σ²_c)`` (n, C) from the precision factors ``1/σ`` (one pass, no (n, C, D)
+    temporaries)."""
+    n, D = X.shape
+    C = means.shape[0]
+    out = np.empty((n, C))
+    for i in range(n):
+        for c in range(C):
+            q = 0.0
+            for f in range(D):
+                v = (X[i, f] - means[c, f]) * prec[c, f]
+                q += v * v
+            out[i, c] = -0.5 * (D * np.log(2.0 * np.pi) + q) + logdet[c]
+    return out
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # the monoid
-
-
-def _pad_rows(a: np.ndarray, n: int) -> np.ndarray:
-    return a if a.shape[0] == n else np.concatenate([a, np.zeros((n - a.shape[0],) + a.shape[1:])])
 
 
 @dataclass
@@ -249,150 +262,130 @@ def _log_alpha(alpha: np.ndarray) -> np.ndarray:
 _NEGLIGIBLE = -60.0
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"contract", "arcp"})
+_FAST = dict(cache=True, nogil=True, fastmath={"contract", "arcp"})
+_TILE = 1024  # rows whose responsibilities are folded in by one call of _fold_rows
+
+
+@numba.njit(**_FAST)
+def _fold_rows(X, lo, ks, idx, rs, means, diag, weight, sums, scat, diff, y):
+    """Add the rows ``X[lo + j]`` (``j < len(ks)``), row ``j`` with the weights ``rs[j, :ks[j]]`` of the components
+    ``idx[j, :ks[j]]``, to ``weight`` and to the sums and scatter about ``means`` (``diff``, ``y``: scratch of
+    length D). One call per tile of rows: a call per row (its array arguments' reference counts) costs as much
+    as the folding itself."""
+    D = means.shape[1]
+    for j in range(ks.shape[0]):
+        for q in range(ks[j]):
+            c = idx[j, q]
+            r = rs[j, q]
+            weight[c] += r
+            if diag:
+                for f in range(D):
+                    d = np.float64(X[lo + j, f]) - means[c, f]
+                    sums[c, f] += r * d
+                    scat[c, f] += r * d * d
+            else:
+                for f in range(D):
+                    diff[f] = np.float64(X[lo + j, f]) - means[c, f]
+                    sums[c, f] += r * diff[f]
+                for f in range(D):
+                    y[f] = r * diff[f]
+                for f in range(D):
+                    for g in range(D):
+                        scat[c, f * D + g] += y[f] * diff[g]
+
+
+@numba.njit(**_FAST)
 def _unlinked_kernel(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub, diag):
     """One fused pass over the kept rows: responsibilities of every component folded into weights, sums and
     scatter about the shift ``means`` (the current parameters, near the new means: no cancellation), class
     counts and the log-likelihood. ``prec`` is (C, D) for diag, (C, D * D) upper Cholesky factors else.
 
     ``r_mk = post_m · π_mk N_mk / g_m = exp(t_mk − log z)`` with ``t_mk = log α_m + log π_mk + log N_mk`` and
-    ``log z = logsumexp(t)``: one exp per component and row, skipped (r = 0) where ``t_mk`` is more than 60 below
-    the row's largest (``r < 1e-26``: below rounding of every sum a row adds to)."""
+    ``log z = logsumexp(t)``. Only the components whose ``t_mk`` is within 60 of the row's largest get an exp
+    and are folded in (the others have ``r < 1e-26``, below rounding of every sum a row adds to); with one such
+    component (separated clusters) ``r = 1`` and ``log z = t_max`` exactly, without a call. The diagonal data
+    term runs over the components innermost on (D, C) copies of the means and precisions (SIMD); the
+    finiteness test is one sum per row (finite only if every value is)."""
     n, D = X.shape
     C = means.shape[0]
-    M = C // n_sub
     weight = np.zeros(C)
     sums = np.zeros((C, D))
     scat = np.zeros((C, D)) if diag else np.zeros((C, D * D))
-    counts = np.zeros(M)
+    counts = np.zeros(C // n_sub)
     loglik = 0.0
     t = np.empty(C)
-    diff = np.empty(D)
-    y = np.empty(D)
-    base = np.empty(C)
-    for c in range(C):
-        base[c] = log_alpha[c // n_sub] + log_pi[c] - 0.5 * D * np.log(2.0 * np.pi) + logdet[c]
-    n_bad = 0
-    for i in range(n):
-        if not keep[i]:
-            continue
-        finite = True
-        for f in range(D):
-            if not np.isfinite(X[i, f]):
-                finite = False
-        if not finite:
-            n_bad += 1
-            continue
-        mx = -np.inf
-        for c in range(C):
-            q = 0.0
-            if diag:
-                for f in range(D):
-                    v = (X[i, f] - means[c, f]) * prec[c, f]
-                    q += v * v
-            else:
-                for f in range(D):
-                    diff[f] = X[i, f] - means[c, f]
-                for j in range(D):
-                    v = 0.0
-                    for f in range(j + 1):
-                        v += diff[f] * prec[c, f * D + j]
-                    q += v * v
-            t[c] = base[c] - 0.5 * q
-            if t[c] > mx:
-                mx = t[c]
-        acc = 0.0
-        for c in range(C):
-            e = t[c] - mx
-            t[c] = np.exp(e) if e > _NEGLIGIBLE else 0.0
-            acc += t[c]
-        loglik += mx + np.log(acc)
-        inv = 1.0 / acc
-        for c in range(C):
-            r = t[c] * inv
-            if r == 0.0:
-                continue
-            counts[c // n_sub] += r
-            weight[c] += r
-            for f in range(D):
-                diff[f] = X[i, f] - means[c, f]
-                sums[c, f] += r * diff[f]
-            if diag:
-                for f in range(D):
-                    scat[c, f] += r * diff[f] * diff[f]
-            else:
-                for f in range(D):
-                    y[f] = r * diff[f]
-                for f in range(D):
-                    for g in range(D):
-                        scat[c, f * D + g] += y[f] * diff[g]
-    return weight, sums, scat, counts, loglik, n_bad
-
-
-@numba.njit(cache=True, nogil=True, fastmath={"contract", "arcp"})
-def _unlinked_kernel_diag(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub):
-    """:func:`_unlinked_kernel` for diagonal covariances, the same arithmetic (up to fused multiply-adds) laid
-    out for speed: the data term runs over the components innermost on (D, C) copies of the means and precisions (SIMD over
-    components), the finiteness test is one sum per row, the class of a component is looked up, not divided."""
-    n, D = X.shape
-    C = means.shape[0]
-    M = C // n_sub
-    weight = np.zeros(C)
-    sums = np.zeros((C, D))
-    scat = np.zeros((C, D))
-    counts = np.zeros(M)
-    loglik = 0.0
-    t = np.empty(C)
-    base = np.empty(C)
-    cls = np.empty(C, np.intp)
+    ks = np.zeros(_TILE, np.intp)
+    idx = np.empty((_TILE, C), np.intp)
+    rs = np.empty((_TILE, C))
+    diff, y = np.empty(D), np.empty(D)
+    base, cls = np.empty(C), np.empty(C, np.intp)
     for c in range(C):
         cls[c] = c // n_sub
-        base[c] = log_alpha[c // n_sub] + log_pi[c] - 0.5 * D * np.log(2.0 * np.pi) + logdet[c]
+        base[c] = log_alpha[cls[c]] + log_pi[c] - 0.5 * D * np.log(2.0 * np.pi) + logdet[c]
     mt = np.ascontiguousarray(means.T)
-    pt = np.ascontiguousarray(prec.T)
+    pt = np.ascontiguousarray(prec.T) if diag else prec[:1]
     n_bad = 0
-    for i in range(n):
-        if not keep[i]:
-            continue
-        s = 0.0
-        for f in range(D):
-            s += np.float64(X[i, f])
-        if not np.isfinite(s):  # NaN/inf in the row, or (float64 only) an overflowing sum of finite values
-            finite = True
-            for f in range(D):
-                if not np.isfinite(X[i, f]):
-                    finite = False
-            if not finite:
-                n_bad += 1
+    for lo in range(0, n, _TILE):
+        hi = min(n, lo + _TILE)
+        for i in range(lo, hi):
+            j = i - lo
+            ks[j] = 0
+            if not keep[i]:
                 continue
-        for c in range(C):
-            t[c] = 0.0
-        for f in range(D):
-            xf = np.float64(X[i, f])
+            s = 0.0
+            for f in range(D):
+                s += np.float64(X[i, f])
+            if not np.isfinite(s):  # NaN/inf in the row, or (float64 only) an overflowing sum of finite values
+                finite = True
+                for f in range(D):
+                    if not np.isfinite(X[i, f]):
+                        finite = False
+                if not finite:
+                    n_bad += 1
+                    continue
+            if diag:
+                for c in range(C):
+                    t[c] = 0.0
+                for f in range(D):
+                    xf = np.float64(X[i, f])
+                    for c in range(C):
+                        v = (xf - mt[f, c]) * pt[f, c]
+                        t[c] += v * v
+            else:
+                for c in range(C):
+                    for f in range(D):
+                        diff[f] = X[i, f] - means[c, f]
+                    q = 0.0
+                    for h in range(D):
+                        v = 0.0
+                        for f in range(h + 1):
+                            v += diff[f] * prec[c, f * D + h]
+                        q += v * v
+                    t[c] = q
+            mx = -np.inf
             for c in range(C):
-                v = (xf - mt[f, c]) * pt[f, c]
-                t[c] += v * v
-        mx = -np.inf
-        for c in range(C):
-            t[c] = base[c] - 0.5 * t[c]
-            mx = max(mx, t[c])
-        acc = 0.0
-        for c in range(C):
-            e = t[c] - mx
-            t[c] = np.exp(e) if e > _NEGLIGIBLE else 0.0
-            acc += t[c]
-        loglik += mx + np.log(acc)
-        inv = 1.0 / acc
-        for c in range(C):
-            r = t[c] * inv
-            if r == 0.0:
-                continue
-            counts[cls[c]] += r
-            weight[c] += r
-            for f in range(D):
-                d = np.float64(X[i, f]) - means[c, f]
-                sums[c, f] += r * d
-                scat[c, f] += r * d * d
+                t[c] = base[c] - 0.5 * t[c]
+                mx = max(mx, t[c])
+            k = 0
+            for c in range(C):  # the components that count, without a branch per component
+                idx[j, k] = c
+                k += 1 if t[c] - mx > _NEGLIGIBLE else 0
+            if k == 1:
+                rs[j, 0] = 1.0  # exp(0) / 1
+                loglik += mx  # + log 1
+            else:
+                acc = 0.0
+                for q in range(k):
+                    rs[j, q] = np.exp(t[idx[j, q]] - mx)
+                    acc += rs[j, q]
+                loglik += mx + np.log(acc)
+                inv = 1.0 / acc
+                for q in range(k):
+                    rs[j, q] *= inv
+            for q in range(k):
+                counts[cls[idx[j, q]]] += rs[j, q]
+            ks[j] = k
+        _fold_rows(X, lo, ks[: hi - lo], idx, rs, means, diag, weight, sums, scat, diff, y)
     return weight, sums, scat, counts, loglik, n_bad
 
 
@@ -400,7 +393,7 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
                      block_index: int = 0) -> GaussianStats:
     """E-step partial of the rows of a block that are in no link (the set U of E-GP1).
 
-    One fused numba pass (:func:`_unlinked_kernel_diag` or :func:`_unlinked_kernel`); equal to
+    One fused numba pass (:func:`_unlinked_kernel`); equal to
     :func:`unlinked_partial_numpy` up to rounding.
 
     Parameters
@@ -432,10 +425,7 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
         log_pi = np.log(params.pi).reshape(C)
     args = (Xb, keep, np.ascontiguousarray(shift), np.ascontiguousarray(prec), logdet, log_pi,
             _log_alpha(params.alpha), K)
-    if params.diag:
-        weight, sums, scat, counts, loglik, n_bad = _unlinked_kernel_diag(*args)
-    else:
-        weight, sums, scat, counts, loglik, n_bad = _unlinked_kernel(*args, False)
+    weight, sums, scat, counts, loglik, n_bad = _unlinked_kernel(*args, params.diag)
     if n_bad:
         out = GaussianStats.identity(C, D, M, params.diag)
         out.bad_block = int(block_index)
@@ -481,10 +471,11 @@ def _lse_row(a, lo, hi):
 
 
 @numba.njit(cache=True, nogil=True)
-def _add_endpoint(x, sub, g, post, shift, n_sub, diag, weight, sums, scat, diff, y):
-    """Fold one endpoint with class posterior ``post`` into the shifted sums (as :func:`_unlinked_kernel`)."""
-    C, D = shift.shape
-    for c in range(C):
+def _endpoint_weights(sub, g, post, n_sub, idx, rs):
+    """An endpoint's component weights ``post_m · exp(sub_c − g_m)`` (NaN, from −inf − −inf, and 0 left out):
+    ``idx[:k]``, ``rs[:k]``; returns ``k``."""
+    k = 0
+    for c in range(sub.shape[0]):
         m = c // n_sub
         if n_sub == 1:  # exp(sub - g) is exactly 1 (NaN, taken as 0, when both are -inf)
             w = post[m] if g[m] > -np.inf else 0.0
@@ -492,19 +483,10 @@ def _add_endpoint(x, sub, g, post, shift, n_sub, diag, weight, sums, scat, diff,
             w = post[m] * np.exp(sub[c] - g[m])
         if not w == w or w == 0.0:  # NaN (-inf - -inf) counts as 0, as in _sub_responsibilities
             continue
-        weight[c] += w
-        for f in range(D):
-            diff[f] = x[f] - shift[c, f]
-            sums[c, f] += w * diff[f]
-        if diag:
-            for f in range(D):
-                scat[c, f] += w * diff[f] * diff[f]
-        else:
-            for f in range(D):
-                y[f] = w * diff[f]
-            for f in range(D):
-                for h in range(D):
-                    scat[c, f * D + h] += y[f] * diff[h]
+        idx[k] = c
+        rs[k] = w
+        k += 1
+    return k
 
 
 @numba.njit(cache=True, nogil=True)
@@ -533,63 +515,70 @@ def _link_kernel(Xa, sub_a, Xb, sub_b, must, log_alpha, shift, n_sub, diag):
     ex_b = np.empty(M)
     diff = np.empty(D)
     y = np.empty(D)
-    for l in range(L):
-        for m in range(M):
-            if n_sub == 1:  # log-sum-exp of one entry is the entry
-                g_a[m] = sub_a[l, m]
-                g_b[m] = sub_b[l, m]
+    ks_a, ks_b = np.zeros(_TILE, np.intp), np.zeros(_TILE, np.intp)
+    idx_a, idx_b = np.empty((_TILE, C), np.intp), np.empty((_TILE, C), np.intp)
+    rs_a, rs_b = np.empty((_TILE, C)), np.empty((_TILE, C))
+    for lo in range(0, L, _TILE):
+        hi = min(L, lo + _TILE)
+        for l in range(lo, hi):
+            for m in range(M):
+                if n_sub == 1:  # log-sum-exp of one entry is the entry
+                    g_a[m] = sub_a[l, m]
+                    g_b[m] = sub_b[l, m]
+                else:
+                    g_a[m] = _lse_row(sub_a[l], m * n_sub, (m + 1) * n_sub)
+                    g_b[m] = _lse_row(sub_b[l], m * n_sub, (m + 1) * n_sub)
+            if must[l]:
+                for m in range(M):
+                    pa[m] = log_alpha[m] + g_a[m] + g_b[m]
+                z = _lse_row(pa, 0, M)
+                for m in range(M):
+                    pa[m] = np.exp(pa[m] - z)
+                    pb[m] = pa[m]
+                    counts[m] += pa[m]
             else:
-                g_a[m] = _lse_row(sub_a[l], m * n_sub, (m + 1) * n_sub)
-                g_b[m] = _lse_row(sub_b[l], m * n_sub, (m + 1) * n_sub)
-        if must[l]:
-            for m in range(M):
-                pa[m] = log_alpha[m] + g_a[m] + g_b[m]
-            z = _lse_row(pa, 0, M)
-            for m in range(M):
-                pa[m] = np.exp(pa[m] - z)
-                pb[m] = pa[m]
-                counts[m] += pa[m]
-        else:
-            mxa = -np.inf
-            mxb = -np.inf
-            for m in range(M):
-                ea[m] = log_alpha[m] + g_a[m]
-                eb[m] = log_alpha[m] + g_b[m]
-                mxa = max(mxa, ea[m])
-                mxb = max(mxb, eb[m])
-            if not np.isfinite(mxa):
-                mxa = 0.0
-            if not np.isfinite(mxb):
-                mxb = 0.0
-            for m in range(M):
-                ea[m] = np.exp(ea[m] - mxa)
-                eb[m] = np.exp(eb[m] - mxb)
-            run_a = 0.0
-            run_b = 0.0
-            for m in range(M):  # prefix sums: ex[m] = Σ_{h<m}
-                ex_a[m] = run_a
-                ex_b[m] = run_b
-                run_a += ea[m]
-                run_b += eb[m]
-            run_a = 0.0
-            run_b = 0.0
-            for m in range(M - 1, -1, -1):  # + suffix sums Σ_{h>m}
-                ex_a[m] += run_a
-                ex_b[m] += run_b
-                run_a += ea[m]
-                run_b += eb[m]
-            tot = 0.0
-            for m in range(M):
-                tot += ea[m] * ex_b[m]
-            z = np.log(tot) + mxa + mxb
-            inv = 1.0 / tot
-            for m in range(M):
-                pa[m] = ea[m] * ex_b[m] * inv
-                pb[m] = eb[m] * ex_a[m] * inv
-                counts[m] += pa[m] + pb[m]
-        loglik += z
-        _add_endpoint(Xa[l], sub_a[l], g_a, pa, shift, n_sub, diag, weight, sums, scat, diff, y)
-        _add_endpoint(Xb[l], sub_b[l], g_b, pb, shift, n_sub, diag, weight, sums, scat, diff, y)
+                mxa = -np.inf
+                mxb = -np.inf
+                for m in range(M):
+                    ea[m] = log_alpha[m] + g_a[m]
+                    eb[m] = log_alpha[m] + g_b[m]
+                    mxa = max(mxa, ea[m])
+                    mxb = max(mxb, eb[m])
+                if not np.isfinite(mxa):
+                    mxa = 0.0
+                if not np.isfinite(mxb):
+                    mxb = 0.0
+                for m in range(M):
+                    ea[m] = np.exp(ea[m] - mxa)
+                    eb[m] = np.exp(eb[m] - mxb)
+                run_a = 0.0
+                run_b = 0.0
+                for m in range(M):  # prefix sums: ex[m] = Σ_{h<m}
+                    ex_a[m] = run_a
+                    ex_b[m] = run_b
+                    run_a += ea[m]
+                    run_b += eb[m]
+                run_a = 0.0
+                run_b = 0.0
+                for m in range(M - 1, -1, -1):  # + suffix sums Σ_{h>m}
+                    ex_a[m] += run_a
+                    ex_b[m] += run_b
+                    run_a += ea[m]
+                    run_b += eb[m]
+                tot = 0.0
+                for m in range(M):
+                    tot += ea[m] * ex_b[m]
+                z = np.log(tot) + mxa + mxb
+                inv = 1.0 / tot
+                for m in range(M):
+                    pa[m] = ea[m] * ex_b[m] * inv
+                    pb[m] = eb[m] * ex_a[m] * inv
+                    counts[m] += pa[m] + pb[m]
+            loglik += z
+            ks_a[l - lo] = _endpoint_weights(sub_a[l], g_a, pa, n_sub, idx_a[l - lo], rs_a[l - lo])
+            ks_b[l - lo] = _endpoint_weights(sub_b[l], g_b, pb, n_sub, idx_b[l - lo], rs_b[l - lo])
+        _fold_rows(Xa, lo, ks_a[: hi - lo], idx_a, rs_a, shift, diag, weight, sums, scat, diff, y)
+        _fold_rows(Xb, lo, ks_b[: hi - lo], idx_b, rs_b, shift, diag, weight, sums, scat, diff, y)
     return weight, sums, scat, counts, loglik
 
 

@@ -12,7 +12,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 from sklearn.metrics import adjusted_rand_score
 
-from dclust._dask.gmpr import LinkPlan, estep, total_loglik
+from dclust._dask.gmpr import LinkPlan, estep, link_payload, total_loglik
 from dclust.cluster._gmpr import GMPR
 from dclust.constraints import ConstraintGraph
 from dclust.errors import (
@@ -71,6 +71,35 @@ def test_estep_on_blocks_equals_the_numpy_oracle(diag):
         np.testing.assert_allclose(st.class_counts, ref.class_counts, rtol=1e-10)
         np.testing.assert_allclose(st.mean, ref.mean, rtol=1e-10)
         np.testing.assert_allclose(st.scatter, ref.scatter, rtol=1e-10, atol=1e-10 * np.abs(ref.scatter).max())
+
+
+def test_estep_with_persisted_link_payload_on_a_cluster(client):
+    """The fit's path on real workers: the link endpoints gathered and persisted once, every block task handling
+    its unlinked rows and its share of the links (cross-block pairs split between both sides), equal to the
+    oracle; the same payload serves two parameter sets; a NaN in a linked row names its block."""
+    rng = np.random.default_rng(8)
+    n, D, M, K = 900, 3, 3, 2
+    X = rng.normal(size=(n, D)) * 3 + 50.0
+    G = _links(rng, n, 150)
+    i, j, s = G.pairs()
+    Xd = da.from_array(X, chunks=(200, -1)).persist()
+    plan = LinkPlan.from_blocks(Xd.chunks[0], G.rechunk(Xd.chunks[0]).blocks())
+    links = link_payload(Xd, plan).persist()
+    owned = [p.must.size for p in links.compute()]
+    assert sum(owned) == G.n_links and min(owned) > 0
+    for seed in (0, 1):
+        params = _params(np.random.default_rng(seed), M, K, D, seed == 1, offset=50.0)
+        ref, ll = estep_reference(X, i, j, s > 0, params)
+        st = estep(Xd, plan, params, split_every=2, links=links)
+        assert st.bad_block == -1 and st.n_rows == n - len(G.nodes()) + 2 * G.n_links
+        np.testing.assert_allclose(total_loglik(st, params.alpha, plan.n_cannot), ll, rtol=1e-10)
+        np.testing.assert_allclose(st.weight, ref.weight, rtol=1e-10)
+        np.testing.assert_allclose(st.mean, ref.mean, rtol=1e-10)
+        np.testing.assert_allclose(st.scatter, ref.scatter, rtol=1e-10, atol=1e-10 * np.abs(ref.scatter).max())
+    bad = X.copy()
+    bad[j[0], 0] = np.nan  # a linked row: skipped by the unlinked pass, caught by its block's link check
+    Xb = da.from_array(bad, chunks=(200, -1))
+    assert estep(Xb, plan, params, links=link_payload(Xb, plan).persist()).bad_block == j[0] // 200
 
 
 def test_fit_on_one_chunk_equals_fit_on_many_chunks():
@@ -253,7 +282,7 @@ def test_bad_input(elongated):
     bad = X.copy()
     bad[250, 1] = np.nan
     with pytest.raises(InvalidDataError, match="chunk 2"):
-        GMPR(init_sample_size=10).fit(da.from_array(bad, chunks=(100, -1)))
+        GMPR(init_sample_size=10, random_state=0).fit(da.from_array(bad, chunks=(100, -1)))  # sample misses row 250
     with pytest.raises(InvalidParameterError, match="covariance_type"):
         GMPR(covariance_type="spherical").fit(X)
     with pytest.raises(InvalidParameterError, match="reg_covar"):
@@ -334,23 +363,27 @@ def test_numba_link_kernel_equals_the_numpy_twin(diag, K):
     assert empty.n_rows == 0 and not empty.weight.any()
 
 
-def test_diag_kernel_matches_the_generic_kernel():
-    """The diagonal fast path (components innermost, one-sum finiteness test) does the generic kernel's
-    arithmetic (up to fused multiply-adds): equal sums and the same count of rows with NaN/inf, for float64 and
-    float32 rows."""
-    from dclust.kernels.gmpr import _unlinked_kernel, _unlinked_kernel_diag
+def test_diag_kernel_path_matches_the_full_path():
+    """The diagonal path of the fused kernel (components innermost, one-sum finiteness test, no exp where one
+    component dominates) does the full path's arithmetic with diagonal Cholesky factors (up to fused
+    multiply-adds): equal sums and the same count of rows with NaN/inf, for float64 and float32 rows; rows far
+    from all but one component and rows between components both occur."""
+    from dclust.kernels.gmpr import _unlinked_kernel
 
     rng = np.random.default_rng(7)
     C, D, K = 6, 5, 2
     means, prec = rng.normal(size=(C, D)) * 3, rng.uniform(0.5, 2.0, size=(C, D))
+    full = np.zeros((C, D, D))
+    full[:, np.arange(D), np.arange(D)] = prec
     logdet, log_pi, log_alpha = np.log(prec).sum(axis=1), np.log(np.full(C, 0.5)), np.log(np.full(3, 1 / 3))
-    X = rng.normal(size=(400, D)) * 4
+    X = np.concatenate([rng.normal(size=(400, D)) * 4, means[rng.integers(0, C, 100)] * 10])
     X[3, 1], X[9, 0] = np.nan, np.inf
-    keep = rng.random(400) < 0.9
+    keep = rng.random(500) < 0.9
     keep[[3, 9]] = True
     for arr in (X, X.astype(np.float32)):
-        a = _unlinked_kernel_diag(arr, keep, means, prec, logdet, log_pi, log_alpha, K)
-        b = _unlinked_kernel(arr, keep, means, prec, logdet, log_pi, log_alpha, K, True)
-        for x, y in zip(a, b):
+        a = _unlinked_kernel(arr, keep, means, prec, logdet, log_pi, log_alpha, K, True)
+        b = _unlinked_kernel(arr, keep, means, full.reshape(C, D * D), logdet, log_pi, log_alpha, K, False)
+        np.testing.assert_allclose(b[2].reshape(C, D, D)[:, np.arange(D), np.arange(D)], a[2], rtol=1e-12)
+        for x, y in zip(a[:2] + a[3:], b[:2] + b[3:]):
             np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12 * np.abs(y).max())
         assert a[5] == 2 and a[0].sum() == pytest.approx(keep.sum() - 2)
