@@ -25,6 +25,9 @@ CHECKPOINT = _Kind("None or a path (str or os.PathLike) of a checkpoint director
                    lambda v: v is None or isinstance(v, (str, os.PathLike)))
 
 
+_NO_GRAPH = object()  # _checkpointer(constraints=...) not given: an estimator without side information
+
+
 class BaseEstimator:
     """Parameters are the keyword arguments of ``__init__``, stored unchanged; validation happens in ``fit``."""
 
@@ -67,17 +70,21 @@ class BaseEstimator:
     def _validate_params(self) -> None:
         validate_params(self)
 
-    def _checkpointer(self, X=None, sample_weight=None, *, fingerprint: bool = True):
+    def _checkpointer(self, X=None, sample_weight=None, *, fingerprint: bool = True, constraints=_NO_GRAPH):
         """The checkpoint of this fit (``dclust.io._checkpoint``), or a no-op object when ``checkpoint`` is None.
 
-        ``X`` (and ``sample_weight``), dask arrays, are fingerprinted so that a checkpoint of other data is refused.
+        ``X`` (and ``sample_weight``), dask arrays, are fingerprinted so that a checkpoint of other data is refused;
+        so is the ``constraints`` graph of the estimators that take one (None too: a fit without links).
         """
         path = getattr(self, "checkpoint", None)
         if path is None:
             return NoCheckpoint()
-        from ..io._checkpoint import Checkpointer, data_fingerprint  # io is above this layer: imported lazily
+        # io is above this layer: imported lazily
+        from ..io._checkpoint import Checkpointer, data_fingerprint, graph_fingerprint
 
         fp = data_fingerprint(X, sample_weight) if (fingerprint and X is not None) else None
+        if constraints is not _NO_GRAPH:
+            fp = {**(fp or {}), "constraints": graph_fingerprint(constraints)}
         return Checkpointer(path, self, fp)
 
     def _check_fitted(self, attribute: str = "cluster_centers_") -> None:

@@ -153,11 +153,7 @@ class COPKMeans(BaseEstimator):
             )
         Xn = np.asarray(arr.compute(), dtype=np.float64)
         i, j, s = self._links(constraints, n)
-        ck = self._checkpointer(arr)
-        if ck.active:
-            from ..io._checkpoint import graph_fingerprint  # io is above this layer
-
-            ck.fingerprint["constraints"] = graph_fingerprint(constraints)
+        ck = self._checkpointer(arr, constraints=constraints)
         state = ck.resume()
         if state is not None and state.get("phase") == "done":
             ck.restore_attributes(self, state)

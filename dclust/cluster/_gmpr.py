@@ -253,11 +253,7 @@ class GMPR(BaseEstimator):
                         "Lower n_classes / clusters_per_class or pass more data.")
             )
         plan = _link_plan(constraints, arr, info.kind, M)
-        ck = self._checkpointer(arr)
-        if ck.active:
-            from ..io._checkpoint import graph_fingerprint  # io is above this layer
-
-            ck.fingerprint["constraints"] = graph_fingerprint(constraints)
+        ck = self._checkpointer(arr, constraints=constraints)
         state = ck.resume()
         if state is not None and state.get("phase") == "done":
             ck.restore_attributes(self, state)

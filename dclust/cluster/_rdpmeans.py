@@ -205,11 +205,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         self._check_setup(n)
         G = self._graph(constraints, arr, info.kind)
         kind = self.divergence
-        ck = self._checkpointer(arr)
-        if ck.active:
-            from ..io._checkpoint import graph_fingerprint  # io is above this layer
-
-            ck.fingerprint["constraints"] = graph_fingerprint(G)
+        ck = self._checkpointer(arr, constraints=G)
         state = ck.resume()
         if state is not None and state.get("phase") == "done":
             return self._restore_done(ck, state, G, arr)

@@ -214,11 +214,7 @@ class TVClust(BaseEstimator):
             raise InvalidDataError(message("X", "finite values", f"NaN or infinity in row {row}",
                                            "Drop or impute those rows and fit again."))
         links = self._links(constraints, n)
-        ck = self._checkpointer(arr)
-        if ck.active:
-            from ..io._checkpoint import graph_fingerprint  # io is above this layer
-
-            ck.fingerprint["constraints"] = graph_fingerprint(constraints)
+        ck = self._checkpointer(arr, constraints=constraints)
         resume = ck.resume()
         if resume is not None and resume.get("phase") == "done":
             ck.restore_attributes(self, resume)
