@@ -5,6 +5,7 @@ Nothing here reads the data, except :func:`check_sample_weight`, which scans the
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import os
@@ -171,8 +172,9 @@ def check_array(
             )
         info = InputInfo("xarray", X.isel({X.dims[1]: 0}, drop=True), X.dims[0])
         X = X.data
+    _refuse_sparse(X, name)
     if isinstance(X, da.Array):
-        arr = X
+        arr = _known_chunks(X, name)
     elif isinstance(X, np.ndarray) or (not _is_lazy_array(X) and not isinstance(X, da.Array)):
         try:
             Xn = np.asarray(X)
@@ -204,6 +206,32 @@ def check_array(
     elif arr.dtype == np.float16:
         arr = arr.astype(np.float32)
     return arr, info
+
+
+def _refuse_sparse(X: Any, name: str) -> None:
+    """Sparse matrices (scipy.sparse, pydata sparse, dask arrays of them) are refused with the way out."""
+    meta = getattr(X, "_meta", None) if isinstance(X, da.Array) else X
+    module = type(meta).__module__ or ""
+    if module.startswith(("scipy.sparse", "sparse")) or hasattr(meta, "tocsr") or hasattr(meta, "todense"):
+        raise InvalidDataError(
+            message(name, "a dense array (numpy, dask, zarr or xarray)", f"a sparse {type(meta).__name__}",
+                    "dclust's kernels work on dense row blocks: densify block by block with "
+                    f"{name}.map_blocks(lambda b: b.toarray()) for dask, or {name}.toarray() when it fits in memory.")
+        )
+
+
+def _known_chunks(X: da.Array, name: str) -> da.Array:
+    """A dask array whose row-chunk sizes are known: unknown ones (a boolean mask, ``to_dask_array()``) are resolved
+    in one pass that computes the blocks' lengths only (logged); unknown feature counts are refused."""
+    if X.ndim >= 2 and any(math.isnan(c) for c in X.chunks[1]):
+        raise InvalidDataError(
+            message(f"{name}.shape", "a known number of features", f"{X.shape}",
+                    "Give the columns explicitly, e.g. df.to_dask_array(lengths=True) for a dask DataFrame.")
+        )
+    if not any(math.isnan(c) for c in X.chunks[0]):
+        return X
+    logging.getLogger("dclust").info("%s has unknown chunk sizes: resolving them in one pass", name)
+    return X.compute_chunk_sizes()
 
 
 def _check_dtype(dtype: np.dtype, name: str) -> None:

@@ -155,8 +155,8 @@ class Display:
         task = progress.add_task(description, total=None, status="starting")
         state: dict[str, Any] = {"iter_seconds": [], "chunks": 0, "status": "starting"}
 
-        def on_chunk(_event: Any) -> None:  # runs on the client's event loop, once per processed chunk
-            state["chunks"] += 1
+        def on_chunk(event: Any) -> None:  # runs on the client's event loop, once per task: (time, chunks done)
+            state["chunks"] = min(state["chunks"] + int(event[1]), n_chunks or state["chunks"] + int(event[1]))
             progress.update(task, status=f"{state['status']}  chunks {state['chunks']}/{n_chunks or '?'}")
 
         def callback(event: ProgressEvent) -> None:
@@ -180,7 +180,7 @@ class Display:
             progress.update(task, status=status)
 
         if client is not None:
-            from dclust._dask.blocks import CHUNK_DONE_TOPIC
+            from dclust._dask.passes import CHUNK_DONE_TOPIC
 
             client.subscribe_topic(CHUNK_DONE_TOPIC, on_chunk)
         try:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..kernels.bpmeans import bp_block, gram_partial, serial_sweep
 from ..kernels.dpmeans import block_permutation
-from .blocks import block_offsets
+from .passes import block_offsets
 from .features import FeatureOverflow, Gram, _gram_of, bits_from_parts, map_with_bits, widen
 from .occ import EpochRecord
 

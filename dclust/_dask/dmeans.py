@@ -18,7 +18,7 @@ from ..kernels.distances import stats_from_assignment
 from ..kernels.dpmeans import DPBlockResult, block_permutation
 from ..kernels.dynmeans import StepResult, StepState, best_options, end_of_pass, label_pass
 from ..kernels.stats import ClusterStats
-from .blocks import map_partials
+from .passes import map_partials
 from .occ import EpochRecord, PassRecord, gather_prefix, prefix_counts
 from .reduce import tree_reduce
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..kernels.bpmeans import gram_partial, sweep_rows
 from ..kernels.kfeatures import draw_keys, exhaustive_rows, greedy_rows
-from .blocks import _block_info_array
+from .passes import _block_info_array
 from .reduce import tree_reduce
 
 __all__ = [
@@ -138,7 +138,7 @@ def _merge_greedy(parts):
 
 
 def _greedy_round(X, A, seed, round_, split_every, threshold=0.0):
-    from .blocks import map_partials
+    from .passes import map_partials
 
     parts = map_partials(_greedy_partial, X, features=A, seed=seed, round_=round_, threshold=float(threshold))
     return tree_reduce(parts, _merge_greedy, split_every=split_every).compute()[()]

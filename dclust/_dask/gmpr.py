@@ -18,7 +18,7 @@ from ..kernels.gmpr import (
     GaussianStats, MixtureParams, class_posteriors, link_partial, pair_posteriors, sub_log_density,
     unlinked_partial,
 )
-from .blocks import _block_info_array, _partial_block, map_partials
+from .passes import _block_info_array, _partial_block, map_partials
 from .reduce import tree_reduce
 
 __all__ = ["LinkPlan", "estep", "init_stats", "link_payload", "proba", "total_loglik"]

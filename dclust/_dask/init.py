@@ -4,14 +4,15 @@ per-block draw from (seed, round, block), so results do not depend on the schedu
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import dask.array as da
 
-from ..kernels.distances import assign_stats, nearest
+from ..kernels.distances import block_stats, nearest
 from ..kernels.kmeans import block_rng, kmeans_plusplus, oversample_block
 from ..kernels.stats import ClusterStats
-from .blocks import map_partials
-from .reduce import tree_reduce
+from .passes import map_reduce
 
 __all__ = [
     "take_rows",
@@ -26,12 +27,12 @@ __all__ = [
 
 def reduce_stats(X: da.Array, w, centres: np.ndarray, split_every=None) -> ClusterStats:
     """One pass: nearest-centre statistics of all rows, tree-reduced."""
-    parts = map_partials(_stats_partial, X, w, centres=np.asarray(centres, dtype=np.float64))
-    return tree_reduce(parts, ClusterStats.merge_all, split_every=split_every).compute()[()]
+    C = np.asarray(centres, dtype=np.float64)
+    return map_reduce(_stats_partial, ClusterStats.merge_all, X, w, split_every=split_every, centres=C).compute()[()]
 
 
 def _stats_partial(Xb, wb, *, offset, block_index, centres):
-    return assign_stats(Xb, centres, wb, offset=offset, block_index=block_index)[0]
+    return block_stats(Xb, centres, wb, offset=offset, block_index=block_index)
 
 
 def take_rows(X: da.Array, index) -> np.ndarray:
@@ -99,10 +100,10 @@ def kmeans_parallel(
     phi = reduce_stats(X, w, C, split_every).cost
     ell = oversampling_factor * k
     for r in range(rounds):
-        parts = map_partials(
-            _oversample_partial, X, w, centres=C, oversampling=ell, phi=phi, seed=seed, round_=r
-        )
-        rows, phi_now = tree_reduce(parts, _merge_samples, split_every=split_every).compute()[()]
+        rows, phi_now = map_reduce(
+            _oversample_partial, _merge_samples, X, w, split_every=split_every, centres=C, oversampling=ell, phi=phi,
+            seed=seed, round_=r,
+        ).compute()[()]
         C = np.vstack([C, rows])
         phi = phi_now
         if phi <= 0:
@@ -136,8 +137,9 @@ def _merge_farthest(parts, m):
 
 def farthest_rows(X: da.Array, w, centres: np.ndarray, m: int, split_every=None):
     """The ``m`` rows farthest from their nearest centre (ties: lowest index): (distances, indices, rows)."""
-    parts = map_partials(_farthest_partial, X, w, centres=np.asarray(centres, dtype=np.float64), m=m)
-    return tree_reduce(parts, lambda ps: _merge_farthest(ps, m), split_every=split_every).compute()[()]
+    C = np.asarray(centres, dtype=np.float64)
+    return map_reduce(_farthest_partial, functools.partial(_merge_farthest, m=m), X, w, split_every=split_every,
+                      centres=C, m=m).compute()[()]
 
 
 def furthest_first(X: da.Array, k: int, start: np.ndarray, split_every=None) -> tuple[np.ndarray, np.ndarray]:

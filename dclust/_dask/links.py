@@ -15,7 +15,7 @@ import dask.array as da
 import numpy as np
 
 from ..constraints._coloring import greedy_coloring, link_adjacency
-from .blocks import _block_info_array, block_offsets
+from .passes import _block_info_array, block_offsets
 
 __all__ = [
     "LinkLayout", "PhaseBlock", "build_layout", "object_array", "fresh_name", "map_with_args", "map_parts",
@@ -46,7 +46,7 @@ def map_with_args(fn: Callable[..., Any], X: da.Array, args, *, blocks=None, **k
     """``fn(X_block, args[b], offset=, block_index=, **kwargs)`` for every row block ``b`` (or those in ``blocks``).
 
     ``args`` is a sequence with one (small) object per block of X, shipped only to that block's task. Returns a
-    1-D object array of partials (one per block), like :func:`dclust._dask.blocks.map_partials`.
+    1-D object array of partials (one per block), like :func:`dclust._dask.passes.map_partials`.
     """
     info = _block_info_array(X)
     A = da.from_array(object_array(args), chunks=1, name=False)

@@ -15,7 +15,8 @@ import numpy as np
 
 from ..kernels.dpmeans import block_permutation, dp_block, serial_assign
 from ..kernels.stats import ClusterStats
-from .blocks import block_offsets, map_partials
+from ..kernels.distances import block_stats
+from .passes import block_offsets, map_partials, map_reduce
 from .reduce import tree_reduce
 
 __all__ = ["EpochRecord", "PassRecord", "gather_prefix", "occ_pass", "prefix_counts", "records_state", "records_from"]
@@ -58,9 +59,7 @@ def prefix_counts(chunks: tuple[int, ...], b0: int) -> np.ndarray:
 
 
 def _prefix_partial(Xb, wb, *, offset, block_index, seed, counts, centre):
-    from ..kernels.distances import assign_stats
-
-    stats = assign_stats(Xb, centre, wb, offset=offset, block_index=block_index)[0]
+    stats = block_stats(Xb, centre, wb, offset=offset, block_index=block_index)
     c = int(counts[block_index])
     local = block_permutation(seed, block_index, Xb.shape[0])[:c]
     w = np.ones(c) if wb is None else np.asarray(wb, dtype=np.float64)[local]
@@ -78,8 +77,8 @@ def gather_prefix(X, w, *, seed: int, counts: np.ndarray, split_every=None):
     Returns ``(stats, index, rows, weights)`` with the prefix in (position, block) order.
     """
     zero = np.zeros((1, X.shape[1]))
-    parts = map_partials(_prefix_partial, X, w, seed=seed, counts=counts, centre=zero)
-    stats, pos, idx, rows, pw = tree_reduce(parts, _merge_prefix, split_every=split_every).compute()[()]
+    stats, pos, idx, rows, pw = map_reduce(_prefix_partial, _merge_prefix, X, w, split_every=split_every, seed=seed,
+                                           counts=counts, centre=zero).compute()[()]
     order = np.lexsort((idx, pos))
     return stats, idx[order], rows[order], pw[order]
 

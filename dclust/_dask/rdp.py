@@ -19,7 +19,7 @@ from ..kernels.distances import assign_stats
 from ..kernels.dpmeans import block_permutation
 from ..kernels.rdpmeans import linked_block, unlinked_block, unlinked_order, validate_proposals
 from ..kernels.stats import ClusterStats
-from .blocks import block_offsets
+from .passes import block_offsets
 from .links import LinkLayout, fresh_name, map_parts, map_with_args, object_array
 from . import occ
 from .reduce import tree_reduce

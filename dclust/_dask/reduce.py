@@ -54,7 +54,7 @@ def tree_reduce(
     Parameters
     ----------
     partials : dask.array.Array, shape (n_blocks,), dtype object
-        One partial per element, usually built by :func:`dclust._dask.blocks.map_partials`.
+        One partial per element, usually built by :func:`dclust._dask.passes.map_partials`.
     merge : callable
         ``merge(list_of_partials) -> partial``; must be associative (and commutative).
     split_every : int, optional

@@ -10,12 +10,11 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from .._dask.blocks import block_offsets, map_labels, map_partials
-from .._dask.reduce import tree_reduce
+from .._dask.passes import block_offsets, map_labels, map_reduce
 from .._dask.loop import NoCheckpoint
 from .._validation import InputInfo, _Kind, check_array, validate_params
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
-from ..kernels.distances import assign_stats, nearest
+from ..kernels.distances import block_stats, nearest
 from ..kernels.stats import ClusterStats
 
 __all__ = ["BaseEstimator", "CentroidMixin", "clone", "raise_if_bad_block", "CHECKPOINT"]
@@ -150,7 +149,7 @@ def _distances_kernel(Xb, centers):
 
 
 def _cost_partial(Xb, wb, *, offset, block_index, centers):
-    return assign_stats(Xb, centers, wb, offset=offset, block_index=block_index)[0]
+    return block_stats(Xb, centers, wb, offset=offset, block_index=block_index)
 
 
 class CentroidMixin:
@@ -184,7 +183,7 @@ class CentroidMixin:
         arr, _ = self._input(X)
         w = check_sample_weight(sample_weight, arr)
         c = np.asarray(self.cluster_centers_, dtype=np.float64)
-        stats = tree_reduce(map_partials(_cost_partial, arr, w, centers=c), ClusterStats.merge_all).compute()[()]
+        stats = map_reduce(_cost_partial, ClusterStats.merge_all, arr, w, centers=c).compute()[()]
         raise_if_bad_block(stats, arr)
         return -float(stats.cost)
 

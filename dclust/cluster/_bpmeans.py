@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from .._dask.blocks import persist_if_fits
+from .._dask.passes import persist_if_fits
 from .._dask.bpocc import bp_occ_pass, patch_bits
 from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, select_bits, transform_bits
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from .._dask.blocks import persist_if_fits
+from .._dask.passes import persist_if_fits
 from .._dask.init import furthest_first
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
 from .._dask.occ import PassRecord, gather_prefix, occ_pass, prefix_counts, records_from, records_state

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 
 from .._dask import gmpr as _dgmpr
-from .._dask.blocks import persist_if_fits
+from .._dask.passes import persist_if_fits
 from .._dask.init import take_rows
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
 from .._registry import register

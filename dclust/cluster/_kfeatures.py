@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from .._dask.blocks import persist_if_fits
+from .._dask.passes import persist_if_fits
 from .._dask.features import greedy_init, init_bits, kfeatures_pass
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger, rng_state, set_rng_state
 from .._registry import register

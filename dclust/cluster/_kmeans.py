@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._dask.blocks import persist_if_fits
+from .._dask.passes import persist_if_fits
 from .._dask.init import farthest_rows, kmeans_parallel, kmeans_plusplus_sample, random_rows, reduce_stats
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger, rng_state, set_rng_state
 from .._registry import register

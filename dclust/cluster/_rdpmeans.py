@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from .._dask.blocks import map_labels, persist_if_fits
+from .._dask.passes import map_labels, persist_if_fits
 from .._dask.init import furthest_first
 from .._dask.links import build_layout
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger

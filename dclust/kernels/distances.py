@@ -20,6 +20,7 @@ __all__ = [
     "nearest",
     "nearest_numpy",
     "assign_stats",
+    "block_stats",
     "assign_stats_numpy",
     "scatter_about_means",
 ]
@@ -28,40 +29,6 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy")
 
 
 _FAST = dict(_JIT, fastmath={"reassoc", "contract", "arcp", "nsz"})  # keeps NaN/inf semantics
-
-#: From this many features on, :func:`nearest` and :func:`assign_stats` use BLAS tiles of rows (measured faster
-#: from D = 3 on); below, direct differences. The chosen distance is always recomputed exactly.
-GEMM_MIN_FEATURES = 3
-_GEMM_TILE = 256
-
-
-@numba.njit(inline="always")
-def _row_distances(X, i, CT, dist):
-    """``dist[c] = ||X[i] - CT[:, c]||^2`` by direct differences, in float64."""
-    dist[:] = 0.0
-    for j in range(X.shape[1]):
-        xj = np.float64(X[i, j])
-        for c in range(CT.shape[1]):
-            t = xj - CT[j, c]
-            dist[c] += t * t
-
-
-@numba.njit(inline="always")
-def _argmin(dist):
-    """Lowest index of the strict minimum (-1 when every entry is NaN or inf), and that minimum."""
-    best = np.inf
-    bk = -1
-    for c in range(dist.shape[0]):
-        if dist[c] < best:
-            best = dist[c]
-            bk = c
-    return bk, best
-
-
-def _nearest(X, C):
-    if C.shape[0] == 0:
-        return np.full(X.shape[0], -1, np.int32), np.full(X.shape[0], np.inf)
-    return _fused(X, C, np.ones(X.shape[0]), 0)[:2]  # the assignment path of assign_stats, so labels agree
 
 
 def nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,56 +78,64 @@ def _key(i):
     return z ^ (z >> np.uint64(31))
 
 
-@numba.njit(**_FAST)
-def _assign_accumulate(X, C, CT, m2ct, cc, w, offset, use_gemm, tile):
-    """One read of the block: nearest centre of every row, folded at once into weight / sums / cost / fingerprint.
+#: Rows per BLAS tile of the assignment kernel (the tile's distances stay in L1/L2 cache, as in scikit-learn).
+_TILE = 256
 
-    The direct path computes ``sum_j (x_j - c_j)^2`` for all centres; the GEMM path gets ``-2 x.c + ||c||^2`` from
-    one BLAS call per tile of rows and recomputes the chosen distance exactly. A row with NaN or inf gets label -1.
+
+@numba.njit(**_FAST)
+def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta, cost_k, fp):
+    """One read of the block: nearest centre of every row, folded at once into the per-cluster accumulators.
+
+    The candidate distances ``||c - o||^2 - 2 (x - o).(c - o)`` come from one BLAS product per tile of rows, in the
+    block's dtype (float32 for float32 data, as scikit-learn's Lloyd), about the centres' mean ``o`` so that data
+    far from the origin keeps its digits; the chosen distance is recomputed exactly in float64.
+    ``delta`` accumulates ``w (x - c)`` (not ``w x``), so the new means ``c + delta / weight`` keep their digits for
+    data with a large offset, and ``cost_k`` the exact ``w ||x - c||^2`` per cluster, from which the scatter about
+    the new mean follows without a second read. ``labels``/``mind`` are written only when they are not empty. A
+    row with NaN or inf gets no cluster (label -1, distance NaN) and is counted in the returned ``n_bad``.
     """
     n, d = X.shape
-    k = C.shape[0]
-    labels = np.full(n, -1, dtype=np.int32)
-    mind = np.full(n, np.nan)
-    weight = np.zeros(k)
-    sums = np.zeros((k, d))
-    fp = np.zeros(k, dtype=np.uint64)
-    dist = np.empty(k)
-    cost = 0.0
+    k = CT.shape[1]
+    want_rows = labels.shape[0] > 0
+    G = np.empty((min(n, _TILE), k), dtype=X.dtype)
+    T = np.empty((min(n, _TILE), d), dtype=X.dtype)
+    t = np.empty(d)
     n_bad = 0
-    for s in range(0, n, tile):
-        e = min(n, s + tile)
-        if use_gemm:
-            G = np.dot(X[s:e], m2ct)
-        for i in range(s, e):
-            if use_gemm:
-                for c in range(k):
-                    dist[c] = G[i - s, c] + cc[c]
-            else:
-                _row_distances(X, i, CT, dist)
-            bk, best = _argmin(dist)
-            if bk >= 0 and use_gemm:
-                best = 0.0
+    for s in range(0, n, _TILE):
+        e = min(n, s + _TILE)
+        g, xt = G[: e - s], T[: e - s]
+        for r in range(e - s):
+            for j in range(d):
+                xt[r, j] = X[s + r, j] - o[j]
+        np.dot(xt, CT, g)
+        for r in range(e - s):
+            i = s + r
+            bk = -1
+            best = np.inf
+            for c in range(k):
+                v = g[r, c] + cc[c]
+                if v < best:
+                    best = v
+                    bk = c
+            q = np.nan
+            if bk >= 0:
+                q = 0.0
                 for j in range(d):
-                    t = np.float64(X[i, j]) - C[bk, j]
-                    best += t * t
-            if bk < 0 or not np.isfinite(best):
+                    t[j] = np.float64(X[i, j]) - C[bk, j]
+                    q += t[j] * t[j]
+            if not np.isfinite(q):
                 n_bad += 1
                 continue
-            labels[i] = bk
-            mind[i] = best
-            wi = w[i]
+            wi = w[i] if has_w else 1.0
             weight[bk] += wi
-            cost += wi * best
+            cost_k[bk] += wi * q
             fp[bk] += _key(offset + i)
             for j in range(d):
-                sums[bk, j] += wi * np.float64(X[i, j])
-    mean = np.zeros((k, d))
-    for c in range(k):
-        if weight[c] > 0:
-            for j in range(d):
-                mean[c, j] = sums[c, j] / weight[c]
-    return labels, mind, weight, mean, fp, cost, n_bad
+                delta[bk, j] += wi * t[j]
+            if want_rows:
+                labels[i] = bk
+                mind[i] = q
+    return n_bad
 
 
 @numba.njit(**_JIT)
@@ -213,9 +188,9 @@ _blas = {"lock": threading.Lock(), "users": 0, "limiter": None, "controller": No
 
 @contextlib.contextmanager
 def _one_blas_thread():
-    """BLAS limited to one thread while any kernel in this process is inside (the tiles are small and every Dask
-    worker thread already runs a kernel; nested BLAS threads would only oversubscribe the cores). Reference-counted,
-    so concurrent kernels in several threads restore the user's setting exactly once, when the last one leaves."""
+    """BLAS limited to one thread while any caller in this process is inside (every Dask worker thread already runs
+    a kernel; nested BLAS threads would only oversubscribe the cores). Reference-counted, so concurrent callers in
+    several threads restore the user's setting exactly once, when the last one leaves."""
     with _blas["lock"]:
         if _blas["users"] == 0:
             if _blas["controller"] is None:
@@ -241,31 +216,62 @@ def _float_block(X) -> np.ndarray:
     return np.ascontiguousarray(X)
 
 
-def _fused(X, C, w, offset):
-    """Run :func:`_assign_accumulate` on a float block with >= 1 centre: BLAS tiles from GEMM_MIN_FEATURES on."""
-    use_gemm = X.shape[1] >= GEMM_MIN_FEATURES
-    m2ct = np.ascontiguousarray(-2.0 * C.T, dtype=X.dtype)
-    cc = (C * C).sum(axis=1)
-    tile = _GEMM_TILE if use_gemm else max(X.shape[0], 1)
-    with _one_blas_thread() if use_gemm else contextlib.nullcontext():
-        return _assign_accumulate(X, C, np.ascontiguousarray(C.T), m2ct, cc, w, np.uint64(offset), use_gemm, tile)
+def _lloyd(X, C, sample_weight, offset, block_index, want_rows):
+    """Run :func:`_lloyd_block` on a float block with >= 1 centre; ``(stats, labels, dist)``."""
+    n, d = X.shape
+    k = C.shape[0]
+    o = C.mean(axis=0)
+    Co = C - o
+    CT = np.ascontiguousarray(-2.0 * Co.T, dtype=X.dtype)
+    cc = (Co * Co).sum(axis=1).astype(X.dtype)
+    has_w = sample_weight is not None
+    w = _weights(n, sample_weight) if has_w else np.empty(0)
+    m = n if want_rows else 0
+    labels = np.full(m, -1, dtype=np.int32)
+    mind = np.full(m, np.nan)
+    weight, delta, cost_k = np.zeros(k), np.zeros((k, d)), np.zeros(k)
+    fp = np.zeros(k, dtype=np.uint64)
+    with _one_blas_thread():
+        n_bad = _lloyd_block(X, o.astype(X.dtype), CT, cc, C, w, has_w, np.uint64(offset), labels, mind, weight, delta, cost_k, fp)
+    safe = np.where(weight > 0, weight, 1.0)
+    shift = delta / safe[:, None]
+    mean = np.where(weight[:, None] > 0, C + shift, 0.0)
+    scatter = np.maximum(cost_k - weight * (shift * shift).sum(axis=1), 0.0)
+    stats = ClusterStats(weight, mean, scatter, float(cost_k.sum()), fp, n, block_index if n_bad else -1)
+    return stats, labels, mind
+
+
+def _nearest(X, C):
+    if C.shape[0] == 0:
+        return np.full(X.shape[0], -1, np.int32), np.full(X.shape[0], np.inf)
+    return _lloyd(X, C, None, 0, 0, True)[1:]  # the assignment path of assign_stats, so labels agree
+
+
+def block_stats(X, C, sample_weight=None, *, offset: int = 0, block_index: int = 0) -> ClusterStats:
+    """The nearest-centre :class:`ClusterStats` of one block in one read, with no per-row output (the Lloyd step).
+
+    ``X`` (n, D) float32 or float64, ``C`` (K, D) with K >= 1; equal to ``assign_stats(...)[0]``.
+    """
+    X = _float_block(X)
+    C = np.ascontiguousarray(C, dtype=np.float64)
+    if C.shape[0] == 0:
+        return assign_stats(X, C, sample_weight, offset=offset, block_index=block_index)[0]
+    return _lloyd(X, C, sample_weight, offset, block_index, False)[0]
 
 
 def assign_stats(X, C, sample_weight=None, *, offset: int = 0, block_index: int = 0):
     """Assign every row of one block to its nearest centre and fold it into :class:`ClusterStats`.
 
-    One fused read of the block (distances, argmin, weights, sums, cost, fingerprint) plus one for the scatter.
+    One fused read of the block (distances, argmin, weights, sums, cost, scatter, fingerprint).
     Returns ``(stats, labels, dist)``; ``labels``/``dist`` are O(n) vectors of the block, never n x K.
+    Use :func:`block_stats` when the per-row vectors are not needed.
     """
     X = _float_block(X)
     C = np.ascontiguousarray(C, dtype=np.float64)
-    n, k = X.shape[0], C.shape[0]
-    if k == 0:
+    if C.shape[0] == 0:
         labels, mind = _nearest(X, C)
         return stats_from_assignment(X, labels, mind, sample_weight, 0, offset, block_index), labels, mind
-    w = _weights(n, sample_weight)
-    labels, mind, weight, mean, fp, cost, n_bad = _fused(X, C, w, offset)
-    return _finish(X, labels, w, weight, mean, fp, cost, n_bad, block_index), labels, mind
+    return _lloyd(X, C, sample_weight, offset, block_index, True)
 
 
 def assign_stats_numpy(X, C, sample_weight=None, *, offset: int = 0):

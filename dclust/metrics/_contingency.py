@@ -13,8 +13,7 @@ from typing import Any, NamedTuple, Sequence
 import dask.array as da
 import numpy as np
 
-from .._dask.blocks import map_partials
-from .._dask.reduce import tree_reduce
+from .._dask.passes import map_reduce
 from ..errors import InvalidDataError, InvalidParameterError, message
 
 __all__ = ["contingency_table"]
@@ -167,7 +166,7 @@ def _sum_by_pair(t: np.ndarray, p: np.ndarray, values: np.ndarray | None, weight
 
 def _block_cells(tb: np.ndarray, pb: np.ndarray, wb: np.ndarray | None = None, *, offset: int, block_index: int,
                  weight_name: str = "sample_weight", weight_upper: float | None = None, lazy: bool = True) -> _Cells:
-    """Partial of one row block (``tb`` is (n_b, 1) under :func:`map_partials`, else (n_b,))."""
+    """Partial of one row block (``tb`` is (n_b, 1) under :func:`map_reduce`, else (n_b,))."""
     tb = np.ravel(tb)
     if wb is not None:
         wb = np.asarray(wb, np.float64)
@@ -243,8 +242,7 @@ def compute_table(y_true: Any, y_pred: Any, *, weights: Any = None, weight_name:
     if not isinstance(t, da.Array):
         cells = _block_cells(t, p, w, offset=0, block_index=0, lazy=False, **kw)
     else:
-        partials = map_partials(_block_cells, t[:, None], p, w, **kw)
-        cells = tree_reduce(partials, _merge_cells, split_every=split_every).compute()[()]
+        cells = map_reduce(_block_cells, _merge_cells, t[:, None], p, w, split_every=split_every, **kw).compute()[()]
     return Table(cells)
 
 

@@ -12,7 +12,7 @@ import warnings
 import dask.array as da
 import numpy as np
 
-from .._dask.blocks import block_offsets, map_labels
+from .._dask.passes import block_offsets, map_labels
 from .._dask.dmeans import occ_step
 from .._dask.loop import ProgressEvent, Stopwatch, emit
 from .._validation import as_generator, check_array, check_sample_weight

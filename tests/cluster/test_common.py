@@ -163,3 +163,23 @@ def test_save_load_round_trip(name, blobs, tmp_path):
     assert back.objective_history_ == est.objective_history_
     with pytest.raises(DclustError, match="exists"):
         dclust.save(est, tmp_path / "m.zarr")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unknown_chunk_sizes_are_resolved(name, blobs):
+    """A boolean row mask leaves dask with unknown (NaN) chunk sizes: the fit resolves them and equals the fit
+    on the same rows with known sizes."""
+    X, _ = blobs
+    keep = np.arange(len(X)) % 7 != 3
+    Xd = da.from_array(X, chunks=(750, -1))
+    masked = Xd[da.from_array(keep, chunks=750)]
+    assert np.isnan(masked.chunks[0][0])
+    known = da.from_array(X[keep], chunks=(masked.compute_chunk_sizes().chunks[0], -1))
+    a, b = _make(name).fit(masked), _make(name).fit(known)
+    np.testing.assert_allclose(_model(a), _model(b), rtol=1e-10)
+
+
+def test_sparse_input_is_refused_with_the_way_out():
+    sparse = pytest.importorskip("scipy.sparse")
+    with pytest.raises(dclust.errors.InvalidDataError, match="toarray"):
+        dclust.KMeans(n_clusters=2).fit(sparse.random(50, 3, density=0.5, format="csr", random_state=0))

@@ -45,7 +45,7 @@ def test_workers_report_every_chunk_they_finish(blobs, client):
     """The CLI's live "chunks done" counter: one event per processed row chunk, logged by the worker."""
     import time
 
-    from dclust._dask.blocks import CHUNK_DONE_TOPIC
+    from dclust._dask.passes import CHUNK_DONE_TOPIC
 
     seen = []
     client.subscribe_topic(CHUNK_DONE_TOPIC, seen.append)
@@ -53,10 +53,10 @@ def test_workers_report_every_chunk_they_finish(blobs, client):
         X = da.from_array(blobs[0], chunks=(500, -1))
         km = dclust.KMeans(n_clusters=5, random_state=0, init="random", max_iter=3, tol=0).fit(X)
         deadline = time.monotonic() + 10
-        while len(seen) < km.n_iter_ * X.numblocks[0] and time.monotonic() < deadline:
+        while sum(msg for _, msg in seen) < km.n_iter_ * X.numblocks[0] and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
         client.unsubscribe_topic(CHUNK_DONE_TOPIC)
-    blocks = [msg for _, msg in seen]
-    assert len(blocks) >= km.n_iter_ * X.numblocks[0]
-    assert set(blocks) == set(range(X.numblocks[0]))
+    counts = [msg for _, msg in seen]  # chunks done per task
+    assert sum(counts) >= km.n_iter_ * X.numblocks[0]
+    assert all(isinstance(c, int) and c >= 1 for c in counts)

@@ -2,7 +2,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from dclust._dask.blocks import map_labels, map_partials
+from dclust._dask.passes import map_labels, map_partials
 from dclust._dask.reduce import tree_reduce
 from dclust.kernels.distances import assign_stats, nearest
 from dclust.kernels.stats import ClusterStats

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from dclust.kernels import distances
-from dclust.kernels.distances import assign_stats, assign_stats_numpy, nearest, nearest_numpy
+from dclust.kernels.distances import assign_stats, assign_stats_numpy, block_stats, nearest, nearest_numpy
 
 
 @pytest.mark.parametrize("n,d,k", [(1, 1, 1), (100, 3, 4), (2000, 8, 16), (500, 40, 60)])
@@ -43,15 +43,31 @@ def test_ties_go_to_lowest_index():
     assert nearest_numpy(X, C)[0].tolist() == [0, 0]
 
 
-def test_gemm_path_recomputes_exact_distances(monkeypatch):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_chosen_distances_are_exact(dtype):
     rng = np.random.default_rng(0)
-    X = rng.normal(size=(300, 5)) + 1e4  # large offset: the GEMM form alone would lose digits
-    C = X[:7] + 0.01
-    monkeypatch.setattr(distances, "GEMM_MIN_FEATURES", 1)
+    X = (rng.normal(size=(300, 5)) + 1e4).astype(dtype)  # large offset: the expanded form alone would lose digits
+    C = X[:7].astype(np.float64) + 0.01
     lab, dist = nearest(X, C)
-    lab2, dist2 = nearest_numpy(X, C)
     np.testing.assert_array_equal(lab[:7], np.arange(7))
-    np.testing.assert_allclose(dist, ((X - C[lab]) ** 2).sum(axis=1), rtol=1e-12)
+    X64 = X.astype(np.float64)
+    np.testing.assert_allclose(dist, ((X64 - C[lab]) ** 2).sum(axis=1), rtol=1e-12)
+    s = block_stats(X, C)
+    s2 = assign_stats_numpy(X, C)[0]
+    np.testing.assert_allclose(s.mean, s2.mean, rtol=1e-12)
+    np.testing.assert_allclose(s.scatter, s2.scatter, rtol=1e-6)
+
+
+def test_block_stats_equals_assign_stats():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(1000, 6)).astype(np.float32)
+    C = rng.normal(size=(9, 6))
+    w = rng.uniform(0.5, 2.0, size=1000)
+    a = assign_stats(X, C, w, offset=5, block_index=2)[0]
+    b = block_stats(X, C, w, offset=5, block_index=2)
+    for name in ("weight", "mean", "scatter", "fingerprint"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert a.cost == b.cost and a.n_rows == b.n_rows
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

@@ -1,0 +1,379 @@
+"""THE pass engine: every pass over the data is built here.
+
+A pass is a few tasks, each taking a *group* of consecutive row blocks. A task reads its blocks itself when the
+array is a plain read of a store (``dask.array.from_zarr`` / ``from_array``: the same ``getter`` call Dask would
+make, without one task per chunk), or takes them from the tasks that make them (a persisted array's blocks, or a
+computed array), runs the kernel block by block and returns only what the reduction needs. The parameters of a
+pass (centres, thresholds) are one key of the graph, sent once per worker, not embedded in every task. No block
+is concatenated or copied on the way.
+
+How many tasks: a store read is grouped into about ``TASKS_PER_THREAD`` tasks per thread of the cluster, so the
+scheduling cost of a pass follows the cluster's cores, not the store's chunk count; blocks held in worker memory
+are grouped per worker (never moved between workers); blocks computed by other tasks keep one task per block, so
+Dask fuses the task that makes a block into the one that uses it. Results never depend on the grouping except
+through the rounding of floating-point sums.
+
+:func:`map_reduce` is the pass of every fit (a tree-reduced result); :func:`map_partials` returns one partial
+per block (proposal steps that need them block by block); :func:`map_labels` gives per-row outputs.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import dask
+import dask.array as da
+import numpy as np
+from dask._task_spec import DataNode, List, Task, TaskRef
+from dask.array.chunk import getitem
+from dask.array.optimization import _is_getter_task
+from dask.highlevelgraph import HighLevelGraph
+
+from ..errors import InvalidDataError, message
+from .reduce import tree_reduce
+
+__all__ = [
+    "map_reduce",
+    "map_partials",
+    "map_labels",
+    "block_offsets",
+    "block_groups",
+    "compute",
+    "persist_if_fits",
+    "CHUNK_DONE_TOPIC",
+    "TASKS_PER_THREAD",
+]
+
+#: Tasks per thread of the cluster in a grouped pass over a store (a few, so a slow task does not hold the pass).
+TASKS_PER_THREAD = 4
+
+#: Topic of the events a distributed worker logs when it has processed row chunks (``Client.subscribe_topic``);
+#: the message is the number of chunks done.
+CHUNK_DONE_TOPIC = "dclust-chunk-done"
+
+
+def block_offsets(chunks: tuple[int, ...]) -> np.ndarray:
+    """Global index of the first row of every block."""
+    return np.concatenate([[0], np.cumsum(chunks)[:-1]]).astype(np.int64)
+
+
+def _report_chunks_done(n: int) -> None:
+    """Tell subscribers (the CLI's live display) that ``n`` chunks are done; nothing outside a distributed worker."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return
+    worker.log_event(CHUNK_DONE_TOPIC, n)
+
+
+def _block_info_array(X: da.Array) -> da.Array:
+    """(n_blocks, 2) int64 array of (offset, block index), one row per row block of X (for blockwise maps that
+    carry extra per-block arrays: the link and feature passes)."""
+    offsets = block_offsets(X.chunks[0])
+    info = np.stack([offsets, np.arange(len(offsets))], axis=1)
+    return da.from_array(info, chunks=(1, 2))
+
+
+def _partial_block(fn, kwargs, info, Xb, *aligned):
+    """The blockwise task of :func:`_block_info_array` maps: one boxed partial."""
+    out = np.empty(1, dtype=object)
+    out[0] = fn(Xb, *aligned, offset=int(info[0, 0]), block_index=int(info[0, 1]), **kwargs)
+    _report_chunks_done(1)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ where blocks come from
+
+
+@dataclass(frozen=True)
+class _Reader:
+    """The blocks of an array that is a plain read of one source object: ``getter(source, index[b], asarray, lock)``."""
+
+    getter: Callable
+    source: Any  # TaskRef to the graph key holding the source object
+    index: tuple  # per block: the getter's index
+    asarray: bool
+    lock: Any
+
+
+@dataclass(frozen=True)
+class _Getter:
+    """How a task reads a block (sent once per pass, with the pass's parameters)."""
+
+    getter: Callable
+    asarray: bool
+    lock: Any
+
+
+_reader_cache: dict[str, _Reader | None] = {}
+
+
+def _reader_of(X: da.Array) -> _Reader | None:
+    """The :class:`_Reader` of ``X`` when every block is one ``getter`` call on the same source, else None."""
+    if X.name in _reader_cache:
+        return _reader_cache[X.name]
+    reader = None
+    if X.numblocks[1:] == (1,) * (X.ndim - 1):
+        graph = X.__dask_graph__()
+        index, source, getter, asarray, lock = [], None, None, None, None
+        for b in range(X.numblocks[0]):
+            task = graph.get((X.name, b) + (0,) * (X.ndim - 1))
+            found = _is_getter_task(task) if task is not None else None
+            if found is None:
+                break
+            get, src, idx, asa, lk = found
+            if get is getitem or not isinstance(src, TaskRef) or (source is not None and src.key != source.key):
+                break
+            source, getter, asarray, lock = src, get, asa, lk
+            index.append(idx.value if isinstance(idx, DataNode) else idx)
+        else:
+            if source is not None:
+                reader = _Reader(getter, source, tuple(index), bool(asarray) if asarray is not None else True, lock)
+    if len(_reader_cache) > 256:
+        _reader_cache.clear()
+    _reader_cache[X.name] = reader
+    return reader
+
+
+def _damaged_chunk(block: int, first: int, last: int, exc: BaseException) -> InvalidDataError:
+    cause = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    return InvalidDataError(
+        message("X", "every chunk readable and intact", f"{cause} in chunk {block} (rows {first}..{last})",
+                "Restore the store from its source or rewrite it (dclust.write_array); a chunk file that is empty "
+                "or damaged cannot be read.")
+    )
+
+
+def _read(reader: "_Getter", source: Any, index: Any, b: int, first: int, size: int) -> np.ndarray:
+    try:
+        return reader.getter(source, index, reader.asarray, reader.lock)
+    except Exception as exc:  # noqa: BLE001 - any decoding failure of the store
+        raise _damaged_chunk(b, first, first + size - 1, exc) from exc
+
+
+# ------------------------------------------------------------------------------------------------------ groups
+
+
+def _cluster_threads() -> int:
+    """Threads that run tasks: the distributed client's workers, or the local scheduler's pool."""
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):
+        client = None
+    if client is not None:
+        threads = sum(client.nthreads().values())
+        if threads:
+            return int(threads)
+    return int(dask.config.get("num_workers", None) or _cpu_count())
+
+
+def _cpu_count() -> int:
+    from dask.system import CPU_COUNT
+
+    return int(CPU_COUNT)
+
+
+def block_groups(n_blocks: int, blocks: Sequence[int] | None = None, n_tasks: int | None = None) -> list[list[int]]:
+    """Consecutive groups of the blocks (default all), about ``n_tasks`` of them (default: per cluster thread)."""
+    todo = list(range(n_blocks)) if blocks is None else [int(b) for b in blocks]
+    if not todo:
+        return []
+    if n_tasks is None:
+        n_tasks = TASKS_PER_THREAD * _cluster_threads()
+    size = max(1, math.ceil(len(todo) / max(1, n_tasks)))
+    return [todo[i:i + size] for i in range(0, len(todo), size)]
+
+
+def _worker_groups(X: da.Array, todo: list[int]) -> list[list[int]] | None:
+    """Blocks held in distributed memory, grouped by the worker that holds them; None if they are not all held."""
+    try:
+        from distributed import default_client, futures_of
+
+        client = default_client()
+    except (ImportError, ValueError):
+        return None
+    futures = futures_of(X)
+    if len(futures) != X.numblocks[0] or X.ndim > 2:
+        return None
+    where = client.who_has([(X.name, b) + (0,) * (X.ndim - 1) for b in todo])
+    by_worker: dict[str, list[int]] = {}
+    for b in todo:
+        holders = where.get((X.name, b) + (0,) * (X.ndim - 1)) or where.get(str((X.name, b, 0)))
+        if not holders:
+            return None
+        by_worker.setdefault(sorted(holders)[0], []).append(b)
+    threads = client.nthreads()
+    groups: list[list[int]] = []
+    for worker, held in sorted(by_worker.items()):
+        for g in block_groups(len(held), None, TASKS_PER_THREAD * threads.get(worker, 1)):
+            groups.append([held[i] for i in g])
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------------- the task
+
+
+def _run_group(params, blocks, offsets, sizes, source, data, *aligned):
+    """Run ``fn`` on every block of the group, reading the blocks from ``source`` (``data`` are then the getter's
+    indices) or taking them from ``data``; merge the results (``merge``) or return them in a list."""
+    fn, merge, kwargs, reader = params
+    out = []
+    for i, (b, off, size) in enumerate(zip(blocks, offsets, sizes)):
+        Xb = data[i] if reader is None else _read(reader, source, data[i], b, off, size)
+        others = [None if a is None else a[i] for a in aligned]
+        out.append(fn(Xb, *others, offset=off, block_index=b, **kwargs))
+    _report_chunks_done(len(blocks))
+    if merge is None:
+        return out
+    return merge(out) if len(out) > 1 else out[0]
+
+
+def _boxed_list(parts: list) -> np.ndarray:
+    box = np.empty(len(parts), dtype=object)
+    box[:] = parts
+    return box
+
+
+def _block_key(X: da.Array, b: int) -> tuple:
+    return (X.name, b) + (0,) * (X.ndim - 1)
+
+
+def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str):
+    """The tasks of a pass over ``groups``; returns ``(graph, name)``, task ``(name, g)`` for group g."""
+    for a in aligned:
+        if a is not None and a.chunks[0] != X.chunks[0]:
+            raise ValueError("aligned arrays must have the row chunks of X")
+    token = uuid.uuid4().hex  # a pass is built once; hashing its parameters (centres) would only cost time
+    name, params_key = f"dclust-{kind}-{token}", f"dclust-params-{token}"
+    reader = _reader_of(X)
+    getter = None if reader is None else _Getter(reader.getter, reader.asarray, reader.lock)
+    offsets, sizes = block_offsets(X.chunks[0]), X.chunks[0]
+    layer: dict = {params_key: DataNode(params_key, (fn, merge, kwargs, getter))}
+    for g, blocks in enumerate(groups):
+        if reader is None:
+            source, data = None, List(*[TaskRef(_block_key(X, b)) for b in blocks])
+        else:
+            source, data = reader.source, [reader.index[b] for b in blocks]
+        others = [None if a is None else List(*[TaskRef(_block_key(a, b)) for b in blocks]) for a in aligned]
+        layer[(name, g)] = Task(
+            (name, g), _run_group, TaskRef(params_key), list(blocks), [int(offsets[b]) for b in blocks],
+            [int(sizes[b]) for b in blocks], source, data, *others,
+        )
+    deps = [X] + [a for a in aligned if a is not None]
+    return HighLevelGraph.from_collections(name, layer, dependencies=deps), name
+
+
+def _groups_for(X: da.Array, blocks, grouped: bool) -> list[list[int]]:
+    todo = list(range(X.numblocks[0])) if blocks is None else [int(b) for b in blocks]
+    if not grouped:
+        return [[b] for b in todo]
+    if _reader_of(X) is not None:
+        return block_groups(X.numblocks[0], todo)
+    held = _worker_groups(X, todo)
+    return held if held is not None else [[b] for b in todo]
+
+
+def map_reduce(
+    fn: Callable[..., Any], merge: Callable[[Sequence[Any]], Any], X: da.Array, *aligned: da.Array | None,
+    blocks=None, split_every: int | None = None, **kwargs,
+) -> da.Array:
+    """One pass: ``fn(X_block, *aligned_blocks, offset=, block_index=, **kwargs)`` on every row block, merged.
+
+    ``merge(list_of_partials) -> partial`` must be associative; blocks are merged inside their task, then across
+    tasks by :func:`dclust._dask.reduce.tree_reduce`. ``aligned`` are arrays with the row chunks of ``X`` (a
+    ``None`` is passed through). ``blocks`` restricts the pass to those block indices (offsets and indices stay
+    global). Returns a 0-d object dask array: ``.compute()[()]`` is the merged partial.
+    """
+    groups = _groups_for(X, blocks, grouped=True)
+    graph, name = _pass_graph(fn, merge, X, aligned, groups, kwargs, "pass")
+    parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
+    boxed = parts.map_blocks(_box_one, dtype=object, meta=np.empty(0, dtype=object))
+    return tree_reduce(boxed, merge, split_every=split_every)
+
+
+def _box_one(part) -> np.ndarray:
+    box = np.empty(1, dtype=object)
+    box[0] = part
+    return box
+
+
+def map_partials(fn: Callable[..., Any], X: da.Array, *aligned: da.Array | None, blocks=None, **kwargs) -> da.Array:
+    """One partial per row block: ``fn(X_block, *aligned_blocks, offset=, block_index=, **kwargs)``.
+
+    Like :func:`map_reduce` without the merge; the result is a 1-D object array with one element per block (of
+    ``blocks`` when given), for :func:`dclust._dask.reduce.tree_reduce` or for steps that need every block's
+    partial (the proposals of the OCC epochs). Blocks are grouped into tasks as in :func:`map_reduce`.
+    """
+    todo = list(range(X.numblocks[0])) if blocks is None else [int(b) for b in blocks]
+    groups = _groups_for(X, todo, grouped=True)
+    graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "partials")
+    parts = da.Array(graph, name, chunks=(tuple(len(g) for g in groups),), dtype=object,
+                     meta=np.empty(0, dtype=object))
+    parts = parts.map_blocks(_boxed_list, dtype=object, meta=np.empty(0, dtype=object))
+    done = [b for g in groups for b in g]
+    if done != todo:  # grouped by worker: back to the order of ``blocks``
+        where = {b: i for i, b in enumerate(done)}
+        parts = parts[np.array([where[b] for b in todo])]
+    return parts
+
+
+def _first(parts: list) -> np.ndarray:
+    return parts[0]
+
+
+def map_labels(fn: Callable[..., np.ndarray], X: da.Array, dtype=np.int32, **kwargs) -> da.Array:
+    """Lazy per-row output ``fn(X_block, offset=, block_index=, **kwargs) -> (n_b,)`` with X's row chunks."""
+    groups = _groups_for(X, None, grouped=False)
+    graph, name = _pass_graph(fn, None, X, (), groups, kwargs, "labels")
+    parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
+    return parts.map_blocks(_first, dtype=dtype, chunks=(X.chunks[0],), meta=np.empty(0, dtype=dtype))
+
+
+def compute(*collections):
+    """Compute dask collections together (shared inputs are read once)."""
+    return dask.compute(*collections)
+
+
+def persist_if_fits(X: da.Array, persist, logger) -> da.Array:
+    """Persist ``X`` in (cluster) memory when asked to, or, for ``"auto"``, when it fits comfortably.
+
+    "Fits" means the array takes at most half the memory of the distributed cluster's workers (or a quarter of
+    this machine's memory under the local schedulers).
+    """
+    if persist is False or persist is None:
+        return X
+    if persist == "auto":
+        budget = _memory_budget()
+        if budget is None or X.nbytes > budget:
+            return X
+        logger.info("persisting the data in memory (%.1f MB of a %.1f MB budget)", X.nbytes / 1e6, budget / 1e6)
+    else:
+        logger.info("persisting the data in memory (%.1f MB)", X.nbytes / 1e6)
+    return X.persist()
+
+
+def _memory_budget() -> float | None:
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):
+        client = None
+    if client is not None:
+        workers = client.scheduler_info().get("workers", {})
+        limits = [w.get("memory_limit") or 0 for w in workers.values()]
+        total = float(sum(limits))
+        return total / 2 if total > 0 else None
+    try:
+        import psutil
+
+        return psutil.virtual_memory().total / 4
+    except ImportError:  # pragma: no cover - psutil ships with distributed
+        return None
