@@ -180,3 +180,166 @@ def records_from(state: dict) -> list[PassRecord]:
                                              stops[b:b + nb].copy(), props[q:q + nq].copy(), int(acc)))
         b, q = b + nb, q + nq
     return records
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Keyed OCC: the serial order is a function of (seed, global row index) alone, so the model does not depend on the
+# chunking, the grouping of blocks into tasks or the number of workers.
+#
+# Every row has an order key (``kernels.distances.order_keys``). A pass is a sequence of epochs, each a range of
+# keys: every block takes its rows in the range, folds those within ``lam`` of a snapshot centre into statistics and
+# proposes the others; the driver validates the proposals serially in key order. The pass equals serial DP-means on
+# the order: per epoch, its non-proposing rows (by key), then its proposals (by key). The key ranges are chosen by
+# the driver from global counts only (rows and proposals of the last epoch), so that about ``max_proposals`` rows
+# are proposed per epoch; the first pass starts with a serial prefix of about ``prefix_size`` rows of lowest keys.
+# ------------------------------------------------------------------------------------------------------------------
+
+#: Keys are 64-bit: a range is ``[lo, hi]`` (inclusive) within ``[0, KEY_END)``.
+KEY_END = 2**64
+
+
+@dataclass
+class KeyedEpoch:
+    lo: int  # first key of the epoch
+    hi: int  # last key of the epoch (inclusive)
+    proposals: np.ndarray  # global indices of the proposals, in key (validation) order
+    accepted: int = 0
+
+
+@dataclass
+class KeyedPass:
+    prefix_end: int = 0  # keys below it were processed serially on the driver (first pass only)
+    epochs: list = field(default_factory=list)
+
+    def permutation(self, mix: int, n: int) -> np.ndarray:
+        """The serial order this pass is equivalent to (O(n) memory: computed on demand only)."""
+        from ..kernels.distances import order_keys
+
+        keys = order_keys(mix, np.arange(n))
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        bound = lambda k: int(np.searchsorted(sorted_keys, np.uint64(k), side="left")) if k < KEY_END else n  # noqa
+        parts = [order[: bound(self.prefix_end)]]
+        for ep in self.epochs:
+            rows = order[bound(ep.lo): bound(ep.hi + 1)]
+            parts.append(rows[~np.isin(rows, ep.proposals)])
+            parts.append(ep.proposals)
+        return np.concatenate(parts).astype(np.int64)
+
+
+def _prefix_rows_partial(Xb, wb, *, offset, block_index, mix, end):
+    from ..kernels.distances import order_keys
+
+    stats = block_stats(Xb, np.zeros((1, Xb.shape[1])), wb, offset=offset, block_index=block_index)
+    keys = order_keys(mix, np.arange(offset, offset + Xb.shape[0]))
+    local = np.flatnonzero(keys < np.uint64(end)) if end < KEY_END else np.arange(Xb.shape[0])
+    w = np.ones(local.size) if wb is None else np.asarray(wb, dtype=np.float64)[local]
+    return stats, keys[local], local + offset, np.asarray(Xb[local], dtype=np.float64).reshape(-1, Xb.shape[1]), w
+
+
+def _merge_rows(parts):
+    stats = ClusterStats.merge_all([p[0] for p in parts])
+    return (stats,) + tuple(np.concatenate([p[i] for p in parts]) for i in range(1, 5))
+
+
+def keyed_prefix(X, w, *, mix: int, prefix_size: int, split_every=None):
+    """One pass: the one-cluster statistics of all rows (mean, fingerprint, NaN check) and the serial prefix: the
+    rows whose key is below ``prefix_end`` (about ``prefix_size`` of them), in key order.
+
+    Returns ``(stats, prefix_end, index, rows, weights)``."""
+    n = X.shape[0]
+    end = KEY_END if prefix_size >= n else (prefix_size * KEY_END) // max(n, 1)
+    stats, keys, idx, rows, pw = map_reduce(_prefix_rows_partial, _merge_rows, X, w, split_every=split_every,
+                                            mix=mix, end=end).compute()[()]
+    order = np.argsort(keys, kind="stable")
+    return stats, end, idx[order], rows[order], pw[order]
+
+
+def _keyed_epoch_partial(Xb, wb, *, offset, block_index, centers, lam, mix, lo, hi):
+    from ..kernels.distances import epoch_stats, order_keys
+
+    stats, local = epoch_stats(Xb, centers, lam, wb, offset=offset, block_index=block_index, mix=mix, lo=lo, hi=hi)
+    w = np.ones(local.size) if wb is None else np.asarray(wb, dtype=np.float64)[local]
+    rows = np.asarray(Xb[local], dtype=np.float64).reshape(-1, Xb.shape[1])
+    return stats, order_keys(mix, local + offset), local + offset, rows, w
+
+
+def next_epoch_end(lo: int, n: int, rate: float, max_proposals: int) -> int:
+    """The last key of an epoch starting at ``lo`` that should propose about ``max_proposals`` rows at ``rate``
+    proposals per row (global counts only: the same for any chunking)."""
+    rows = max_proposals / max(rate, 1.0 / max(n, 1))
+    width = int(min(float(KEY_END), max(1.0, rows) * (KEY_END / max(n, 1))))
+    return min(KEY_END - 1, lo + max(width, 1) - 1)
+
+
+def keyed_pass(X, w, centers, lam, *, mix: int, start: int, rate: float, max_proposals: int, split_every=None):
+    """One DP-means pass over the keys ``[start, KEY_END)`` with keyed OCC.
+
+    Returns ``(stats, centers, epochs, rate)``: ``stats`` covers every processed row with labels indexing the
+    returned centres (the snapshot followed by the centres opened in the pass); ``rate`` is the proposal rate of
+    the last epoch (it sizes the first epoch of the next pass).
+    """
+    from ..kernels.dpmeans import serial_assign
+
+    n, d = X.shape
+    C = np.asarray(centers, dtype=np.float64).reshape(-1, d)
+    total: list[ClusterStats] = []
+    epochs: list[KeyedEpoch] = []
+    lo = start
+    while lo < KEY_END:
+        hi = next_epoch_end(lo, n, rate, max_proposals)
+        stats, keys, index, rows, pw = map_reduce(
+            _keyed_epoch_partial, _merge_rows, X, w, split_every=split_every, centers=C, lam=lam, mix=mix, lo=lo,
+            hi=hi,
+        ).compute()[()]
+        order = np.argsort(keys, kind="stable")
+        index, rows, pw = index[order], rows[order], pw[order]
+        labels, dist, new = serial_assign(rows, C, lam)
+        C = np.vstack([C, new])
+        total.append(stats)
+        if index.size:
+            total.append(ClusterStats.from_labels(rows, labels, C.shape[0], pw, cost=float(pw @ dist), index=index))
+        epochs.append(KeyedEpoch(lo, hi, index, int(new.shape[0])))
+        rate = index.size / max(stats.n_rows + index.size, 1)
+        lo = hi + 1
+    if not total:
+        return ClusterStats.identity(C.shape[0], d), C, epochs, rate
+    return ClusterStats.merge_all(total), C, epochs, rate
+
+
+def keyed_records_state(records: list[KeyedPass]) -> dict:
+    """The keyed pass records as flat arrays (for checkpoints; :func:`keyed_records_from` inverts it)."""
+    epochs = [(p, ep) for p, rec in enumerate(records) for ep in rec.epochs]
+    props = [ep.proposals for _, ep in epochs]
+    return {
+        "n_passes": len(records),
+        "prefix_end": np.array([r.prefix_end - 1 if r.prefix_end else 0 for r in records], dtype=np.uint64),
+        "has_prefix": np.array([bool(r.prefix_end) for r in records], dtype=np.int64),
+        "epoch_pass": np.array([p for p, _ in epochs], dtype=np.int64),
+        "epoch_lo": np.array([ep.lo for _, ep in epochs], dtype=np.uint64),
+        "epoch_hi": np.array([ep.hi for _, ep in epochs], dtype=np.uint64),
+        "epoch_proposals": np.array([ep.proposals.size for _, ep in epochs], dtype=np.int64),
+        "accepted": np.array([ep.accepted for _, ep in epochs], dtype=np.int64),
+        "proposals": np.concatenate(props).astype(np.int64) if props else np.zeros(0, np.int64),
+    }
+
+
+def keyed_records_from(state: dict) -> list[KeyedPass]:
+    """The records saved by :func:`keyed_records_state` (ValueError if the arrays do not fit together)."""
+    n = int(state["n_passes"])
+    ends = np.asarray(state["prefix_end"], dtype=np.uint64)
+    has = np.asarray(state["has_prefix"], dtype=np.int64)
+    ep_pass = np.asarray(state["epoch_pass"], dtype=np.int64)
+    lo, hi = np.asarray(state["epoch_lo"], dtype=np.uint64), np.asarray(state["epoch_hi"], dtype=np.uint64)
+    counts = np.asarray(state["epoch_proposals"], dtype=np.int64)
+    accepted = np.asarray(state["accepted"], dtype=np.int64)
+    props = np.asarray(state["proposals"], dtype=np.int64)
+    if (ends.size != n or has.size != n or not (ep_pass.size == lo.size == hi.size == counts.size == accepted.size)
+            or counts.sum() != props.size or (ep_pass.size and not (0 <= ep_pass.min() and ep_pass.max() < n))):
+        raise ValueError("pass records whose arrays do not fit together")
+    records = [KeyedPass(int(e) + 1 if h else 0, []) for e, h in zip(ends, has)]
+    q = 0
+    for p, a, b, c, acc in zip(ep_pass, lo, hi, counts, accepted):
+        records[p].epochs.append(KeyedEpoch(int(a), int(b), props[q:q + c].copy(), int(acc)))
+        q += c
+    return records

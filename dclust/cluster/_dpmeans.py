@@ -9,10 +9,11 @@ import numpy as np
 from .._dask.passes import persist_if_fits
 from .._dask.init import furthest_first
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
-from .._dask.occ import PassRecord, gather_prefix, occ_pass, prefix_counts, records_from, records_state
+from .._dask.occ import KeyedPass, keyed_pass, keyed_prefix, keyed_records_from, keyed_records_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array, check_sample_weight
 from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
+from ..kernels.distances import seed_mix
 from ..kernels.dpmeans import serial_assign
 from ..kernels.stats import ClusterStats
 from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
@@ -26,7 +27,9 @@ class DPMeans(CentroidMixin, BaseEstimator):
 
     Minimises ``sum_n ||x_n - mu_{z_n}||^2 + lam * K``. A point farther than ``lam`` (a squared distance) from
     every centre opens a new cluster. Clusters are opened with optimistic concurrency control: blocks propose,
-    the driver validates serially, and the result equals serial DP-means on the order ``serial_order_``.
+    the driver validates serially, and the result equals serial DP-means on the order ``serial_order_``. That order
+    is a function of ``random_state`` and the global row index only: the same data and seed give the same model for
+    any row chunking, any number of workers and any scheduler (centres equal up to summation rounding).
 
     Parameters
     ----------
@@ -41,9 +44,12 @@ class DPMeans(CentroidMixin, BaseEstimator):
     random_state : int, Generator or None
         Fixes the processing order (and so the result).
     prefix_size : int, default 1000
-        Points processed serially on the driver at the start of the first pass (``b0`` of ALGORITHMS.md 8.2).
+        About this many points (those of lowest order key) are processed serially on the driver at the start of
+        the first pass.
     max_proposals : int, default 4096
-        Proposals a block may send per epoch; beyond that the rest of the block waits for the next epoch.
+        Target number of proposals per epoch, all blocks together: each epoch covers as many rows as, at the
+        proposal rate measured in the last one, should propose about this many (the first epochs of the first pass
+        are short, later passes usually take one epoch).
     persist, split_every, checkpoint
         As in :class:`KMeans`: with ``checkpoint``, the state is saved atomically after every pass and an
         interrupted fit resumes from it with the identical result.
@@ -129,7 +135,7 @@ class DPMeans(CentroidMixin, BaseEstimator):
         if state is not None and state.get("phase") == "done":
             extra = ck.restore_attributes(self, state)
             with ck.reading():
-                self._order_records = (int(extra["seed"]), tuple(arr.chunks[0]), records_from(extra["records"]))
+                self._order_records = (int(extra["seed"]), n, keyed_records_from(extra["records"]))
             if not self.converged_:
                 warnings.warn(f"DPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
                               ConvergenceWarning, stacklevel=2)
@@ -138,19 +144,18 @@ class DPMeans(CentroidMixin, BaseEstimator):
         if info.kind != "numpy":
             arr = persist_if_fits(arr, self.persist, logger)
         watch = Stopwatch()
-        counts = prefix_counts(arr.chunks[0], self.prefix_size)
         if state is not None:
             first, seed, lam, C, prev_fp, history, assign_history, records = self._unpack(ck, state, d)
-            p_index = prefix_stats = None
+            prefix_stats, start, rate = None, 0, 0.0
         else:
-            first, seed, lam, C, prev_fp, prefix_stats, p_index = self._start(arr, w, d, counts, ck, watch)
+            first, seed, lam, C, prev_fp, prefix_stats, start, rate, prefix_end = self._start(arr, w, d, ck, watch)
             history, assign_history, records = [], [], []
+        mix = seed_mix(seed)
         converged = False
         for it in range(first, self.max_iter):
-            starts = counts if it == 0 else np.zeros_like(counts)
-            stats, C_all, epochs = occ_pass(
-                arr, w, C, lam, seed=seed, starts=starts, max_proposals=self.max_proposals,
-                split_every=self.split_every,
+            stats, C_all, epochs, _ = keyed_pass(
+                arr, w, C, lam, mix=mix, start=start if it == 0 else 0, rate=rate if it == 0 else 0.0,
+                max_proposals=self.max_proposals, split_every=self.split_every,
             )
             if it == 0:
                 stats = stats.merge(prefix_stats)
@@ -161,12 +166,12 @@ class DPMeans(CentroidMixin, BaseEstimator):
             stats = stats.select(keep)
             C = stats.mean
             history.append(float(stats.scatter.sum() + lam * keep.size))
-            records.append(PassRecord(p_index if it == 0 else PassRecord().prefix, epochs))
+            records.append(KeyedPass(prefix_end if it == 0 else 0, epochs))
             converged = prev_fp is not None and np.array_equal(stats.fingerprint, prev_fp)
             if ck.active and not converged and it + 1 < self.max_iter:
                 ck.save({"phase": "iter", "iteration": it + 1, "seed": seed, "lam": lam, "centres": C,
                          "prev_fp": stats.fingerprint, "history": history, "assign_history": assign_history,
-                         "records": records_state(records)})
+                         "records": keyed_records_state(records)})
             emit(ProgressEvent("DPMeans", "iter", it + 1, history[-1], keep.size, watch.lap(),
                                {"epochs": len(epochs), "opened": int(sum(e.accepted for e in epochs))}))
             if converged:
@@ -186,17 +191,18 @@ class DPMeans(CentroidMixin, BaseEstimator):
         self.n_iter_ = it + 1
         self.converged_ = converged
         self.n_features_in_ = d
-        self._order_records = (seed, tuple(arr.chunks[0]), records)
+        self._order_records = (seed, n, records)
         if ck.active:
-            ck.save_done(self, seed=seed, records=records_state(records))
+            ck.save_done(self, seed=seed, records=keyed_records_state(records))
         emit(ProgressEvent("DPMeans", "done", it + 1, history[-1], self.n_clusters_, 0.0))
         return self
 
-    def _start(self, arr, w, d, counts, ck, watch):
-        """The first pass (prefix, statistics, NaN check), lam, and the serial prefix of a fresh fit."""
+    def _start(self, arr, w, d, ck, watch):
+        """The first pass (statistics, NaN check, the serial prefix), lam, and the prefix run serially."""
         rng = as_generator(self.random_state)
         seed = int(rng.integers(2**62))
-        all_stats, p_index, p_rows, p_w = gather_prefix(arr, w, seed=seed, counts=counts, split_every=self.split_every)
+        all_stats, prefix_end, p_index, p_rows, p_w = keyed_prefix(
+            arr, w, mix=seed_mix(seed), prefix_size=self.prefix_size, split_every=self.split_every)
         raise_if_bad_block(all_stats, arr)
         ck.check_content(*all_stats.total())
         mean = all_stats.mean[:1]
@@ -215,10 +221,11 @@ class DPMeans(CentroidMixin, BaseEstimator):
             C, prev_fp = mean.copy(), all_stats.fingerprint[:1].copy()
         else:
             C, prev_fp = np.empty((0, d)), None
+        k0 = C.shape[0]
         labels, dist, new = serial_assign(p_rows, C, lam)
         C = np.vstack([C, new])
         prefix_stats = ClusterStats.from_labels(p_rows, labels, C.shape[0], p_w, cost=float(p_w @ dist), index=p_index)
-        return 0, seed, lam, C, prev_fp, prefix_stats, p_index
+        return 0, seed, lam, C, prev_fp, prefix_stats, prefix_end, _opening_rate(labels, k0), prefix_end
 
     def _unpack(self, ck, state, d):
         """The loop state of a checkpoint after a pass, shapes checked."""
@@ -230,7 +237,7 @@ class DPMeans(CentroidMixin, BaseEstimator):
             prev_fp = ck.require_shape("partition fingerprint", state["prev_fp"], (C.shape[0],)).astype(np.uint64)
             history = [float(v) for v in state["history"]]
             assign_history = [float(v) for v in state["assign_history"]]
-            records = records_from(state["records"])
+            records = keyed_records_from(state["records"])
             if not len(history) == len(assign_history) == len(records) == first:
                 raise ValueError(f"histories of {len(history)}, {len(assign_history)}, {len(records)} passes; "
                                  f"expected {first}")
@@ -239,5 +246,16 @@ class DPMeans(CentroidMixin, BaseEstimator):
     @property
     def serial_order_(self) -> list[np.ndarray]:
         self._check_fitted("_order_records")
-        seed, chunks, records = self._order_records
-        return [r.permutation(seed, chunks) for r in records]
+        seed, n, records = self._order_records
+        return [r.permutation(seed_mix(seed), n) for r in records]
+
+
+def _opening_rate(labels: np.ndarray, k0: int) -> float:
+    """Clusters opened per row in the second half of a serial run (1 when the run is too short to tell): it
+    sizes the first epoch after the prefix."""
+    m = labels.size
+    if m < 16:
+        return 1.0
+    new_rows = np.flatnonzero(labels >= k0)
+    first_rows = new_rows[np.unique(labels[new_rows], return_index=True)[1]]
+    return float(np.count_nonzero(first_rows >= m // 2)) / (m - m // 2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .._dask.passes import persist_if_fits
@@ -9,7 +11,7 @@ from .._dask.init import farthest_rows, kmeans_parallel, kmeans_plusplus_sample,
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger, rng_state, set_rng_state
 from .._registry import register
 from .._validation import ARRAY, SEED, Interval, Options, as_generator, check_array, check_sample_weight
-from ..errors import InvalidDataError, InvalidParameterError, message
+from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
 from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
 
 __all__ = ["KMeans", "lloyd"]
@@ -236,6 +238,7 @@ class KMeans(CentroidMixin, BaseEstimator):
             if ck.active and j + 1 < self.n_init:
                 ck.save({"phase": "init", "init": j + 1, "rng": rng_state(rng), "best": _best_state(best)})
         centres, inertia, n_iter, history = best
+        _warn_if_duplicate_centers(centres)
         self.cluster_centers_ = centres
         self.inertia_ = inertia
         self.n_iter_ = n_iter
@@ -265,6 +268,17 @@ class KMeans(CentroidMixin, BaseEstimator):
                 if not 0 < int(inner["iteration"]) < self.max_iter or len(inner["history"]) != int(inner["iteration"]):
                     raise ValueError(f"iteration {inner['iteration']} with max_iter={self.max_iter}")
         return first, best, inner, rng
+
+
+def _warn_if_duplicate_centers(centers: np.ndarray) -> None:
+    """Warn, as scikit-learn does, when the data held fewer distinct points than clusters (duplicate centres)."""
+    distinct = np.unique(centers, axis=0).shape[0]
+    if distinct < centers.shape[0]:
+        warnings.warn(
+            f"KMeans found {distinct} distinct cluster(s), fewer than n_clusters={centers.shape[0]}: the data holds "
+            f"fewer distinct points than clusters (duplicate rows). Lower n_clusters to {distinct}.",
+            ConvergenceWarning, stacklevel=3,
+        )
 
 
 def _best_state(best):

@@ -14,13 +14,16 @@ import threading
 import numba
 import numpy as np
 
-from .stats import _GOLDEN, _MIX1, _MIX2, ClusterStats
+from .stats import _GOLDEN, _MIX1, _MIX2, ClusterStats, point_keys
 
 __all__ = [
     "nearest",
     "nearest_numpy",
     "assign_stats",
     "block_stats",
+    "epoch_stats",
+    "order_keys",
+    "seed_mix",
     "assign_stats_numpy",
     "scatter_about_means",
 ]
@@ -83,7 +86,8 @@ _TILE = 256
 
 
 @numba.njit(**_FAST)
-def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta, cost_k, fp):
+def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta, cost_k, fp, ranged, seed_mix,
+                 lo, hi, lam, proposals):
     """One read of the block: nearest centre of every row, folded at once into the per-cluster accumulators.
 
     The candidate distances ``||c - o||^2 - 2 (x - o).(c - o)`` come from one BLAS product per tile of rows, in the
@@ -93,6 +97,10 @@ def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta,
     data with a large offset, and ``cost_k`` the exact ``w ||x - c||^2`` per cluster, from which the scatter about
     the new mean follows without a second read. ``labels``/``mind`` are written only when they are not empty. A
     row with NaN or inf gets no cluster (label -1, distance NaN) and is counted in the returned ``n_bad``.
+
+    DP-means epochs (``ranged``): only rows whose order key (:func:`order_keys`) lies in ``[lo, hi]`` are taken,
+    and a row whose nearest centre is farther than ``lam`` is not accumulated but its local index is written to
+    ``proposals``. Returns ``(n_bad, n_taken, n_proposed)``.
     """
     n, d = X.shape
     k = CT.shape[1]
@@ -101,6 +109,8 @@ def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta,
     T = np.empty((min(n, _TILE), d), dtype=X.dtype)
     t = np.empty(d)
     n_bad = 0
+    n_taken = 0
+    n_prop = 0
     for s in range(0, n, _TILE):
         e = min(n, s + _TILE)
         g, xt = G[: e - s], T[: e - s]
@@ -110,6 +120,11 @@ def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta,
         np.dot(xt, CT, g)
         for r in range(e - s):
             i = s + r
+            if ranged:
+                key = _key(np.uint64(offset + i) ^ seed_mix)
+                if key < lo or key > hi:
+                    continue
+            n_taken += 1
             bk = -1
             best = np.inf
             for c in range(k):
@@ -126,6 +141,10 @@ def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta,
             if not np.isfinite(q):
                 n_bad += 1
                 continue
+            if q > lam:
+                proposals[n_prop] = i
+                n_prop += 1
+                continue
             wi = w[i] if has_w else 1.0
             weight[bk] += wi
             cost_k[bk] += wi * q
@@ -135,7 +154,7 @@ def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta,
             if want_rows:
                 labels[i] = bk
                 mind[i] = q
-    return n_bad
+    return n_bad, n_taken, n_prop
 
 
 @numba.njit(**_JIT)
@@ -216,8 +235,11 @@ def _float_block(X) -> np.ndarray:
     return np.ascontiguousarray(X)
 
 
-def _lloyd(X, C, sample_weight, offset, block_index, want_rows):
-    """Run :func:`_lloyd_block` on a float block with >= 1 centre; ``(stats, labels, dist)``."""
+_NO_RANGE = (False, np.uint64(0), np.uint64(0), np.uint64(0))
+
+
+def _lloyd(X, C, sample_weight, offset, block_index, want_rows, key_range=_NO_RANGE, lam=np.inf):
+    """Run :func:`_lloyd_block` on a float block with >= 1 centre; ``(stats, labels, dist, proposals)``."""
     n, d = X.shape
     k = C.shape[0]
     o = C.mean(axis=0)
@@ -229,22 +251,56 @@ def _lloyd(X, C, sample_weight, offset, block_index, want_rows):
     m = n if want_rows else 0
     labels = np.full(m, -1, dtype=np.int32)
     mind = np.full(m, np.nan)
+    proposals = np.empty(n if np.isfinite(lam) else 0, dtype=np.int64)
     weight, delta, cost_k = np.zeros(k), np.zeros((k, d)), np.zeros(k)
     fp = np.zeros(k, dtype=np.uint64)
     with _one_blas_thread():
-        n_bad = _lloyd_block(X, o.astype(X.dtype), CT, cc, C, w, has_w, np.uint64(offset), labels, mind, weight, delta, cost_k, fp)
+        n_bad, n_taken, n_prop = _lloyd_block(X, o.astype(X.dtype), CT, cc, C, w, has_w, np.uint64(offset), labels,
+                                              mind, weight, delta, cost_k, fp, *key_range, float(lam), proposals)
     safe = np.where(weight > 0, weight, 1.0)
     shift = delta / safe[:, None]
     mean = np.where(weight[:, None] > 0, C + shift, 0.0)
     scatter = np.maximum(cost_k - weight * (shift * shift).sum(axis=1), 0.0)
-    stats = ClusterStats(weight, mean, scatter, float(cost_k.sum()), fp, n, block_index if n_bad else -1)
-    return stats, labels, mind
+    stats = ClusterStats(weight, mean, scatter, float(cost_k.sum()), fp, n_taken, block_index if n_bad else -1)
+    return stats, labels, mind, proposals[:n_prop]
+
+
+def order_keys(seed_mix: int, global_index: np.ndarray) -> np.ndarray:
+    """The order keys of rows (uint64): serial DP-means visits rows by increasing key. A function of the seed and
+    the global row index only, so the order, and the model, do not depend on the chunking (``seed_mix`` comes from
+    :func:`seed_mix`)."""
+    return point_keys(np.asarray(global_index, dtype=np.uint64) ^ np.uint64(seed_mix))
+
+
+def seed_mix(seed: int) -> int:
+    """The 64-bit mask of a seed's order keys."""
+    return int(point_keys(np.array([seed % 2**64], dtype=np.uint64))[0])
+
+
+def epoch_stats(X, C, lam: float, sample_weight=None, *, offset: int, block_index: int, mix: int, lo: int,
+                hi: int) -> tuple[ClusterStats, np.ndarray]:
+    """One DP-means epoch on one block: the rows whose order key is in ``[lo, hi]`` (inclusive) that are within
+    ``lam`` of a centre of ``C`` are folded into statistics; the others are returned as proposals (local row
+    indices, in row order). With no centre every taken finite row is a proposal."""
+    X = _float_block(X)
+    C = np.ascontiguousarray(C, dtype=np.float64).reshape(-1, X.shape[1])
+    if C.shape[0] == 0:
+        keys = order_keys(mix, np.arange(offset, offset + X.shape[0]))
+        taken = (keys >= np.uint64(lo)) & (keys <= np.uint64(hi))
+        finite = np.isfinite(X).all(axis=1)
+        stats = ClusterStats.identity(0, X.shape[1])
+        stats.n_rows = int(taken.sum())
+        stats.bad_block = block_index if (taken & ~finite).any() else -1
+        return stats, np.flatnonzero(taken & finite).astype(np.int64)
+    key_range = (True, np.uint64(mix), np.uint64(lo), np.uint64(hi))
+    stats, _, _, proposals = _lloyd(X, C, sample_weight, offset, block_index, False, key_range, lam)
+    return stats, proposals
 
 
 def _nearest(X, C):
     if C.shape[0] == 0:
         return np.full(X.shape[0], -1, np.int32), np.full(X.shape[0], np.inf)
-    return _lloyd(X, C, None, 0, 0, True)[1:]  # the assignment path of assign_stats, so labels agree
+    return _lloyd(X, C, None, 0, 0, True)[1:3]  # the assignment path of assign_stats, so labels agree
 
 
 def block_stats(X, C, sample_weight=None, *, offset: int = 0, block_index: int = 0) -> ClusterStats:
@@ -271,7 +327,7 @@ def assign_stats(X, C, sample_weight=None, *, offset: int = 0, block_index: int 
     if C.shape[0] == 0:
         labels, mind = _nearest(X, C)
         return stats_from_assignment(X, labels, mind, sample_weight, 0, offset, block_index), labels, mind
-    return _lloyd(X, C, sample_weight, offset, block_index, True)
+    return _lloyd(X, C, sample_weight, offset, block_index, True)[:3]
 
 
 def assign_stats_numpy(X, C, sample_weight=None, *, offset: int = 0):

@@ -94,3 +94,11 @@ def test_init_array_with_n_init_is_rejected(blobs):
         dclust.KMeans(n_clusters=2, init=X[:2], n_init=2).fit(X)
     with pytest.raises(InvalidParameterError, match="shape"):
         dclust.KMeans(n_clusters=3, init=X[:2]).fit(X)
+
+
+def test_fewer_distinct_points_than_clusters_warns_with_the_count():
+    X = np.ones((500, 3))
+    X[:100] = 2.0  # two distinct points
+    with pytest.warns(dclust.errors.ConvergenceWarning, match="found 2 distinct cluster"):
+        km = dclust.KMeans(n_clusters=5, random_state=0).fit(X)
+    assert np.unique(km.cluster_centers_, axis=0).shape[0] == 2

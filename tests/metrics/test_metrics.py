@@ -201,8 +201,11 @@ def test_dask_reduction_is_a_tree_of_the_requested_fan_in():
     y = da.from_array(np.arange(64) % 5, chunks=1)  # 64 blocks
     table = _contingency.compute_table(y, y, split_every=4)
     assert table.total == 64
-    parts = _contingency.map_partials(_contingency._block_cells, y[:, None], y, None)
-    graph = _contingency.tree_reduce(parts, _contingency._merge_cells, split_every=4).__dask_graph__()
+    from dclust._dask.passes import map_partials
+    from dclust._dask.reduce import tree_reduce
+
+    parts = map_partials(_contingency._block_cells, y[:, None], y, None)
+    graph = tree_reduce(parts, _contingency._merge_cells, split_every=4).__dask_graph__()
     layers = [k for k in graph.layers if "tree-reduce" in k]
     assert len(layers) >= 3  # 64 -> 16 -> 4 -> 1: a tree, not one 64-way merge
 
