@@ -100,7 +100,7 @@ def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta,
 
     DP-means epochs (``ranged``): only rows whose order key (:func:`order_keys`) lies in ``[lo, hi]`` are taken,
     and a row whose nearest centre is farther than ``lam`` is not accumulated but its local index is written to
-    ``proposals``. Returns ``(n_bad, n_taken, n_proposed)``.
+    ``proposals`` (the first ``len(proposals)`` of them; the count goes on). Returns ``(n_bad, n_taken, n_proposed)``.
     """
     n, d = X.shape
     k = CT.shape[1]
@@ -142,7 +142,8 @@ def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta,
                 n_bad += 1
                 continue
             if q > lam:
-                proposals[n_prop] = i
+                if n_prop < proposals.shape[0]:
+                    proposals[n_prop] = i
                 n_prop += 1
                 continue
             wi = w[i] if has_w else 1.0
@@ -236,6 +237,9 @@ def _float_block(X) -> np.ndarray:
 
 
 _NO_RANGE = (False, np.uint64(0), np.uint64(0), np.uint64(0))
+_FULL_RANGE = (0, 2**64 - 1)
+#: Proposals a block expects at most in an epoch (a larger count reruns the block with room for every row).
+_PROPOSAL_ROOM = 1024
 
 
 def _lloyd(X, C, sample_weight, offset, block_index, want_rows, key_range=_NO_RANGE, lam=np.inf):
@@ -251,12 +255,18 @@ def _lloyd(X, C, sample_weight, offset, block_index, want_rows, key_range=_NO_RA
     m = n if want_rows else 0
     labels = np.full(m, -1, dtype=np.int32)
     mind = np.full(m, np.nan)
-    proposals = np.empty(n if np.isfinite(lam) else 0, dtype=np.int64)
-    weight, delta, cost_k = np.zeros(k), np.zeros((k, d)), np.zeros(k)
-    fp = np.zeros(k, dtype=np.uint64)
-    with _one_blas_thread():
-        n_bad, n_taken, n_prop = _lloyd_block(X, o.astype(X.dtype), CT, cc, C, w, has_w, np.uint64(offset), labels,
-                                              mind, weight, delta, cost_k, fp, *key_range, float(lam), proposals)
+    room = min(n, _PROPOSAL_ROOM) if np.isfinite(lam) else 0
+    while True:
+        proposals = np.empty(room, dtype=np.int64)
+        weight, delta, cost_k = np.zeros(k), np.zeros((k, d)), np.zeros(k)
+        fp = np.zeros(k, dtype=np.uint64)
+        with _one_blas_thread():
+            n_bad, n_taken, n_prop = _lloyd_block(X, o.astype(X.dtype), CT, cc, C, w, has_w, np.uint64(offset),
+                                                  labels, mind, weight, delta, cost_k, fp, *key_range, float(lam),
+                                                  proposals)
+        if n_prop <= room:
+            break
+        room = n  # more proposals than expected: once more with room for every row
     safe = np.where(weight > 0, weight, 1.0)
     shift = delta / safe[:, None]
     mean = np.where(weight[:, None] > 0, C + shift, 0.0)
@@ -292,7 +302,7 @@ def epoch_stats(X, C, lam: float, sample_weight=None, *, offset: int, block_inde
         stats.n_rows = int(taken.sum())
         stats.bad_block = block_index if (taken & ~finite).any() else -1
         return stats, np.flatnonzero(taken & finite).astype(np.int64)
-    key_range = (True, np.uint64(mix), np.uint64(lo), np.uint64(hi))
+    key_range = _NO_RANGE if (lo, hi) == _FULL_RANGE else (True, np.uint64(mix), np.uint64(lo), np.uint64(hi))
     stats, _, _, proposals = _lloyd(X, C, sample_weight, offset, block_index, False, key_range, lam)
     return stats, proposals
 

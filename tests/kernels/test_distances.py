@@ -78,3 +78,29 @@ def test_non_finite_rows_are_flagged(bad):
     assert lab[3] == -1 and np.isnan(dist[3])
     assert s.bad_block == 4
     assert s.weight.sum() == 9
+
+
+@pytest.mark.parametrize("lam", [1e-9, 0.5, 4.0])
+@pytest.mark.parametrize("key_range", [(0, 2**64 - 1), (2**62, 2**63)])
+def test_epoch_stats_equals_numpy(lam, key_range):
+    """A DP-means epoch on one block: rows in the key range within lam are folded, the others proposed (also when
+    more rows propose than the kernel expected)."""
+    from dclust.kernels.distances import epoch_stats, order_keys, seed_mix
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(3000, 4)).astype(np.float32)
+    C = rng.normal(size=(5, 4))
+    mix = seed_mix(11)
+    lo, hi = key_range
+    stats, proposals = epoch_stats(X, C, lam, offset=40, block_index=1, mix=mix, lo=lo, hi=hi)
+    keys = order_keys(mix, np.arange(40, 3040))
+    taken = (keys >= np.uint64(lo)) & (keys <= np.uint64(hi))
+    labels, dist = nearest_numpy(X, C)
+    far = taken & (dist > lam)
+    np.testing.assert_array_equal(proposals, np.flatnonzero(far))
+    near = taken & ~far
+    ref = assign_stats_numpy(X[near], C, offset=0)[0]
+    np.testing.assert_allclose(stats.weight, ref.weight)
+    np.testing.assert_allclose(stats.mean, ref.mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(stats.cost, dist[near].sum(), rtol=1e-9)
+    assert stats.n_rows == taken.sum()
