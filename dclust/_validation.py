@@ -299,3 +299,65 @@ def check_sample_weight(sample_weight: Any, X: da.Array) -> da.Array | None:
                     "Drop those samples or give them weight 0.")
         )
     return w
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Checks shared by several estimators: one place, one error class each.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def check_lam_or_n_clusters(name: str, lam: Any, n_clusters: Any, n_samples: int) -> None:
+    """Exactly one of ``lam`` and ``n_clusters`` (the DP-means family), and ``n_clusters <= n_samples``."""
+    if (lam is None) == (n_clusters is None):
+        got = "both" if lam is not None else "neither"
+        raise InvalidParameterError(
+            message(f"{name}(lam=..., n_clusters=...)", "exactly one of lam and n_clusters", got,
+                    "Pass lam (the penalty per cluster) or n_clusters (a target for the lam heuristic).")
+        )
+    if n_clusters is not None and n_clusters > n_samples:
+        raise InvalidParameterError(
+            message(f"{name}(n_clusters=...)", f"at most n_samples={n_samples}", f"n_clusters={n_clusters}",
+                    "Lower n_clusters or pass more data.")
+        )
+
+
+def check_temporal_pair(name: str, T_Q: Any, k_tau: Any, Q: Any, tau: Any) -> None:
+    """Exactly one complete pair of D-Means' temporal parameters: ``(T_Q, k_tau)`` or ``(Q, tau)``."""
+    given = [k for k, v in (("T_Q", T_Q), ("k_tau", k_tau), ("Q", Q), ("tau", tau)) if v is not None]
+    if sorted(given) not in (["T_Q", "k_tau"], ["Q", "tau"]):
+        raise InvalidParameterError(
+            message(f"{name}(T_Q, k_tau, Q, tau)", "exactly one complete pair: (T_Q, k_tau) or (Q, tau)",
+                    ", ".join(given) or "none",
+                    "Give T_Q and k_tau (the paper's eq. 30 turns them into Q and tau), or Q and tau directly.")
+        )
+
+
+def check_constraints(name: str, constraints: Any, n_samples: int, row_chunks: tuple[int, ...] | None = None,
+                      kind: str = "dask") -> Any:
+    """``constraints`` of ``fit``: None or a :class:`dclust.ConstraintGraph` over the ``n_samples`` rows.
+
+    With ``row_chunks`` the graph must be aligned to them; for numpy input (``kind="numpy"``, whose blocks dclust
+    chose) a graph over the right rows is re-aligned. Returns the (aligned) graph or None.
+    """
+    if constraints is None:
+        return None
+    from .constraints import ConstraintGraph
+
+    if not isinstance(constraints, ConstraintGraph):
+        raise InvalidParameterError(
+            message(f"{name}.fit(constraints=...)", "None or a dclust.ConstraintGraph",
+                    f"a {type(constraints).__name__}",
+                    "Build one with dclust.ConstraintGraph.from_pairs(i, j, must_link, n_samples=X.shape[0], "
+                    "chunks=X.chunks[0]).")
+        )
+    if constraints.n_samples != n_samples:
+        raise InvalidDataError(
+            message(f"{name}.fit(constraints=...)", f"a graph over the {n_samples} rows of X",
+                    f"a graph over {constraints.n_samples} rows", "Build the constraints for this data.")
+        )
+    if row_chunks is None:
+        return constraints
+    if kind == "numpy":
+        return constraints.rechunk(row_chunks)
+    constraints.check_aligned(row_chunks, n_samples)
+    return constraints

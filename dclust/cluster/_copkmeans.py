@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .._dask.loop import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
-from .._validation import SEED, Interval, Options, as_generator, check_array
+from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import CHECKPOINT, BaseEstimator
@@ -123,22 +123,10 @@ class COPKMeans(BaseEstimator):
         self.checkpoint = checkpoint
 
     def _links(self, constraints, n):
-        from ..constraints import ConstraintGraph
-
         if constraints is None:
             e = np.zeros(0, np.int64)
             return e, e, np.zeros(0, np.int8)
-        if not isinstance(constraints, ConstraintGraph):
-            raise InvalidDataError(
-                message("COPKMeans.fit(constraints=...)", "None or a dclust.ConstraintGraph",
-                        f"a {type(constraints).__name__}",
-                        "Build one with dclust.ConstraintGraph.from_pairs(i, j, must_link, n_samples).")
-            )
-        if constraints.n_samples != n:
-            raise InvalidDataError(
-                message("COPKMeans.fit(constraints=...)", f"a graph over the {n} rows of X",
-                        f"a graph over {constraints.n_samples} rows", "Build the constraints for this data.")
-            )
+        check_constraints("COPKMeans", constraints, n)
         return constraints.pairs()
 
     def fit(self, X, y=None, constraints=None) -> "COPKMeans":

@@ -11,8 +11,10 @@ from .._dask.init import furthest_first
 from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
 from .._dask.occ import KeyedPass, keyed_pass, keyed_prefix, keyed_records_from, keyed_records_state
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator, check_array, check_sample_weight
-from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
+from .._validation import (
+    SEED, Interval, Options, as_generator, check_array, check_lam_or_n_clusters, check_sample_weight,
+)
+from ..errors import ConvergenceWarning, InvalidDataError, message
 from ..kernels.distances import seed_mix
 from ..kernels.dpmeans import serial_assign
 from ..kernels.stats import ClusterStats
@@ -110,25 +112,12 @@ class DPMeans(CentroidMixin, BaseEstimator):
         self.split_every = split_every
         self.checkpoint = checkpoint
 
-    def _check_lam_or_k(self, n: int) -> None:
-        if (self.lam is None) == (self.n_clusters is None):
-            got = "both" if self.lam is not None else "neither"
-            raise InvalidParameterError(
-                message("DPMeans(lam=..., n_clusters=...)", "exactly one of lam and n_clusters", got,
-                        "Pass lam (the penalty per cluster) or n_clusters (a target for the lam heuristic).")
-            )
-        if self.n_clusters is not None and self.n_clusters > n:
-            raise InvalidDataError(
-                message("DPMeans(n_clusters=...)", f"at most n_samples={n}", f"n_clusters={self.n_clusters}",
-                        "Lower n_clusters or pass more data.")
-            )
-
     def fit(self, X, y=None, sample_weight=None) -> "DPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
         self._validate_params()
         arr, info = check_array(X)
         n, d = arr.shape
-        self._check_lam_or_k(n)
+        check_lam_or_n_clusters("DPMeans", self.lam, self.n_clusters, n)
         w = check_sample_weight(sample_weight, arr)
         ck = self._checkpointer(arr, w)
         state = ck.resume()

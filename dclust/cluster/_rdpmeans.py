@@ -13,7 +13,7 @@ from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
 from .._dask.occ import prefix_counts
 from .._dask.rdp import extract_linked, final_labels, init_pass, rdp_pass, records_from, records_state
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator, check_array
+from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints, check_lam_or_n_clusters
 from ..constraints import ConstraintGraph
 from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
 from ..kernels.divergence import divergence_nearest, neg_entropy, smooth_rows
@@ -153,21 +153,11 @@ class RDPMeans(CentroidMixin, BaseEstimator):
     # ------------------------------------------------------------------------------------------------------
 
     def _check_setup(self, n: int) -> None:
-        if (self.lam is None) == (self.n_clusters is None):
-            got = "both" if self.lam is not None else "neither"
-            raise InvalidParameterError(
-                message("RDPMeans(lam=..., n_clusters=...)", "exactly one of lam and n_clusters", got,
-                        "Pass lam (the penalty per cluster) or n_clusters (a target for the lam heuristic).")
-            )
+        check_lam_or_n_clusters("RDPMeans", self.lam, self.n_clusters, n)
         if self.n_clusters is not None and self.divergence != "euclidean":
             raise InvalidParameterError(
                 message("RDPMeans(n_clusters=..., divergence='kl')", "lam with the KL divergence",
                         "n_clusters", "The furthest-first heuristic is Euclidean; pass lam in KL units.")
-            )
-        if self.n_clusters is not None and self.n_clusters > n:
-            raise InvalidDataError(
-                message("RDPMeans(n_clusters=...)", f"at most n_samples={n}", f"n_clusters={self.n_clusters}",
-                        "Lower n_clusters or pass more data.")
             )
 
     @staticmethod
@@ -175,17 +165,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         n = arr.shape[0]
         if constraints is None:
             return ConstraintGraph.from_pairs([], [], [], n_samples=n, chunks=arr.chunks[0])
-        if not isinstance(constraints, ConstraintGraph):
-            raise InvalidParameterError(
-                message("RDPMeans.fit(constraints=...)", "None or a dclust.ConstraintGraph",
-                        type(constraints).__name__, "Build one with ConstraintGraph.from_pairs(i, j, must_link, "
-                        "n_samples=X.shape[0], chunks=X.chunks[0]).")
-            )
-        if kind == "numpy":  # dclust chose the chunks of numpy input: follow them
-            constraints.check_aligned(constraints.chunks, n)
-            return constraints.rechunk(arr.chunks[0])
-        constraints.check_aligned(arr.chunks[0], n)
-        return constraints
+        return check_constraints("RDPMeans", constraints, n, arr.chunks[0], kind)
 
     def fit(self, X, y=None, constraints=None) -> "RDPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features)) with side information.

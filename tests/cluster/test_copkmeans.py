@@ -62,7 +62,7 @@ def test_bad_input():
         COPKMeans(n_clusters=2).fit(X, constraints=all_must)
     with pytest.raises(InvalidDataError, match="over the 4 rows"):
         COPKMeans(n_clusters=2).fit(X, constraints=ConstraintGraph.from_pairs([0], [1], True, n_samples=5))
-    with pytest.raises(InvalidDataError, match="ConstraintGraph"):
+    with pytest.raises(InvalidParameterError, match="ConstraintGraph"):
         COPKMeans(n_clusters=2).fit(X, constraints=[(0, 1)])
     with pytest.raises(InvalidDataError, match="max_samples"):
         COPKMeans(n_clusters=2, max_samples=3).fit(X)
