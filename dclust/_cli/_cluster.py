@@ -25,6 +25,7 @@ import os
 import socket
 from typing import Annotated, Any, Callable, Iterator, Optional
 
+import dask
 import typer
 
 from dclust.errors import InvalidParameterError, message
@@ -121,6 +122,13 @@ def security(
                     require_encryption=True)
 
 
+#: Dask settings of the local cluster the CLI starts. distributed's nanny starts workers with
+#: ``MALLOC_TRIM_THRESHOLD_=65536``; setting it switches off glibc's dynamic mmap threshold, so every chunk-sized
+#: array (a decoded Zarr chunk) is a fresh mmap whose pages fault in on every task. Without it glibc reuses the
+#: freed chunk buffers; the workers' memory stays bounded by their memory limit (spill / pause / restart).
+EMBEDDED_WORKER_CONFIG = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+
+
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
@@ -197,14 +205,15 @@ def dask_client(
     else:
         workers = n_workers or os.cpu_count() or 1
         dashboard = f":{DEFAULT_DASHBOARD_PORT}" if _port_free(DEFAULT_DASHBOARD_PORT) else ":0"
-        cluster = LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=processes,
-            memory_limit=memory_limit,
-            dashboard_address=dashboard,
-            silence_logs=logging.ERROR,
-        )
+        with dask.config.set(EMBEDDED_WORKER_CONFIG):
+            cluster = LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=processes,
+                memory_limit=memory_limit,
+                dashboard_address=dashboard,
+                silence_logs=logging.ERROR,
+            )
         try:
             client = Client(cluster, set_as_default=True)
         except BaseException:

@@ -41,14 +41,14 @@ def data():
 
 @pytest.fixture(scope="module")
 def dp_data():
-    """Well separated blobs: DP-means converges in 4 passes."""
+    """Well separated blobs: DP-means (seed 1) converges in 5 passes."""
     rng = np.random.default_rng(7)
     centres = rng.uniform(-30, 30, size=(6, 3))
     return da.from_array(centres[rng.integers(0, 6, 2400)] + rng.normal(size=(2400, 3)), chunks=(400, -1))
 
 
 KM = dict(n_clusters=6, init="random", n_init=2, random_state=3)
-DP = dict(lam=80.0, random_state=0, prefix_size=40, max_proposals=8)
+DP = dict(lam=80.0, random_state=1, prefix_size=40, max_proposals=8)
 
 
 def same_kmeans(a, b, X):
