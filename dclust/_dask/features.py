@@ -11,7 +11,7 @@ import numpy as np
 
 from ..kernels.bpmeans import gram_partial, sweep_rows
 from ..kernels.kfeatures import draw_keys, exhaustive_rows, greedy_rows
-from .passes import _block_info_array
+from .passes import map_partials
 from .reduce import tree_reduce
 
 __all__ = [
@@ -61,28 +61,13 @@ class FeatureOverflow(Exception):
         self.n_features, self.residual, self.where = n_features, residual, where
 
 
-def _with_bits_block(fn, kwargs, info, Xb, Zb):
-    out = np.empty(1, dtype=object)
-    out[0] = fn(Xb, Zb, offset=int(info[0, 0]), block_index=int(info[0, 1]), **kwargs)
-    return out
-
-
 def map_with_bits(fn, X: da.Array, Z: da.Array, *, blocks=None, **kwargs) -> da.Array:
     """``fn(X_block, Z_block, offset=, block_index=, **kwargs)`` per row block; a 1-D object array of partials.
 
-    ``Z`` has X's row chunks (one column chunk). ``blocks`` restricts the map to those block indices.
+    ``Z`` has X's row chunks, or one chunk per block of ``blocks`` (one column chunk). ``blocks`` restricts the map
+    to those block indices.
     """
-    info = _block_info_array(X)
-    if blocks is not None:
-        blocks = [int(b) for b in blocks]
-        info, X = info.blocks[blocks], X.blocks[blocks]
-        if Z.chunks[0] != X.chunks[0]:
-            Z = Z.blocks[blocks]
-    return da.blockwise(
-        _with_bits_block, "i", fn, None, kwargs, None, info, "ij", X, "ik", Z, "il",
-        dtype=object, concatenate=True, align_arrays=False, adjust_chunks={"i": 1},
-        meta=np.empty(0, dtype=object),
-    )
+    return map_partials(fn, X, Z, blocks=blocks, **kwargs)
 
 
 def _widen_block(Zb, k):
@@ -138,7 +123,6 @@ def _merge_greedy(parts):
 
 
 def _greedy_round(X, A, seed, round_, split_every, threshold=0.0):
-    from .passes import map_partials
 
     parts = map_partials(_greedy_partial, X, features=A, seed=seed, round_=round_, threshold=float(threshold))
     return tree_reduce(parts, _merge_greedy, split_every=split_every).compute()[()]

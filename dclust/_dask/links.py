@@ -15,7 +15,7 @@ import dask.array as da
 import numpy as np
 
 from ..constraints._coloring import greedy_coloring, link_adjacency
-from .passes import _block_info_array, block_offsets
+from .passes import block_offsets, map_partials
 
 __all__ = [
     "LinkLayout", "PhaseBlock", "build_layout", "object_array", "fresh_name", "map_with_args", "map_parts",
@@ -36,27 +36,14 @@ def object_array(items) -> np.ndarray:
     return out
 
 
-def _call_x(fn, kwargs, info, Xb, a):
-    out = np.empty(1, dtype=object)
-    out[0] = fn(Xb, a[0], offset=int(info[0, 0]), block_index=int(info[0, 1]), **kwargs)
-    return out
-
-
 def map_with_args(fn: Callable[..., Any], X: da.Array, args, *, blocks=None, **kwargs) -> da.Array:
     """``fn(X_block, args[b], offset=, block_index=, **kwargs)`` for every row block ``b`` (or those in ``blocks``).
 
     ``args`` is a sequence with one (small) object per block of X, shipped only to that block's task. Returns a
-    1-D object array of partials (one per block), like :func:`dclust._dask.passes.map_partials`.
+    1-D object array of partials, one per block and one chunk per block (the pass engine's
+    :func:`dclust._dask.passes.map_partials` with ``grouped=False``).
     """
-    info = _block_info_array(X)
-    A = da.from_array(object_array(args), chunks=1, name=False)
-    if blocks is not None:
-        blocks = [int(b) for b in blocks]
-        info, X, A = info.blocks[blocks], X.blocks[blocks], A.blocks[blocks]
-    return da.blockwise(
-        _call_x, "i", fn, None, kwargs, None, info, "ij", X, "ik", A, "i", dtype=object, concatenate=True,
-        align_arrays=False, adjust_chunks={"i": 1}, meta=np.empty(0, dtype=object), name=fresh_name(fn),
-    )
+    return map_partials(fn, X, blocks=blocks, block_args=list(args), grouped=False, **kwargs)
 
 
 def _call_parts(fn, kwargs, p, a):

@@ -220,14 +220,17 @@ def _worker_groups(X: da.Array, todo: list[int]) -> list[list[int]] | None:
 # ---------------------------------------------------------------------------------------------------- the task
 
 
-def _run_group(params, blocks, offsets, sizes, source, data, *aligned):
+def _run_group(params, blocks, offsets, sizes, source, data, extra, *aligned):
     """Run ``fn`` on every block of the group, reading the blocks from ``source`` (``data`` are then the getter's
-    indices) or taking them from ``data``; merge the results (``merge``) or return them in a list."""
+    indices) or taking them from ``data``; merge the results (``merge``) or return them in a list. ``extra`` holds
+    the group's per-block arguments (or is None)."""
     fn, merge, kwargs, reader = params
     out = []
     for i, (b, off, size) in enumerate(zip(blocks, offsets, sizes)):
         Xb = data[i] if reader is None else _read(reader, source, data[i], b, off, size)
         others = [None if a is None else a[i] for a in aligned]
+        if extra is not None:
+            others.append(extra[i])
         out.append(fn(Xb, *others, offset=off, block_index=b, **kwargs))
     _report_chunks_done(len(blocks))
     if merge is None:
@@ -245,11 +248,21 @@ def _block_key(X: da.Array, b: int) -> tuple:
     return (X.name, b) + (0,) * (X.ndim - 1)
 
 
-def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str):
+def _aligned_index(a: da.Array, X: da.Array, todo: list[int]) -> dict[int, int] | None:
+    """Block b of X -> the block of ``a`` that goes with it: the same index when ``a`` has X's row blocks (or one
+    element per block of X), the position in ``todo`` when ``a`` has one block per listed block."""
+    if a.numblocks[0] == X.numblocks[0]:
+        return None
+    if a.numblocks[0] == len(todo):
+        return {b: i for i, b in enumerate(todo)}
+    raise ValueError(f"an aligned array with {a.numblocks[0]} row blocks for {X.numblocks[0]} blocks of X")
+
+
+def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, block_args=None):
     """The tasks of a pass over ``groups``; returns ``(graph, name)``, task ``(name, g)`` for group g."""
-    for a in aligned:
-        if a is not None and a.chunks[0] != X.chunks[0]:
-            raise ValueError("aligned arrays must have the row chunks of X")
+    aligned = [a if a is None or a.ndim < 2 or a.numblocks[1] == 1 else a.rechunk({1: -1}) for a in aligned]
+    todo = [b for g in groups for b in g]
+    where = [None if a is None else _aligned_index(a, X, todo) for a in aligned]
     token = uuid.uuid4().hex  # a pass is built once; hashing its parameters (centres) would only cost time
     name, params_key = f"dclust-{kind}-{token}", f"dclust-params-{token}"
     reader = _reader_of(X)
@@ -261,10 +274,12 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str):
             source, data = None, List(*[TaskRef(_block_key(X, b)) for b in blocks])
         else:
             source, data = reader.source, [reader.index[b] for b in blocks]
-        others = [None if a is None else List(*[TaskRef(_block_key(a, b)) for b in blocks]) for a in aligned]
+        others = [None if a is None else List(*[TaskRef(_block_key(a, b if m is None else m[b])) for b in blocks])
+                  for a, m in zip(aligned, where)]
+        extra = None if block_args is None else [block_args[b] for b in blocks]
         layer[(name, g)] = Task(
             (name, g), _run_group, TaskRef(params_key), list(blocks), [int(offsets[b]) for b in blocks],
-            [int(sizes[b]) for b in blocks], source, data, *others,
+            [int(sizes[b]) for b in blocks], source, data, extra, *others,
         )
     deps = [X] + [a for a in aligned if a is not None]
     return HighLevelGraph.from_collections(name, layer, dependencies=deps), name
@@ -282,17 +297,17 @@ def _groups_for(X: da.Array, blocks, grouped: bool) -> list[list[int]]:
 
 def map_reduce(
     fn: Callable[..., Any], merge: Callable[[Sequence[Any]], Any], X: da.Array, *aligned: da.Array | None,
-    blocks=None, split_every: int | None = None, **kwargs,
+    blocks=None, block_args=None, split_every: int | None = None, **kwargs,
 ) -> da.Array:
     """One pass: ``fn(X_block, *aligned_blocks, offset=, block_index=, **kwargs)`` on every row block, merged.
 
     ``merge(list_of_partials) -> partial`` must be associative; blocks are merged inside their task, then across
-    tasks by :func:`dclust._dask.reduce.tree_reduce`. ``aligned`` are arrays with the row chunks of ``X`` (a
-    ``None`` is passed through). ``blocks`` restricts the pass to those block indices (offsets and indices stay
+    tasks by :func:`dclust._dask.reduce.tree_reduce`. ``aligned`` are arrays with the row blocks of ``X`` (a
+    ``None`` is passed through); ``block_args`` one small object per block, as in :func:`map_partials`. ``blocks`` restricts the pass to those block indices (offsets and indices stay
     global). Returns a 0-d object dask array: ``.compute()[()]`` is the merged partial.
     """
     groups = _groups_for(X, blocks, grouped=True)
-    graph, name = _pass_graph(fn, merge, X, aligned, groups, kwargs, "pass")
+    graph, name = _pass_graph(fn, merge, X, aligned, groups, kwargs, "pass", block_args)
     parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
     boxed = parts.map_blocks(_box_one, dtype=object, meta=np.empty(0, dtype=object))
     return tree_reduce(boxed, merge, split_every=split_every)
@@ -304,16 +319,20 @@ def _box_one(part) -> np.ndarray:
     return box
 
 
-def map_partials(fn: Callable[..., Any], X: da.Array, *aligned: da.Array | None, blocks=None, **kwargs) -> da.Array:
-    """One partial per row block: ``fn(X_block, *aligned_blocks, offset=, block_index=, **kwargs)``.
+def map_partials(fn: Callable[..., Any], X: da.Array, *aligned: da.Array | None, blocks=None, block_args=None,
+                 grouped: bool = True, **kwargs) -> da.Array:
+    """One partial per row block: ``fn(X_block, *aligned_blocks[, block_args[b]], offset=, block_index=, **kwargs)``.
 
     Like :func:`map_reduce` without the merge; the result is a 1-D object array with one element per block (of
     ``blocks`` when given), for :func:`dclust._dask.reduce.tree_reduce` or for steps that need every block's
-    partial (the proposals of the OCC epochs). Blocks are grouped into tasks as in :func:`map_reduce`.
+    partial (the proposals of the OCC epochs). ``aligned`` arrays have X's row blocks (or one block per listed
+    block); ``block_args`` is a sequence with one small object per block of X, shipped only to its block's task.
+    Blocks are grouped into tasks as in :func:`map_reduce`; ``grouped=False`` keeps one task, and one output chunk,
+    per block (for results that are persisted and addressed block by block).
     """
     todo = list(range(X.numblocks[0])) if blocks is None else [int(b) for b in blocks]
-    groups = _groups_for(X, todo, grouped=True)
-    graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "partials")
+    groups = _groups_for(X, todo, grouped=grouped)
+    graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "partials", block_args)
     parts = da.Array(graph, name, chunks=(tuple(len(g) for g in groups),), dtype=object,
                      meta=np.empty(0, dtype=object))
     parts = parts.map_blocks(_boxed_list, dtype=object, meta=np.empty(0, dtype=object))
