@@ -71,3 +71,19 @@ def test_map_partials_on_a_subset_of_blocks_keeps_global_offsets(data):
     parts = map_partials(lambda xb, offset, block_index: (offset, block_index, xb.shape[0]), dX, blocks=[1, 3])
     out = parts.compute()
     assert [tuple(p) for p in out] == [(1000, 1, 1000), (3000, 3, 1000)]
+
+
+def test_a_store_read_then_persisted_keeps_working(tmp_path):
+    """The pass engine reads a store's chunks itself; once the array is persisted (same name, other graph) it takes
+    the persisted blocks instead."""
+    import dclust
+    from dclust._dask.init import reduce_stats
+
+    X = np.random.default_rng(0).normal(size=(1000, 3)).astype(np.float32)
+    dclust.write_array(da.from_array(X, chunks=(100, -1)), tmp_path / "x.zarr")
+    arr = dclust.open_array(tmp_path / "x.zarr")
+    C = X[:4].astype(np.float64)
+    first = reduce_stats(arr, None, C)
+    again = reduce_stats(arr.persist(), None, C)
+    np.testing.assert_allclose(again.mean, first.mean, rtol=1e-12)
+    assert again.weight.sum() == 1000
