@@ -376,6 +376,7 @@ def run_config(args, n: int, d: int, k: int, data_dir: Path) -> dict:
           f"(crc32c store {fmt_s(m['kmeans_default_crc32c']['per_iter'])})")
 
     # (iii) LocalCluster(processes=False) -------------------------------------------------------------------------
+    # in-process transport: no host address
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster):
         kmeans_fit(warm, k, C0, 1)
@@ -383,7 +384,8 @@ def run_config(args, n: int, d: int, k: int, data_dir: Path) -> dict:
     say(f"(iii) LocalCluster(processes=False): {fmt_s(m['kmeans_threads_cluster']['per_iter'])}/iter")
 
     # (ii) LocalCluster of processes, and (iv) persisted there ----------------------------------------------------
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         client.run(_warm_worker)
         kmeans_fit(warm, k, C0, 1)
@@ -487,7 +489,9 @@ def build_rows(res: dict) -> list[dict]:
     read_none = _per_iter(m["read_none"])
 
     def ratio(a, b):
-        return a / b if a is not None and b else None
+        """``a / b``; none when either is missing or not positive (a marginal cost a loaded machine pushed to or
+        below zero has no meaningful ratio, and no verdict)."""
+        return a / b if a is not None and b is not None and a > 0 and b > 0 else None
 
     def row(rid, method, path, value, unit="s", vs_kmeans=None, target=None, measured=None, limit=None, ge=False,
             note=""):
@@ -500,6 +504,15 @@ def build_rows(res: dict) -> list[dict]:
         return {"id": rid, "method": method, "path": PATHS.get(path, path), "value": value, "unit": unit,
                 "vs_floor": ratio(value, floor) if unit == "s" else None, "vs_kmeans": vs_kmeans,
                 "target": target, "ratio": measured, "limit": limit, "met": met, "note": note}
+
+    def marg_note(v):
+        """Iteration counts, and the event median of the long fits as a cross-check of the marginal cost (which
+        a loaded machine can push below zero)."""
+        secs = [x for r in v["runs"][str(v["hi"])] for x in r.get("iter_seconds", [])[1:]]
+        note = f"n_iter {v['n_iter_hi']}/{v['n_iter_lo']}" + ("" if v["exact_iterations"] else " NOT EXACT")
+        if secs:
+            note += f"; event median {fmt_s(median(secs))}"
+        return note + ("; NOISY (negative marginal)" if v["per_iter"] <= 0 else "")
 
     rows = []
     labels = {"none": "no compression", "zstd": "zstd (write_array)", "lz4_shuffle": "blosc-lz4 shuffle (write_array)",
@@ -514,31 +527,28 @@ def build_rows(res: dict) -> list[dict]:
                         note=f"{fmt_bytes(v['bytes_on_disk'])} on disk; {fmt_ratio(r)} of uncompressed read"))
     s = m["sklearn"]
     rows.append(row("sklearn", "scikit-learn KMeans lloyd (marginal)", "memory", sk,
-                    note=f"n_iter {s['n_iter_hi']}/{s['n_iter_lo']}"))
+                    note=marg_note(s)))
     rows.append(row("floor", "FLOOR = zarr read + scikit-learn iteration", "memory", floor))
     f = m.get("faiss") or {}
     rows.append(row("faiss", "faiss Kmeans (marginal, all rows)", "memory", _per_iter(f),
-                    note=f"{fmt_ratio(ratio(_per_iter(f), sk))} of scikit-learn" if _per_iter(f) else ""))
-
-    def km_note(v):
-        return f"n_iter {v['n_iter_hi']}/{v['n_iter_lo']}" + ("" if v["exact_iterations"] else " NOT EXACT")
+                    note=f"{fmt_ratio(ratio(_per_iter(f), sk))} of scikit-learn; {marg_note(f)}" if _per_iter(f) else ""))
 
     rows.append(row("kmeans_default", "dclust KMeans, Zarr every pass", "default", km["default"],
                     target="<= 1.3x floor", measured=ratio(km["default"], floor), limit=T_FLOOR,
-                    note=km_note(m["kmeans_default"])))
+                    note=marg_note(m["kmeans_default"])))
     crc_km = _per_iter(m["kmeans_default_crc32c"])
     rows.append(row("kmeans_default_crc32c", "dclust KMeans, crc32c store", "default", crc_km,
                     target="<= 1.05x no checksum", measured=ratio(crc_km, km["default"]), limit=T_CRC,
-                    note=km_note(m["kmeans_default_crc32c"])))
+                    note=marg_note(m["kmeans_default_crc32c"])))
     rows.append(row("kmeans_processes", "dclust KMeans, Zarr every pass", "processes", km["processes"],
                     vs_kmeans=1.0, target="<= 1.3x floor", measured=ratio(km["processes"], floor), limit=T_FLOOR,
-                    note=km_note(m["kmeans_processes"])))
+                    note=marg_note(m["kmeans_processes"])))
     rows.append(row("kmeans_threads_cluster", "dclust KMeans, Zarr every pass", "threads", km["threads_cluster"],
                     target="(for the default choice) vs floor", measured=ratio(km["threads_cluster"], floor),
-                    note=km_note(m["kmeans_threads_cluster"])))
+                    note=marg_note(m["kmeans_threads_cluster"])))
     rows.append(row("kmeans_persisted", "dclust KMeans, persisted (persist=True)", "persisted", km["persisted"],
                     target="<= 1.5x scikit-learn (aim 1.0)", measured=ratio(km["persisted"], sk), limit=T_PERSISTED,
-                    note=km_note(m["kmeans_persisted"])))
+                    note=marg_note(m["kmeans_persisted"])))
     rows.append(row("kmeans_processes_events", "dclust KMeans, event median", "processes", km_ev, vs_kmeans=1.0,
                     note="reference of the rows below (same measure, same path)"))
 
@@ -559,7 +569,7 @@ def build_rows(res: dict) -> list[dict]:
     x = _per_iter(e)
     rows.append(row("daskml", "dask-ml KMeans (marginal)", "processes", x, vs_kmeans=ratio(x, km["processes"]),
                     target=">= 3x slower than dclust", measured=ratio(x, km["processes"]), limit=T_DASKML, ge=True,
-                    note=(f"n_iter {e['n_iter_hi']}/{e['n_iter_lo']}" if x is not None else "")))
+                    note=marg_note(e) if x is not None else ""))
     a = m.get("anytime") or {}
     x = _per_iter(a)
     rows.append(row("anytime", "dclust AnytimeDPMeans, one read (whole fit)", "processes", x,
