@@ -649,10 +649,8 @@ def main(argv=None) -> dict:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    results["total_seconds"] = time.perf_counter() - t_start
-    results["report"] = "\n".join(texts)
-    path = write_json(results, args.out)
-    print(f"\nwrote {path} (total {results['total_seconds']:.0f} s)")
+    results.update(total_seconds=time.perf_counter() - t_start, report="\n".join(texts))
+    print(f"\nwrote {write_json(results, args.out)} (total {results['total_seconds']:.0f} s)")
     return results
 
 
