@@ -23,9 +23,10 @@ Examples
 0.8333333333333334
 """
 
-from . import _internal, _scores
+from . import _internal, _links, _scores
 from ._contingency import contingency_table
 from ._internal import calinski_harabasz_score, davies_bouldin_score, silhouette_from_distances, silhouette_score
+from ._links import link_satisfaction
 from ._scores import (
     adjusted_rand_score,
     confidence_weighted_accuracy,
@@ -40,4 +41,4 @@ from ._scores import (
     tracking_accuracy,
 )
 
-__all__ = ["contingency_table", *_scores.__all__, *_internal.__all__]
+__all__ = ["contingency_table", *_scores.__all__, *_internal.__all__, *_links.__all__]
