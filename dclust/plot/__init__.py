@@ -17,6 +17,7 @@ Examples
 """
 
 from ._figures import (
+    check_figure_path,
     plot_clusters,
     plot_link_satisfaction,
     plot_objective_history,
@@ -34,4 +35,5 @@ __all__ = [
     "plot_track_lifetimes",
     "plot_link_satisfaction",
     "save_figure",
+    "check_figure_path",
 ]

@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
 
 __all__ = ["plot_clusters", "plot_objective_history", "plot_sweep", "plot_palette_timeline", "plot_track_lifetimes",
-           "plot_link_satisfaction", "save_figure"]
+           "plot_link_satisfaction", "save_figure", "check_figure_path"]
 
 _MISSING = ("dclust.plot needs matplotlib, which comes with the 'plot' extra: pip install 'dclust[plot]' "
             "(or pip install 'matplotlib>=3.8').")
@@ -438,6 +438,27 @@ def plot_link_satisfaction(labels: Any, constraints: Any, *, ax: Any = None) -> 
 # --------------------------------------------------------------------------------------------------------------
 
 
+def check_figure_path(path: str | os.PathLike, *, overwrite: bool = False) -> str:
+    """Check, before any long work, that :func:`save_figure` may write ``path``; returns its absolute path.
+
+    Raises
+    ------
+    StorageError
+        ``path`` exists and ``overwrite`` is False, or its directory does not exist.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from dclust.plot import check_figure_path
+    >>> d = tempfile.mkdtemp()
+    >>> check_figure_path(os.path.join(d, "sweep.png")) == os.path.abspath(os.path.join(d, "sweep.png"))
+    True
+    """
+    from ..io._video import check_output
+
+    return check_output(path, overwrite, "figure")
+
+
 def save_figure(fig: Any, path: str | os.PathLike, *, overwrite: bool = False, dpi: int = 100) -> str:
     """Write ``fig`` to ``path`` atomically (a temporary sibling renamed into place); the format follows the
     extension (``.png``, ``.svg``, ``.pdf``, ...). Returns the absolute path.
@@ -455,10 +476,10 @@ def save_figure(fig: Any, path: str | os.PathLike, *, overwrite: bool = False, d
     >>> open(path, "rb").read(4)
     b'\\x89PNG'
     """
-    from ..io._video import check_output, write_bytes
+    from ..io._video import write_bytes
 
     dpi = _positive_int("dpi", dpi, "Pass e.g. dpi=100.")
-    target = check_output(path, overwrite, "figure")
+    target = check_figure_path(path, overwrite=overwrite)
     fmt = os.path.splitext(target)[1].lstrip(".").lower() or "png"
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=dpi)
