@@ -109,6 +109,19 @@ def plot_history(s: _Session, model: ModelArg, out: OutOpt) -> None:
                                              "objective_first": history[0], "objective_last": history[-1]})
 
 
+def _plot_json(s: _Session, path: str, what: str, out: str, draw: str, command: str, info: Any) -> None:
+    """Draw ``plotting.<draw>(doc)`` of the JSON file ``path``; ``info(doc)`` is what the report shows."""
+    plotting = _plotting(s, out)
+    doc = _read_json(path, what)
+    fig = getattr(plotting, draw)(doc)
+    _done(s, plotting, fig, out, command, info(doc))
+
+
+def _sweep_info(doc: dict) -> dict[str, Any]:
+    sw = doc.get("sweep", doc)
+    return {"n_candidates": len(sw.get("lam", [])), "suggested_lam": sw.get("suggested_lam")}
+
+
 @plot_app.command("sweep")
 @shared_options(component=False, cluster=False)
 def plot_sweep(
@@ -117,12 +130,7 @@ def plot_sweep(
     out: OutOpt,
 ) -> None:
     """K and SSE + lam K against lam, with the suggested lam."""
-    plotting = _plotting(s, out)
-    doc = _read_json(sweep, "SWEEP.json")
-    fig = plotting.plot_sweep(doc)
-    sw = doc.get("sweep", doc)
-    _done(s, plotting, fig, out, "sweep", {"n_candidates": len(sw.get("lam", [])),
-                                           "suggested_lam": sw.get("suggested_lam")})
+    _plot_json(s, sweep, "SWEEP.json", out, "plot_sweep", "sweep", _sweep_info)
 
 
 @plot_app.command("palette")
@@ -133,10 +141,8 @@ def plot_palette(
     out: OutOpt,
 ) -> None:
     """The video job's palette over time, with the flicker ratio and K of every frame."""
-    plotting = _plotting(s, out)
-    doc = _read_json(report, "REPORT.json")
-    fig = plotting.plot_palette_timeline(doc)
-    _done(s, plotting, fig, out, "palette", {"n_frames": len(doc["frames"])})
+    _plot_json(s, report, "REPORT.json", out, "plot_palette_timeline", "palette",
+               lambda doc: {"n_frames": len(doc["frames"])})
 
 
 @plot_app.command("tracks")

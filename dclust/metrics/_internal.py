@@ -100,6 +100,20 @@ def _reduce(arr, y, lazy: bool, split_every, **kwargs) -> _LabelStats:
     return tree_reduce(parts, _merge_label_stats, split_every=split_every).compute()[()]
 
 
+def _first_pass(X: Any, labels: Any, split_every: Any) -> tuple[Any, _LabelStats]:
+    """Validate, then the per-label statistics of one pass (at least 2 and fewer than N labels); also returns
+    ``again(**kwargs)``, another pass over the same validated inputs."""
+    split_every = check_split_every(split_every)
+    arr, y, lazy = _checked(X, labels)
+
+    def again(**kwargs: Any) -> _LabelStats:
+        return _reduce(arr, y, lazy, split_every, **kwargs)
+
+    red = again()
+    _check_n_labels(int(red.labels.size), int(red.stats.n_rows))
+    return again, red
+
+
 def _check_n_labels(n_labels: int, n_samples: int) -> None:
     if not 1 < n_labels < n_samples:
         raise InvalidDataError(
@@ -110,17 +124,8 @@ def _check_n_labels(n_labels: int, n_samples: int) -> None:
         )
 
 
-def calinski_harabasz_score(X: Any, labels: Any, *, split_every: int | None = None) -> float:
-    """Calinski-Harabasz index (variance ratio criterion), tree-reduced over row blocks.
-
-    ``[B / (K - 1)] / [W / (N - K)]`` with ``B = sum_k n_k ||mean_k - mean||^2`` (between-cluster dispersion) and
-    ``W = sum_k sum_{z_n = k} ||x_n - mean_k||^2`` (within); 1.0 when ``W = 0``. Higher is better. One pass over
-    ``X``: per-label counts, means and scatters merged by Chan's rule, so it equals scikit-learn's
-    ``calinski_harabasz_score`` to rounding.
-
-    Parameters
-    ----------
-    X : array-like, dask or zarr array, shape (n_samples, n_features)
+#: The parameters, return value and errors of the tree-reduced indices, put in place of ``{index_parameters}``.
+_INDEX_DOC = """X : array-like, dask or zarr array, shape (n_samples, n_features)
     labels : array-like or dask.array.Array, shape (n_samples,)
         Integer cluster labels; every value (``-1`` included) is an ordinary label.
     split_every : int, optional
@@ -133,7 +138,27 @@ def calinski_harabasz_score(X: Any, labels: Any, *, split_every: int | None = No
     Raises
     ------
     InvalidDataError
-        Labels of the wrong shape or type; fewer than 2 or as many labels as points; NaN or inf in ``X``.
+        Labels of the wrong shape or type; fewer than 2 or as many labels as points; NaN or inf in ``X``."""
+
+
+def _index_doc(score):
+    if score.__doc__:  # None under python -OO
+        score.__doc__ = score.__doc__.replace("{index_parameters}", _INDEX_DOC)
+    return score
+
+
+@_index_doc
+def calinski_harabasz_score(X: Any, labels: Any, *, split_every: int | None = None) -> float:
+    """Calinski-Harabasz index (variance ratio criterion), tree-reduced over row blocks.
+
+    ``[B / (K - 1)] / [W / (N - K)]`` with ``B = sum_k n_k ||mean_k - mean||^2`` (between-cluster dispersion) and
+    ``W = sum_k sum_{z_n = k} ||x_n - mean_k||^2`` (within); 1.0 when ``W = 0``. Higher is better. One pass over
+    ``X``: per-label counts, means and scatters merged by Chan's rule, so it equals scikit-learn's
+    ``calinski_harabasz_score`` to rounding.
+
+    Parameters
+    ----------
+    {index_parameters}
 
     Examples
     --------
@@ -143,17 +168,24 @@ def calinski_harabasz_score(X: Any, labels: Any, *, split_every: int | None = No
     >>> calinski_harabasz_score(X, [0, 0, 1, 1])
     200.0
     """
-    split_every = check_split_every(split_every)
-    arr, y, lazy = _checked(X, labels)
-    red = _reduce(arr, y, lazy, split_every)
-    n, k = int(red.stats.n_rows), int(red.labels.size)
-    _check_n_labels(k, n)
-    _, mean, _ = red.stats.total()
-    within = float(red.stats.scatter.sum())
-    between = float((red.stats.weight * ((red.stats.mean - mean) ** 2).sum(axis=1)).sum())
+    _, red = _first_pass(X, labels, split_every)
+    return calinski_harabasz_from_stats(red.stats)
+
+
+def calinski_harabasz_from_stats(stats: ClusterStats) -> float | None:
+    """Calinski-Harabasz index of the clusters summarised by ``stats`` (unit weights; empty clusters ignored), or
+    None unless 2 <= K < N (internal helper shared with the lam sweep)."""
+    used = stats.weight > 0
+    k, n = int(used.sum()), float(stats.weight.sum())
+    if not 1 < k < n:
+        return None
+    _, mean, _ = stats.total()
+    within = float(stats.scatter[used].sum())
+    between = float((stats.weight[used] * ((stats.mean[used] - mean) ** 2).sum(axis=1)).sum())
     return 1.0 if within == 0.0 else between * (n - k) / (within * (k - 1.0))
 
 
+@_index_doc
 def davies_bouldin_score(X: Any, labels: Any, *, split_every: int | None = None) -> float:
     """Davies-Bouldin index, in two tree-reduced passes over row blocks. Lower is better (0 is the minimum).
 
@@ -165,20 +197,7 @@ def davies_bouldin_score(X: Any, labels: Any, *, split_every: int | None = None)
 
     Parameters
     ----------
-    X : array-like, dask or zarr array, shape (n_samples, n_features)
-    labels : array-like or dask.array.Array, shape (n_samples,)
-        Integer cluster labels.
-    split_every : int, optional
-        Fan-in of the tree reduction for dask inputs (default 8).
-
-    Returns
-    -------
-    float
-
-    Raises
-    ------
-    InvalidDataError
-        As :func:`calinski_harabasz_score`.
+    {index_parameters}
 
     Examples
     --------
@@ -188,13 +207,9 @@ def davies_bouldin_score(X: Any, labels: Any, *, split_every: int | None = None)
     >>> davies_bouldin_score(X, [0, 0, 1, 1])
     0.1
     """
-    split_every = check_split_every(split_every)
-    arr, y, lazy = _checked(X, labels)
-    first = _reduce(arr, y, lazy, split_every)
-    n, k = int(first.stats.n_rows), int(first.labels.size)
-    _check_n_labels(k, n)
+    again, first = _first_pass(X, labels, split_every)
     centers = first.stats.mean
-    second = _reduce(arr, y, lazy, split_every, centers=centers, center_labels=first.labels)
+    second = again(centers=centers, center_labels=first.labels)
     intra = second.dist_sum / first.stats.weight
     gaps = cdist(centers, centers)
     if np.allclose(intra, 0) or np.allclose(gaps, 0):

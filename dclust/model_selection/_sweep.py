@@ -41,7 +41,7 @@ from ..cluster._base import raise_if_bad_block
 from ..errors import InvalidDataError, InvalidParameterError, message
 from ..kernels.distances import assign_stats, nearest
 from ..kernels.stats import ClusterStats
-from ..metrics import silhouette_from_distances
+from ..metrics._internal import calinski_harabasz_from_stats, silhouette_from_distances
 
 __all__ = ["LamSweep", "sweep_dpmeans", "suggest_lam", "SUGGESTION_RULE"]
 
@@ -195,17 +195,6 @@ def _score_partial(Xb, *, offset, block_index, centers):
 
 def _merge_scores(parts):
     return [ClusterStats.merge_all(group) for group in zip(*parts)]
-
-
-def _calinski_harabasz(stats: ClusterStats) -> float | None:
-    used = stats.weight > 0
-    k, n = int(used.sum()), float(stats.weight.sum())
-    if not 1 < k < n:
-        return None
-    _, mean, _ = stats.total()
-    within = float(stats.scatter[used].sum())
-    between = float((stats.weight[used] * ((stats.mean[used] - mean) ** 2).sum(axis=1)).sum())
-    return 1.0 if within == 0 else between * (n - k) / (within * (k - 1.0))
 
 
 def suggest_lam(lams: Any, n_clusters: Any) -> tuple[float | None, int | None]:
@@ -388,7 +377,7 @@ def sweep_dpmeans(
     return LamSweep(
         lam=[float(v) for v in lam_grid], n_clusters=ks, n_clusters_sample=k_sample,
         objective=[c + float(lam) * k for c, lam, k in zip(sse, lam_grid, ks)], sse=sse,
-        calinski_harabasz=[_calinski_harabasz(s) for s in stats], silhouette=silhouettes,
+        calinski_harabasz=[calinski_harabasz_from_stats(s) for s in stats], silhouette=silhouettes,
         suggested_lam=suggested, suggested_n_clusters=suggested_k, rule=SUGGESTION_RULE,
         n_samples=n, n_features=d, sample_size=m, silhouette_sample_size=ms, n_passes=2,
         seconds={"sample": round(t_sample - t0, 4), "fits": round(t_fits - t_sample, 4),
