@@ -43,11 +43,11 @@ def drawn(path):
 def test_sweep_json_suggests_the_true_k_and_equals_the_api(store, address, tmp_path):
     x, X, _ = store
     png = tmp_path / "sweep.png"
-    out = ok_json(run(["sweep", "dpmeans", x, "--n-lams", 10, "--sample-size", 1000, "--seed", 3, "--plot", png,
+    out = ok_json(run(["sweep", "dpmeans", x, "--n-lams", 8, "--sample-size", 600, "--seed", 3, "--plot", png,
                        "--json", "--quiet", "--scheduler", address]))
     assert out["command"] == "sweep dpmeans" and out["n_passes"] == 2 and out["scheduler"] == address
     assert out["suggested_n_clusters"] == TRUE_K and out["rule"].startswith("widest K plateau")
-    expected = sweep_dpmeans(X, n_lams=10, sample_size=1000, random_state=3)
+    expected = sweep_dpmeans(X, n_lams=8, sample_size=600, random_state=3)
     assert out["sweep"]["lam"] == pytest.approx(expected.lam, rel=1e-12)
     assert out["sweep"]["n_clusters"] == expected.n_clusters
     assert out["sweep"]["objective"] == pytest.approx(expected.objective, rel=1e-9)
@@ -60,7 +60,7 @@ def test_sweep_json_suggests_the_true_k_and_equals_the_api(store, address, tmp_p
     assert "<- suggested" in r.stdout and "dclust fit dpmeans" in r.stdout and "passes over the data" in r.stdout
     (tmp_path / "sweep.json").write_text(json.dumps(out))
     got = ok_json(run(["plot", "sweep", tmp_path / "sweep.json", "--out", tmp_path / "again.png", "--json"]))
-    assert got["n_candidates"] == 10 and got["suggested_lam"] == out["suggested_lam"]
+    assert got["n_candidates"] == 8 and got["suggested_lam"] == out["suggested_lam"]
     drawn(tmp_path / "again.png")
 
 

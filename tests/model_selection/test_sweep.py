@@ -150,8 +150,8 @@ def test_bic_equals_sklearn_for_the_same_parameters(covariance_type):
 
 
 def test_bic_picks_the_number_of_classes_and_errors():
-    X, _ = separated_blobs(n=600, d=2, k=3, seed=4)
-    scores = {m: ms.bic(dclust.GMPR(n_classes=m, random_state=0, max_iter=30).fit(X), X) for m in (2, 3, 4)}
+    X, _ = separated_blobs(n=300, d=2, k=3, seed=4)
+    scores = {m: ms.bic(dclust.GMPR(n_classes=m, random_state=0, max_iter=15).fit(X), X) for m in (2, 3, 4)}
     assert min(scores, key=scores.get) == 3
     sub = dclust.GMPR(n_classes=2, clusters_per_class=2, random_state=0, max_iter=5).fit(X)
     assert ms.n_parameters(sub) == 1 + 2 * 1 + 4 * 2 + 4 * 3

@@ -79,7 +79,7 @@ def test_objective_and_k_per_iteration(blobs_store, tmp_path):
 
 
 def test_sweep_curve(blobs_store, tmp_path):
-    sw = sweep_dpmeans(dclust.open_array(blobs_store), n_lams=10, sample_size=800, random_state=0)
+    sw = sweep_dpmeans(dclust.open_array(blobs_store), n_lams=6, sample_size=400, random_state=0)
     fig = plot.plot_sweep(sw)
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any(t.startswith("suggested lam=") for t in legend)
