@@ -32,16 +32,14 @@ import dask
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .._dask.blocks import map_partials
 from .._dask.init import take_rows
-from .._dask.reduce import tree_reduce
 from .._validation import as_generator, check_array
 from ..cluster import DPMeans
 from ..cluster._base import raise_if_bad_block
 from ..errors import InvalidDataError, InvalidParameterError, message
 from ..kernels.distances import assign_stats, nearest
 from ..kernels.stats import ClusterStats
-from ..metrics._internal import calinski_harabasz_from_stats, silhouette_from_distances
+from ..metrics._internal import calinski_harabasz_from_stats, reduce_blocks, silhouette_from_distances
 
 __all__ = ["LamSweep", "sweep_dpmeans", "suggest_lam", "SUGGESTION_RULE"]
 
@@ -353,8 +351,7 @@ def sweep_dpmeans(
     t_fits = time.perf_counter()
 
     # pass 2: every candidate scored on the full data at once
-    parts = map_partials(_score_partial, arr, centers=centers)
-    stats = tree_reduce(parts, _merge_scores, split_every=split_every).compute()[()]
+    stats = reduce_blocks(_score_partial, _merge_scores, arr, split_every=split_every, centers=centers)
     for s in stats:
         raise_if_bad_block(s, arr)
     t_score = time.perf_counter()
