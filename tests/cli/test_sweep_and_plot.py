@@ -14,7 +14,7 @@ import dclust
 from dclust.apps.video import quantize_video, synthetic_frames
 from dclust.model_selection import sweep_dpmeans
 
-from _support.cli import ok_json, one_line_error, run
+from _support.cli import ok_json, one_line_error, read, run
 
 pytest.importorskip("matplotlib")
 from matplotlib.image import imread  # noqa: E402
@@ -105,7 +105,10 @@ def test_plot_commands_from_real_runs(store, address, tmp_path):
     csv = tmp_path / "links.csv"
     csv.write_text("i,j,type\n" + "".join(f"{a},{b},{'must' if y[a] == y[b] else 'cannot'}\n" for a, b in zip(i, j)))
     out = ok_json(run(["plot", "links", labels, "--constraints", csv, "--out", tmp_path / "links.png", "--json"]))
-    assert out["must_total"] + out["cannot_total"] == 40 and out["fraction"] == 1.0  # the fit found the blobs
+    expected = dclust.metrics.link_satisfaction(read(labels), dclust.ConstraintGraph.from_pairs(
+        i, j, y[i] == y[j], n_samples=len(y)))
+    assert out["must_total"] + out["cannot_total"] == 40 and out["fraction"] > 0.9  # the fit found the blobs
+    assert {k: out[k] for k in expected} == expected
     drawn(tmp_path / "links.png")
 
 

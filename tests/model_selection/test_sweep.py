@@ -69,7 +69,7 @@ def test_suggestion_gives_the_true_k_on_separated_blobs(store):
     assert sw.rule == ms.SUGGESTION_RULE and sw.n_passes == 2
     assert sw.lam == sorted(sw.lam) and len(sw.lam) == 16
     assert max(sw.n_clusters) > TRUE_K and min(sw.n_clusters) == 1  # the grid spans both sides of the truth
-    assert all(a >= b for a, b in zip(sw.n_clusters, sw.n_clusters[1:]))  # K does not grow with lam here
+    assert sw.n_clusters[0] > TRUE_K > sw.n_clusters[-1]  # K falls across the grid (not always monotone)
     # the suggested lam, refitted on the full data, recovers the blobs
     dp = dclust.DPMeans(lam=sw.suggested_lam, random_state=0).fit(dclust.open_array(path))
     assert dp.n_clusters_ == TRUE_K
