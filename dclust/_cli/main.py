@@ -12,6 +12,8 @@ Commands::
     dclust fit bpmeans / rdpmeans ...         (dclust._cli._more)
     dclust fit gmpr ... / dclust constraints import ...  (dclust._cli._links)
     dclust stream dmeans / anytime-dpmeans ...  (dclust._cli._stream)
+    dclust sweep dpmeans IN.zarr [--plot PNG]  (dclust._cli._sweep)
+    dclust plot clusters / history / sweep / palette / tracks / links ...  (dclust._cli._plot)
 
 Every command that computes runs on a Dask cluster: a ``distributed.LocalCluster`` (one single-threaded worker
 per core, ``--memory-limit`` each) unless ``--scheduler ADDRESS`` or ``$DCLUST_SCHEDULER`` names a running one
@@ -56,7 +58,7 @@ from ._options import (
     _exactly_one_of_k_and_lam,
     shared_options,
 )
-from ._session import _command, _Session
+from ._session import _command, _Session, _usage
 
 __all__ = ["app"]
 
@@ -208,6 +210,9 @@ def fit_dpmeans(
     checkpoint: FitCheckpointOpt = None,
 ) -> None:
     """DP-means: the number of clusters follows from the penalty --lam (or is targeted with --k)."""
+    if k is None and lam is None:
+        raise _usage(f"give exactly one of --k (target number of clusters) and --lam (penalty per cluster); to "
+                     f"choose lam, run 'dclust sweep dpmeans {input_path}' (K for many lam, and a suggested lam).")
     _exactly_one_of_k_and_lam(k, lam)
     params = _estimator_params({"lam": lam, "n_clusters": k, "random_state": seed, "checkpoint": checkpoint},
                                max_iter=max_iter)
@@ -283,3 +288,5 @@ if __name__ == "__main__":  # pragma: no cover
     app()
 from ._video import video_app; app.add_typer(video_app, name="video")  # noqa: E402,E702
 from ._pointcloud import pointcloud_app; app.add_typer(pointcloud_app, name="pointcloud")  # noqa: E402,E702
+from ._sweep import sweep_app; app.add_typer(sweep_app, name="sweep")  # noqa: E402,E702
+from ._plot import plot_app; app.add_typer(plot_app, name="plot")  # noqa: E402,E702

@@ -4,6 +4,10 @@ Every score is computed from the contingency table ``n_ij`` of the two labelings
 yields its sparse cells (unique ``(true, pred)`` pairs with counts) and the partials are merged with a tree
 reduction, so the driver only ever holds O(#cells) numbers, never N labels, and nothing is O(N^2).
 
+Internal indices (no ground truth) take the points too: :func:`calinski_harabasz_score` and
+:func:`davies_bouldin_score` are tree reductions of per-label statistics over the row blocks of ``X``;
+:func:`silhouette_score` is exact on a uniform sample of rows.
+
 Labels are integers; every value (``-1`` included) is an ordinary label. To leave samples out, drop them, or use
 a weight of 0 with :func:`confidence_weighted_accuracy`.
 
@@ -19,8 +23,10 @@ Examples
 0.8333333333333334
 """
 
-from . import _scores
+from . import _internal, _links, _scores
 from ._contingency import contingency_table
+from ._internal import calinski_harabasz_score, davies_bouldin_score, silhouette_from_distances, silhouette_score
+from ._links import link_satisfaction
 from ._scores import (
     adjusted_rand_score,
     confidence_weighted_accuracy,
@@ -35,4 +41,4 @@ from ._scores import (
     tracking_accuracy,
 )
 
-__all__ = ["contingency_table", *_scores.__all__]
+__all__ = ["contingency_table", *_scores.__all__, *_internal.__all__, *_links.__all__]
