@@ -17,12 +17,7 @@ import dask.array as da
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .._dask.reduce import tree_reduce
-
-try:  # the one pass module (dclust._dask.passes); dclust._dask.blocks before the engine was consolidated
-    from .._dask.passes import map_partials
-except ImportError:  # pragma: no cover - the older layout
-    from .._dask.blocks import map_partials
+from .._dask.passes import map_reduce
 from .._validation import as_generator, check_array
 from ..errors import InvalidDataError, InvalidParameterError, message
 from ..kernels.stats import ClusterStats
@@ -100,8 +95,7 @@ def _checked(X: Any, labels: Any) -> tuple[da.Array | np.ndarray, np.ndarray | d
 def reduce_blocks(fn, merge, X, *aligned, split_every: int | None = None, **kwargs) -> Any:
     """One pass: ``fn`` on every row block of ``X`` (with the aligned arrays), partials merged by ``merge`` in a
     tree (fan-in ``split_every``); the merged partial (internal helper shared with the lam sweep)."""
-    parts = map_partials(fn, X, *aligned, **kwargs)
-    return tree_reduce(parts, merge, split_every=split_every).compute()[()]
+    return map_reduce(fn, merge, X, *aligned, split_every=split_every, **kwargs).compute()[()]
 
 
 def _reduce(arr, y, lazy: bool, split_every, **kwargs) -> _LabelStats:
