@@ -7,7 +7,8 @@ computed array), runs the kernel block by block and returns only what the reduct
 pass (centres, thresholds) are one key of the graph, sent once per worker, not embedded in every task. No block
 is concatenated or copied on the way.
 
-How many tasks: a store read is grouped into about ``TASKS_PER_THREAD`` tasks per thread of the cluster, so the
+How many tasks (``dask.config.set({"dclust.pass-grouping": False})`` keeps one task per block, for comparisons): a
+store read is grouped into about ``TASKS_PER_THREAD`` tasks per thread of the cluster, so the
 scheduling cost of a pass follows the cluster's cores, not the store's chunk count; blocks held in worker memory
 are grouped per worker (never moved between workers); blocks computed by other tasks keep one task per block, so
 Dask fuses the task that makes a block into the one that uses it. Results never depend on the grouping except
@@ -322,7 +323,7 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
 
 def _groups_for(X: da.Array, blocks, grouped: bool) -> list[list[int]]:
     todo = list(range(X.numblocks[0])) if blocks is None else [int(b) for b in blocks]
-    if not grouped:
+    if not grouped or not dask.config.get("dclust.pass-grouping", True):
         return [[b] for b in todo]
     if _reader_of(X) is not None:
         return block_groups(X.numblocks[0], todo)
