@@ -67,8 +67,10 @@ def graph_bytes(collection) -> int:
     """Bytes of the cloudpickled low-level graph of a dask collection (what the client ships per pass)."""
     import cloudpickle
 
-    graph = dict(collection.__dask_graph__())
-    return len(cloudpickle.dumps(graph))
+    import dask
+
+    (optimized,) = dask.optimize(collection)  # what compute() ships: culled to the keys it needs
+    return len(cloudpickle.dumps(dict(optimized.__dask_graph__())))
 
 
 def dclust_pass_graph_bytes(X) -> int:
