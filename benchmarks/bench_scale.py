@@ -71,11 +71,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="chunk counts of the simulated arrays")
     p.add_argument("--sim-chunk-rows", type=int, default=200, help="rows per simulated chunk")
     p.add_argument("--sim-sum-max", type=int, default=32_000,
-                   help="largest chunk count for the (one task per chunk) X.sum and ungrouped comparisons")
+                   help="largest chunk count for the (one task per chunk) X.sum comparison")
+    p.add_argument("--sim-ungrouped-max", type=int, default=4_000,
+                   help="largest chunk count for the KMeans fits without task grouping (one task per chunk)")
     a = p.parse_args(argv)
     if a.quick:
         a.n, a.n_large, a.iters, a.repeats = 2_000_000, 4_000_000, 4, 1
-        a.sim_chunks, a.sim_sum_max = [500, 2_000], 2_000
+        a.sim_chunks, a.sim_sum_max, a.sim_ungrouped_max = [500, 2_000], 2_000, 2_000
         if a.out == HERE / "results" / "bench_scale.json":  # a validation run does not replace the results
             a.out = Path(tempfile.gettempdir()) / "bench_scale.quick.json"
     return a
@@ -244,6 +246,7 @@ def simulation(args: argparse.Namespace, work: Path) -> dict:
     print(f"(e) simulated arrays of {args.sim_chunks} chunks x {args.sim_chunk_rows} rows", flush=True)
     with ProcessCluster(2, 1, "4GiB", work) as cluster:
         rows = simulate(cluster.client, args.sim_chunks, args.sim_chunk_rows, sum_max_chunks=args.sim_sum_max,
+                        ungrouped_max_chunks=args.sim_ungrouped_max,
                         log=lambda m: print(m, flush=True))
     table = [[f"{r['n_chunks']:,}", f"{r['kmeans_s_per_iter']:.3f}", f"{r['kmeans_per_chunk_ms']:.3f}",
               "-" if r["dask_sum_s"] is None else f"{r['dask_sum_s']:.3f}",
