@@ -32,7 +32,6 @@ one line on stderr (``--debug`` adds the traceback). Outputs are checked before 
 
 from __future__ import annotations
 
-import os
 import time
 from enum import Enum
 from typing import Annotated, Any, Optional
@@ -43,6 +42,7 @@ import dclust
 
 from ._display import key_value_table, learned_attributes
 from ._options import (
+    _location,
     ClusterLamOpt,
     DebugOpt,
     FitCheckpointOpt,
@@ -138,7 +138,7 @@ def generate_blobs(
             with display.step(f"writing ground-truth labels to {truth}"):
                 dclust.write_labels(blobs.labels, truth, overwrite=s.overwrite)
     result = {
-        "command": "generate blobs", "output": os.path.abspath(out), "truth": os.path.abspath(truth) if truth else None,
+        "command": "generate blobs", "output": _location(out), "truth": _location(truth),
         "n_samples": n, "n_features": d, "n_centers": k, "chunk_rows": chunk_rows, "seed": seed,
         "cluster_std": std, "dtype": dtype.value, "codec": codec.value,
     }
@@ -164,10 +164,10 @@ def _fit(s: _Session, estimator: Any, input_path: str, labels: str, model: str, 
     n_clusters = int(estimator.cluster_centers_.shape[0])
     history = list(getattr(estimator, "objective_history_", []))
     result = {
-        "command": f"fit {name.lower()}", "estimator": name, "input": os.path.abspath(input_path),
-        "component": s.component, "n_samples": n, "n_features": d, "labels": os.path.abspath(labels),
-        "model": os.path.abspath(model), "params": estimator.get_params(), "n_clusters": n_clusters,
-        "checkpoint": os.path.abspath(checkpoint) if checkpoint else None, "resumed": resume,
+        "command": f"fit {name.lower()}", "estimator": name, "input": _location(input_path),
+        "component": s.component, "n_samples": n, "n_features": d, "labels": _location(labels),
+        "model": _location(model), "params": estimator.get_params(), "n_clusters": n_clusters,
+        "checkpoint": _location(checkpoint), "resumed": resume,
         "learned": scalars, "objective_history": history,
         "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
     }
@@ -242,9 +242,9 @@ def predict(s: _Session, model: ModelArg, input_path: InputArg, labels: LabelsOp
     name = type(estimator).__name__
     n_clusters = int(estimator.cluster_centers_.shape[0])
     result = {
-        "command": "predict", "estimator": name, "model": os.path.abspath(model),
-        "input": os.path.abspath(input_path), "component": s.component, "n_samples": n,
-        "n_clusters": n_clusters, "labels": os.path.abspath(labels), "seconds": {"predict": round(seconds, 3)},
+        "command": "predict", "estimator": name, "model": _location(model),
+        "input": _location(input_path), "component": s.component, "n_samples": n,
+        "n_clusters": n_clusters, "labels": _location(labels), "seconds": {"predict": round(seconds, 3)},
     }
     rows = {"model": f"{model} ({name}, K={n_clusters})", "points": n, "labels": labels,
             "seconds": round(seconds, 2)}
@@ -259,7 +259,7 @@ def info(model: ModelArg, json_out: JsonOpt = False, debug: DebugOpt = False) ->
         name = type(estimator).__name__
         params = estimator.get_params()
         scalars, shapes = learned_attributes(estimator)
-        result = {"command": "info", "model": os.path.abspath(model), "estimator": name, "params": params,
+        result = {"command": "info", "model": _location(model), "estimator": name, "params": params,
                   "learned": scalars, "arrays": shapes}
         if s.json:
             s.report(result, name, {})

@@ -19,7 +19,7 @@ from .._feature_names import register_feature_names
 from .._validation import DEFAULT_BLOCK_BYTES, _is_xarray, _one_feature_chunk
 from ..errors import InvalidDataError, InvalidParameterError, StorageError, message
 from . import _tables
-from ._write import _METADATA, _is_zarr_dir, _resolve, _url_fs
+from ._write import _is_zarr_dir, _resolve, _url_fs
 
 __all__ = ["open_array"]
 
