@@ -72,7 +72,7 @@ def s3(s3_endpoint):
 
     import s3fs
 
-    options = {"endpoint_url": s3_endpoint, **S3_CREDENTIALS, "client_kwargs": {"region_name": "us-east-1"}}
+    options = {"endpoint_url": s3_endpoint, **S3_CREDENTIALS}
     fs = s3fs.S3FileSystem(**options)
     bucket = f"dclust-{secrets.token_hex(4)}"
     fs.mkdir(bucket)
