@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -128,7 +129,10 @@ def _resolve_lengths(arr: Any, where: str) -> Any:
     if not any(np.isnan(c) for c in arr.chunks[0]):
         return arr
     t = time.perf_counter()
-    arr.compute_chunk_sizes()
+    with warnings.catch_warnings():
+        # dask's Parquet reader calls a pandas API that pandas 3.1 deprecates: dask's concern, not the user's
+        warnings.filterwarnings("ignore", message="The inplace keyword", module=r"dask\.")
+        arr.compute_chunk_sizes()
     _log.info("%s: row counts of %d partitions resolved in one pass (%.2f s)", where, arr.numblocks[0],
               time.perf_counter() - t)
     return arr
