@@ -50,14 +50,14 @@ S3_CREDENTIALS = {"key": "dclust-test", "secret": "dclust-test-secret"}
 def s3_endpoint():
     """The endpoint URL of an S3 server (moto, in a thread of this process) on a free port of 127.0.0.1; stopped at
     the end of the session. Worker processes reach it over HTTP like any S3 endpoint."""
-    pytest.importorskip("s3fs")
-    server_module = pytest.importorskip("moto.server")
     import socket
+
+    import moto.server
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = moto.server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
         yield f"http://127.0.0.1:{port}"

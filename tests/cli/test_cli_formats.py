@@ -4,6 +4,7 @@ the JSON report. Commands reach a real process-based LocalCluster with ``--sched
 
 from __future__ import annotations
 
+import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,7 +15,6 @@ from dclust.io import open_array
 
 from _support.cli import ok_json, one_line_error, read, run
 
-dd = pytest.importorskip("dask.dataframe")
 COLS = ["x", "y", "z"]
 
 

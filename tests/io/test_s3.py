@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dask
 import dask.array as da
+import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,9 +13,6 @@ import pytest
 import dclust
 from dclust.errors import StorageError
 from dclust.io import feature_names, open_array
-
-pytest.importorskip("s3fs")
-dd = pytest.importorskip("dask.dataframe")
 
 
 @pytest.fixture(autouse=True)

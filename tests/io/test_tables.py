@@ -7,6 +7,7 @@ import gzip
 
 import dask
 import dask.array as da
+import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,8 +16,6 @@ import xarray as xr
 import dclust
 from dclust.errors import InvalidDataError, InvalidParameterError, StorageError
 from dclust.io import feature_names, open_array
-
-dd = pytest.importorskip("dask.dataframe")
 
 
 @pytest.fixture(autouse=True)
@@ -157,7 +156,6 @@ def _cube():
 
 
 def test_netcdf4_and_netcdf3_with_component_and_sample_dim(tmp_path):
-    pytest.importorskip("h5netcdf")
     ds = xr.Dataset({"temp": _cube(), "other": _cube() * 2})
     ds.to_netcdf(tmp_path / "c.nc", engine="h5netcdf")
     out = open_array(tmp_path / "c.nc", component="temp", sample_dim="time", chunks=16)
@@ -175,7 +173,6 @@ def test_netcdf4_and_netcdf3_with_component_and_sample_dim(tmp_path):
 
 
 def test_netcdf_feature_coordinate_gives_feature_names(tmp_path):
-    pytest.importorskip("h5netcdf")
     values = np.random.default_rng(0).standard_normal((30, 3))
     da_ = xr.DataArray(values, dims=("sample", "band"), coords={"band": ["red", "green", "blue"]}, name="v")
     da_.to_dataset().to_netcdf(tmp_path / "bands.nc", engine="h5netcdf")
@@ -185,8 +182,7 @@ def test_netcdf_feature_coordinate_gives_feature_names(tmp_path):
 
 
 def test_plain_hdf5_dataset_in_a_group(tmp_path):
-    h5py = pytest.importorskip("h5py")
-    pytest.importorskip("h5netcdf")
+    import h5py
     values = np.random.default_rng(1).standard_normal((50, 4))
     with h5py.File(tmp_path / "raw.h5", "w") as f:
         f["run1/points"] = values
