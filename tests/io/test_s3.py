@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dask
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
@@ -15,10 +14,7 @@ from dclust.errors import StorageError
 from dclust.io import feature_names, open_array
 
 
-@pytest.fixture(autouse=True)
-def threaded():
-    with dask.config.set(scheduler="threads"):
-        yield
+pytestmark = pytest.mark.usefixtures("threaded")
 
 
 def _points(n=1200, seed=0):

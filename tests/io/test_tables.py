@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 
-import dask
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
@@ -18,10 +17,7 @@ from dclust.errors import InvalidDataError, InvalidParameterError, StorageError
 from dclust.io import feature_names, open_array
 
 
-@pytest.fixture(autouse=True)
-def threaded():
-    with dask.config.set(scheduler="threads"):
-        yield
+pytestmark = pytest.mark.usefixtures("threaded")
 
 
 def _frame(n=1000, seed=0):
@@ -262,3 +258,25 @@ def test_kmeans_on_parquet_csv_and_dataframe_equals_kmeans_on_numpy(tmp_path):
         ref = dclust.KMeans(n_clusters=3, random_state=0).fit(da.from_array(values, chunks=X.chunks))
         np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, rtol=1e-5)
         assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-5)
+
+
+def test_tables_and_netcdf_through_fsspec_urls(tmp_path):
+    """Any fsspec URL: the in-process memory:// filesystem holds a Parquet file and a NetCDF4 file."""
+    import os
+
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    root = f"/dclust-tables-{os.getpid()}"
+    df = _frame(200)
+    df.to_parquet(tmp_path / "p.parquet", index=False)
+    xr.Dataset({"v": _cube()}).to_netcdf(tmp_path / "c.nc", engine="h5netcdf")
+    fs.put(str(tmp_path / "p.parquet"), f"{root}/p.parquet")
+    fs.put(str(tmp_path / "c.nc"), f"{root}/c.nc")
+    try:
+        X = open_array(f"memory://{root}/p.parquet", columns=["x", "y"])
+        np.testing.assert_array_equal(X.compute(), df[["x", "y"]].to_numpy())
+        out = open_array(f"memory://{root}/c.nc", sample_dim="time")
+        np.testing.assert_array_equal(out.values, _cube().values.reshape(40, 6))
+    finally:
+        fs.rm(root, recursive=True)
