@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import dask.array as da
 import numpy as np
 
-__all__ = ["feature_names", "register_feature_names"]
+__all__ = ["feature_names", "register_feature_names", "registered_feature_names"]
 
 #: how many opened tables are remembered (names only: a few bytes per column)
 _CAPACITY = 4096
@@ -40,6 +40,15 @@ def register_feature_names(arr: Any, names: Sequence[Any]) -> Any:
             while len(_NAMES) > _CAPACITY:
                 _NAMES.popitem(last=False)
     return arr
+
+
+def registered_feature_names(X: Any) -> np.ndarray | None:
+    """The column names registered for the dask array ``X`` (object array of str), or None."""
+    if not isinstance(X, da.Array):
+        return None
+    with _LOCK:
+        found = _NAMES.get(X.name)
+    return np.asarray(found, dtype=object) if found is not None else None
 
 
 def _all_str(values: Any) -> np.ndarray | None:
@@ -66,6 +75,7 @@ def feature_names(X: Any) -> np.ndarray | None:
     Examples
     --------
     >>> import pandas as pd, dclust
+    >>> from dclust.io import feature_names
     >>> X = dclust.open_array(pd.DataFrame({"a": [0.0, 1.0], "b": [2.0, 3.0]}))
     >>> feature_names(X).tolist()
     ['a', 'b']
@@ -73,9 +83,7 @@ def feature_names(X: Any) -> np.ndarray | None:
     True
     """
     if isinstance(X, da.Array):
-        with _LOCK:
-            found = _NAMES.get(X.name)
-        return np.asarray(found, dtype=object) if found is not None else None
+        return registered_feature_names(X)
     columns = getattr(X, "columns", None)
     if columns is not None and hasattr(X, "dtypes"):
         return _all_str(columns)
