@@ -4,6 +4,8 @@ the JSON report. Commands reach a real process-based LocalCluster with ``--sched
 
 from __future__ import annotations
 
+import os
+
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
@@ -136,3 +138,35 @@ def test_fit_kmeans_from_s3_with_the_aws_environment(bucket, s3_endpoint, table,
     assert out["input"] == f"{url}/pts.parquet"
     local = _reference(d / "pts.parquet", columns=COLS)
     np.testing.assert_array_equal(dclust.load(tmp_path / "m.zarr").cluster_centers_, local.cluster_centers_)
+
+
+def test_storage_option_values_and_locations():
+    from dclust._cli._options import _location, _storage_options
+
+    assert _storage_options(["endpoint_url=http://127.0.0.1:9000", "anon=true", "client_kwargs.region_name=eu-west-1",
+                             "client_kwargs.retries=3", "token=a=b"]) == {
+        "endpoint_url": "http://127.0.0.1:9000", "anon": True, "token": "a=b",
+        "client_kwargs": {"region_name": "eu-west-1", "retries": 3}}
+    assert _storage_options(None) is None
+    assert _location("s3://bkt/pts.zarr") == "s3://bkt/pts.zarr"
+    assert _location("gs://bkt/a b.parquet") == "gs://bkt/a b.parquet"
+    assert _location("file:///tmp/x.zarr") == "/tmp/x.zarr"
+    assert _location("rel/x.zarr") == os.path.abspath("rel/x.zarr") and _location(None) is None
+
+
+def test_stream_and_constraints_commands_take_tables(table, address, tmp_path):
+    """The input options are shared: a streaming command and 'constraints import' read CSV/Parquet too."""
+    d, values = table
+    r = run(["stream", "anytime-dpmeans", d / "pts.csv", "--columns", "x,y,z", "--lam", 40, "--batch-rows", 500,
+             "--seed", 0, "--labels", tmp_path / "s.zarr", "--model", tmp_path / "sm.zarr", "--scheduler", address,
+             "--quiet", "--json"])
+    out = ok_json(r)
+    assert out["input"] == str(d / "pts.csv") and out["n_seen"] == 1500
+    assert read(tmp_path / "s.zarr").shape == (1500,)
+    (tmp_path / "links.csv").write_text("i,j,type\n0,1,must\n2,3,cannot\n")
+    r = run(["constraints", "import", tmp_path / "links.csv", "--chunks-like", d / "pts.parquet", "--columns", "x",
+             tmp_path / "g.zarr", "--quiet", "--json"])
+    out = ok_json(r)
+    assert out["chunks_like"] == str(d / "pts.parquet")
+    graph = dclust.ConstraintGraph.from_zarr(tmp_path / "g.zarr")
+    assert graph.n_samples == 1500 and graph.chunks == open_array(d / "pts.parquet", columns=["x"]).chunks[0]
