@@ -171,11 +171,13 @@ def constraints_import(
     ],
     out: Annotated[str, typer.Argument(metavar="OUT.zarr", help="New Zarr store for the constraint graph.")],
     chunks_like: Annotated[
-        str, typer.Option("--chunks-like", metavar="IN.zarr", help="Data whose row count and row chunks to align to.")
+        str,
+        typer.Option("--chunks-like", metavar="IN", help="Data whose row count and row chunks to align to (any input "
+                                                         "format)."),
     ],
     n_samples: Annotated[
         Optional[int],
-        typer.Option("--n-samples", min=1, help="Number of rows the links refer to (checked against IN.zarr)."),
+        typer.Option("--n-samples", min=1, help="Number of rows the links refer to (checked against IN)."),
     ] = None,
     check_feasible: Annotated[
         bool,
@@ -183,7 +185,7 @@ def constraints_import(
                      help="Reject cannot-links inside a must-link component (off: noisy links, for RDP-means)."),
     ] = True,
 ) -> None:
-    """Turn a CSV of must-/cannot-links into a ConstraintGraph aligned to the row chunks of IN.zarr."""
+    """Turn a CSV of must-/cannot-links into a ConstraintGraph aligned to the row chunks of IN."""
     s.check_outputs({"OUT.zarr": out}, (pairs_csv, chunks_like))
     X, n, _ = s.open_input(chunks_like)  # metadata only
     if n_samples is not None and n_samples != n:

@@ -53,7 +53,8 @@ DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the full traceback
 ComponentOpt = Annotated[
     Optional[str],
     typer.Option("--component", metavar="NAME",
-                 help="Array inside the input Zarr group (e.g. 'X'), or variable of a NetCDF/HDF5 input ('group/var')."),
+                 help="Array inside the input Zarr group (e.g. 'X'), or variable of a NetCDF/HDF5 input "
+                      "('group/var')."),
 ]
 ColumnsOpt = Annotated[
     Optional[str],
@@ -181,7 +182,8 @@ _OUTPUT = [("json_out", JsonOpt, False), ("quiet", QuietOpt, False), ("debug", D
 
 def shared_options(*, component: bool = True, cluster: bool = True, tls: bool = True) -> Callable:
     """Make ``body(s, <own options>)`` a command taking its own options, then the input options ``--component
-    --columns --sample-dim --storage-option`` (with ``component``), ``--overwrite``, ``--scheduler``, ``--tls-*`` (with ``tls``) and ``--memory-limit`` (with
+    --columns --sample-dim --storage-option`` (with ``component``), ``--overwrite``, ``--scheduler``, ``--tls-*``
+    (with ``tls``) and ``--memory-limit`` (with
     ``cluster``), ``--json``, ``--quiet`` and ``--debug``. The body runs inside :func:`_command`; ``s`` is the
     session, which holds the shared values (``s.overwrite``, ``s.component``, ``s.scheduler``, ...). The TLS
     values reach the cluster through the click context (:func:`dclust._cli._cluster.tls_from_context`)."""

@@ -27,7 +27,7 @@ import typer
 
 import dclust
 
-from ._options import ConstraintsOpt, SeedOpt, _location, shared_options
+from ._options import ConstraintsOpt, InputArg, SeedOpt, _location, shared_options
 from ._session import _Session, _usage
 
 __all__ = ["plot_app"]
@@ -73,7 +73,7 @@ def _done(s: _Session, plotting: Any, fig: Any, out: str, command: str, info: di
 @shared_options()
 def plot_clusters(
     s: _Session,
-    input_path: Annotated[str, typer.Argument(metavar="IN.zarr", help="The points (N x D).")],
+    input_path: InputArg,
     out: OutOpt,
     model: Annotated[Optional[str], typer.Option("--model", metavar="MODEL.zarr", help="A saved model.")] = None,
     labels: Annotated[Optional[str], typer.Option("--labels", metavar="LABELS.zarr", help="Stored labels.")] = None,

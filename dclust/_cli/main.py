@@ -15,6 +15,13 @@ Commands::
     dclust sweep dpmeans IN.zarr [--plot PNG]  (dclust._cli._sweep)
     dclust plot clusters / history / sweep / palette / tracks / links ...  (dclust._cli._plot)
 
+IN (the input points of fit, predict, stream, sweep, plot clusters, constraints import) is anything
+:func:`dclust.open_array` opens: a Zarr store, a Parquet file or directory, a CSV/TSV file or glob, a NetCDF/HDF5 file,
+as a local path or an fsspec URL (``s3://bucket/points.parquet``). ``--component`` names the array of a Zarr group
+or the variable of a NetCDF/HDF5 file, ``--columns a,b,c`` the columns of a table, ``--sample-dim`` the sample
+dimension of a NetCDF variable; ``--storage-option KEY=VALUE`` (repeatable) passes arguments to the input URL's
+filesystem (for S3 the ``AWS_*`` environment works too). Reports (``--json``) show URLs as given.
+
 Every command that computes runs on a Dask cluster: a ``distributed.LocalCluster`` (one single-threaded worker
 per core, ``--memory-limit`` each) unless ``--scheduler ADDRESS`` or ``$DCLUST_SCHEDULER`` names a running one
 (see :mod:`dclust._cli._cluster`). Progress and the dashboard link go to stderr; results go to stdout (a table, or
@@ -229,7 +236,7 @@ ModelArg = Annotated[str, typer.Argument(metavar="MODEL.zarr", help="A model sav
 @app.command("predict")
 @shared_options()
 def predict(s: _Session, model: ModelArg, input_path: InputArg, labels: LabelsOpt) -> None:
-    """Label every point of IN.zarr with its nearest cluster of a saved model."""
+    """Label every point of IN with its nearest cluster of a saved model."""
     s.check_outputs({"--labels": labels}, (input_path, model))
     estimator = dclust.load(model)
     X, n, _ = s.open_input(input_path)
