@@ -4,12 +4,13 @@ parameters; and :func:`shared_options`, the decorator that adds the options ever
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import math
 import os
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
@@ -79,8 +80,9 @@ def _key_value(values: Optional[list[str]]) -> Optional[list[str]]:
 StorageOptionOpt = Annotated[
     Optional[list[str]],
     typer.Option("--storage-option", metavar="KEY=VALUE", callback=_key_value,
-                 help="An argument of the input URL's filesystem (repeatable), e.g. endpoint_url=http://host:9000, "
-                      "anon=true, client_kwargs.region_name=eu-west-1. S3 also reads the AWS_* environment."),
+                 help="An argument of the filesystem of the command's URLs (repeatable), e.g. "
+                      "endpoint_url=http://host:9000, anon=true, client_kwargs.region_name=eu-west-1. S3 also reads "
+                      "the AWS_* environment."),
 ]
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -161,6 +163,31 @@ def _storage_options(values: list[str] | None) -> dict[str, Any] | None:
     return options
 
 
+@contextlib.contextmanager
+def _filesystem_defaults(storage_options: dict[str, Any] | None, arguments: list[str]) -> Iterator[None]:
+    """For the duration of a command, make ``storage_options`` fsspec's defaults for the protocols of the URLs
+    among ``arguments`` (outputs, models, checkpoints: every location the command reads or writes on that
+    filesystem, not only the input). Filesystems made meanwhile carry them, also to the workers they are pickled
+    to. The previous defaults are restored afterwards."""
+    if not storage_options:
+        yield
+        return
+    import fsspec.config
+
+    protocols = {a.split("://", 1)[0] for a in arguments if "://" in a} - {"file", "local"}
+    saved = {p: fsspec.config.conf.get(p) for p in protocols}
+    try:
+        for p in protocols:
+            fsspec.config.conf[p] = {**(saved[p] or {}), **storage_options}
+        yield
+    finally:
+        for p, old in saved.items():
+            if old is None:
+                fsspec.config.conf.pop(p, None)
+            else:
+                fsspec.config.conf[p] = old
+
+
 def _checkpoint_row(checkpoint: str | None, resume: bool) -> dict[str, str]:
     """The table row of ``--checkpoint`` (none without it)."""
     return {"checkpoint": f"{checkpoint} ({'resumed' if resume else 'new'})"} if checkpoint else {}
@@ -202,7 +229,9 @@ def shared_options(*, component: bool = True, cluster: bool = True, tls: bool = 
                 options.pop(name, None)
             if "storage_option" in options:
                 options["storage_options"] = _storage_options(options.pop("storage_option"))
-            with _command(options.pop("json_out"), options.pop("quiet"), options.pop("debug"), **options) as s:
+            urls = [v for v in kwargs.values() if isinstance(v, str)]
+            with _filesystem_defaults(options.get("storage_options"), urls), \
+                    _command(options.pop("json_out"), options.pop("quiet"), options.pop("debug"), **options) as s:
                 body(s, **kwargs)
 
         command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]

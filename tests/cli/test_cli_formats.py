@@ -170,3 +170,23 @@ def test_stream_and_constraints_commands_take_tables(table, address, tmp_path):
     assert out["chunks_like"] == str(d / "pts.parquet")
     graph = dclust.ConstraintGraph.from_zarr(tmp_path / "g.zarr")
     assert graph.n_samples == 1500 and graph.chunks == open_array(d / "pts.parquet", columns=["x"]).chunks[0]
+
+
+def test_storage_options_reach_every_url_of_the_command(table, bucket, address, tmp_path, monkeypatch):
+    """--storage-option applies to the outputs on the same filesystem too (labels and model written to S3), only
+    while the command runs."""
+    import fsspec.config
+
+    d, values = table
+    url, options = bucket
+    flags = [f for k, v in options.items() for f in ("--storage-option", f"{k}={v}")]
+    r = run(["fit", "kmeans", f"{url}/pts.parquet", "--columns", "x,y,z", "--k", 3, "--seed", 0, "--labels",
+             f"{url}/out/l.zarr", "--model", f"{url}/out/m.zarr", "--scheduler", address, "--quiet", "--json", *flags])
+    out = ok_json(r)
+    assert (out["labels"], out["model"]) == (f"{url}/out/l.zarr", f"{url}/out/m.zarr")
+    assert "s3" not in fsspec.config.conf  # restored after the command
+    labels = open_array(f"{url}/out/l.zarr", storage_options=options).compute()
+    monkeypatch.setitem(fsspec.config.conf, "s3", options)
+    model = dclust.load(f"{url}/out/m.zarr")
+    np.testing.assert_array_equal(labels, model.predict(values))
+    np.testing.assert_array_equal(model.cluster_centers_, _reference(d / "pts.parquet", columns=COLS).cluster_centers_)
