@@ -4,24 +4,31 @@ One row block per partition of the (dask) DataFrame, the selected columns side b
 clustered: a non-numeric one among those selected is an error naming it (select the others with ``columns=``).
 Nullable integer/float columns become float64 with NaN for missing values (caught by the estimators' first pass).
 
-Partition lengths: dask.dataframe does not know how many rows each partition of a Parquet or CSV file holds (and
-fuses small Parquet partitions as it sees fit), so the array it makes has unknown row-chunk sizes. They are resolved
-here, once, by one pass that reads the selected columns and returns only each block's length; after it the array
-has its exact shape and row chunks like any Zarr store. (A pandas DataFrame needs no pass.) The pass costs about
-one iteration of a fit; for data fitted again and again, convert it once: ``dclust.write_array(X, "x.zarr")``.
+Row counts. Parquet files carry them in their footers: a Parquet file, a directory of part files or a glob of them
+becomes one row block per run of consecutive row groups of a file (up to about 64 MiB of the selected columns), its
+length read from the footer -- no pass over the data; the blocks read their row groups' selected columns with
+pyarrow. Hive-partitioned data sets (``key=value`` directories, whose partition columns live in the paths) are read
+through dask.dataframe like CSV. dask.dataframe does not know how many rows each partition of a CSV file (or of a
+dask DataFrame) holds, so the array it makes has unknown row-chunk sizes: they are resolved here, once, by one pass
+that reads the selected columns and returns only each block's length; after it the array has its exact shape and
+row chunks like any Zarr store. The pass costs about one iteration of a fit; for data fitted again and again,
+convert it once: ``dclust.write_array(X, "x.zarr")``.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import re
 import time
 import warnings
 from typing import Any
 
 import numpy as np
 
+from .._validation import DEFAULT_BLOCK_BYTES
 from ..errors import InvalidDataError, InvalidParameterError, StorageError, message
+from ._write import _url_fs
 
 __all__ = ["PARQUET_SUFFIXES", "CSV_SUFFIXES", "check_columns", "is_dataframe", "from_frame", "read_table"]
 
@@ -145,6 +152,10 @@ def read_table(url: str, kind: str, columns: list[str] | None, storage_options: 
     options = {"storage_options": storage_options} if storage_options else {}
     try:
         if kind == "parquet":
+            fs, root = _url_fs(url, storage_options)
+            files = _parquet_files(fs, root)
+            if files is not None:
+                return _read_parquet_files(fs, files, columns, shown)
             frame = dd.read_parquet(url, **options)
         else:
             name = url.lower()
@@ -170,3 +181,69 @@ def read_table(url: str, kind: str, columns: list[str] | None, storage_options: 
 def _short(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Parquet files: row blocks from the footers
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _natural(path: str) -> list:
+    """Sort key: 'part.10' after 'part.9' (as dask.dataframe orders part files)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
+
+
+def _parquet_files(fs: Any, root: str) -> list[str] | None:
+    """The Parquet files of a file, a glob or a directory, in order; None for a hive-partitioned data set."""
+    if any(c in root for c in "*?["):
+        return sorted(fs.glob(root), key=_natural)
+    if not fs.isdir(root):
+        return [root]
+    found = sorted(fs.find(root), key=_natural)
+    if any("=" in part for f in found for part in f[len(root):].strip("/").split("/")[:-1]):
+        return None
+    return [f for f in found if f.lower().endswith(PARQUET_SUFFIXES)]
+
+
+def _read_row_groups(fs: Any, path: str, groups: tuple[int, ...], columns: list[str], dtype: np.dtype) -> np.ndarray:
+    """One row block: the selected columns of row groups ``groups`` of the Parquet file ``path``."""
+    import pyarrow.parquet as pq
+
+    with fs.open(path, "rb") as fh:
+        table = pq.ParquetFile(fh).read_row_groups(list(groups), columns=columns)
+    return _block(table.to_pandas(), columns, dtype)
+
+
+def _read_parquet_files(fs: Any, files: list[str], columns: list[str] | None, shown: str) -> tuple[Any, list[str]]:
+    import dask
+    import dask.array as da
+    import pyarrow.parquet as pq
+
+    if not files:
+        raise StorageError(message("open_array", "a directory holding Parquet files", f"{shown}, which holds none",
+                                   "Check the path."))
+    with fs.open(files[0], "rb") as fh:
+        schema = pq.ParquetFile(fh).schema_arrow
+    columns, dtype = _select(schema.empty_table().to_pandas(), columns, shown)
+    row_bytes = len(columns) * dtype.itemsize
+    blocks: list[tuple[str, tuple[int, ...], int]] = []
+    for path in files:
+        with fs.open(path, "rb") as fh:
+            meta = pq.ParquetFile(fh).metadata
+        groups: list[int] = []
+        rows = 0
+        for i in range(meta.num_row_groups):
+            n = meta.row_group(i).num_rows
+            if groups and (rows + n) * row_bytes > DEFAULT_BLOCK_BYTES:
+                blocks.append((path, tuple(groups), rows))
+                groups, rows = [], 0
+            groups.append(i)
+            rows += n
+        if rows:
+            blocks.append((path, tuple(groups), rows))
+    if not blocks:
+        raise InvalidDataError(message(f"open_array on {shown}", "a table with rows", "0 rows", "Check the file."))
+    read = dask.delayed(_read_row_groups, pure=True)
+    parts = [da.from_delayed(read(fs, path, groups, columns, dtype), shape=(n, len(columns)), dtype=dtype)
+             for path, groups, n in blocks]
+    return (da.concatenate(parts) if len(parts) > 1 else parts[0]), columns

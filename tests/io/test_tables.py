@@ -60,6 +60,37 @@ def test_parquet_directory_of_parts_keeps_one_block_per_partition(tmp_path):
     assert open_array(tmp_path / "noext", columns=["y"]).shape == (1200, 1)
 
 
+def test_parquet_opens_from_the_footers_without_a_pass(tmp_path):
+    """Row counts come from the footers: opening computes nothing; part files keep their natural order
+    (part.10 after part.9); row groups of a file are grouped into blocks."""
+    from dask.callbacks import Callback
+
+    df = _frame(1300)
+    dd.from_pandas(df, npartitions=13).to_parquet(tmp_path / "parts", write_index=False)
+    computed = []
+    with Callback(start=lambda dsk: computed.append(len(dsk))):
+        X = open_array(tmp_path / "parts", columns=["x", "count"])
+    assert computed == [] and X.numblocks[0] == 13 and sum(X.chunks[0]) == 1300
+    np.testing.assert_array_equal(X.compute(), df[["x", "count"]].to_numpy(dtype=np.float64))
+    G = open_array(str(tmp_path / "parts" / "part.1*.parquet"), columns=["y"])  # part.1, part.10, 11, 12
+    assert G.numblocks[0] == 4 and G.shape == (400, 1)
+    df.to_parquet(tmp_path / "groups.parquet", index=False, row_group_size=100)
+    Y = open_array(tmp_path / "groups.parquet", columns=["y"])
+    assert Y.numblocks[0] == 1 and Y.shape == (1300, 1)  # 13 row groups of 400 bytes: one block
+    np.testing.assert_array_equal(Y.compute()[:, 0], df["y"].to_numpy())
+
+
+def test_hive_partitioned_parquet_goes_through_dask_dataframe(tmp_path):
+    df = _frame(600)
+    df.to_parquet(tmp_path / "hive", index=False, partition_cols=["kind"])
+    X = open_array(tmp_path / "hive", columns=["x", "y"])
+    assert _known(X) and X.shape == (600, 2) and feature_names(X).tolist() == ["x", "y"]
+    expected = np.sort(df[["x", "y"]].to_numpy(), axis=0)
+    np.testing.assert_array_equal(np.sort(X.compute(), axis=0), expected)
+    with pytest.raises(InvalidDataError, match="'kind'"):  # the partition column is text (categorical)
+        open_array(tmp_path / "hive")
+
+
 def test_mixed_int_and_float_columns_and_chunks_override(tmp_path):
     df = _frame(500)
     df.to_parquet(tmp_path / "p.parquet", index=False)
@@ -126,8 +157,13 @@ def test_csv_unknown_partition_lengths_are_resolved(tmp_path):
     df.to_csv(tmp_path / "big.csv", index=False)
     raw = dd.read_csv(tmp_path / "big.csv", blocksize=20_000)[["x", "y"]].to_dask_array()
     assert not _known(raw)  # what dask.dataframe gives
+    from dask.callbacks import Callback
+
     frame = dd.read_csv(tmp_path / "big.csv", blocksize=20_000)
-    X = open_array(frame, columns=["x", "y"])
+    computed = []
+    with Callback(start=lambda dsk: computed.append(len(dsk))):
+        X = open_array(frame, columns=["x", "y"])
+    assert len(computed) == 1  # one pass, for the lengths
     assert frame.npartitions > 1 and X.numblocks[0] == frame.npartitions and _known(X)
     assert sum(X.chunks[0]) == 3000
     np.testing.assert_allclose(X.compute(), df[["x", "y"]].to_numpy(), rtol=1e-6)
