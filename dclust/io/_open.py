@@ -1,8 +1,9 @@
 """Opening data for dclust: Zarr stores, Parquet and CSV files, NetCDF/HDF5 files (local paths or fsspec URLs), zarr
 arrays, xarray objects, pandas and dask DataFrames, dask and numpy arrays.
 
-Everything here reads metadata only -- except tables (Parquet, CSV, dask DataFrames), whose partition lengths are
-resolved in one pass (see :mod:`dclust.io._tables`); the data stays lazy (dask) and keeps the source's row chunks.
+Everything here reads metadata only (for Parquet: the footers) -- except CSV files and dask DataFrames, whose
+partition lengths are resolved in one pass (see :mod:`dclust.io._tables`); the data stays lazy (dask) and keeps the
+source's row chunks.
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ def open_array(
     columns: str | list[str] | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> Any:
-    """Open data as a lazy, row-chunked array, reading metadata only (tables: their row counts too).
+    """Open data as a lazy, row-chunked array, reading metadata only (CSV and dask DataFrames: one pass for the
+    row counts).
 
     Parameters
     ----------
@@ -144,8 +146,9 @@ def open_array(
         Zarr path, ``sample_dim`` opens the store through ``xarray.open_zarr`` so that the coordinates of the sample
         dimension survive.
     chunks : int or tuple of int, optional
-        Rows per block (int) or the row block sizes (tuple). Default: keep the source's row chunks (a table: one
-        block per partition). Whole rows always form one block along the features.
+        Rows per block (int) or the row block sizes (tuple). Default: keep the source's row chunks (Parquet: runs
+        of row groups of up to about 64 MiB; CSV and dask DataFrames: one block per partition). Whole rows always
+        form one block along the features.
     columns : str or list of str, optional
         Tables only (Parquet, CSV, pandas and dask DataFrames): the columns to use, in this order. Default: every
         column, which must then all be numeric.
