@@ -9,7 +9,7 @@ from .._dask.features import FeatureOverflow, transform_bits
 from .._dask.occ import gather_prefix
 from .._validation import check_array
 from ..errors import InvalidParameterError, message
-from ._base import raise_if_bad_block, wrap_output
+from ._base import TransformerMixin, raise_if_bad_block, wrap_output
 
 __all__ = ["FeatureMixin", "first_pass", "overflow_error"]
 
@@ -44,7 +44,7 @@ def overflow_error(name: str, lam: float, max_features: int, exc: FeatureOverflo
     )
 
 
-class FeatureMixin:
+class FeatureMixin(TransformerMixin):
     """transform / predict / fit_transform for models with learned features ``features_`` (K, D)."""
 
     def _check_features(self) -> None:

@@ -17,7 +17,7 @@ from ..errors import (
 )
 from ..kernels.gmpr import MixtureParams, m_step, update_alpha
 from ..kernels.kmeans import kmeans_plusplus
-from ._base import CHECKPOINT, BaseEstimator, raise_if_bad_block, wrap_output
+from ._base import CHECKPOINT, BaseEstimator, ClusterMixin, raise_if_bad_block, wrap_output
 
 __all__ = ["GMPR"]
 
@@ -50,7 +50,7 @@ def _link_plan(constraints, arr, kind: str, n_classes: int):
 
 
 @register
-class GMPR(BaseEstimator):
+class GMPR(ClusterMixin, BaseEstimator):
     """Gaussian mixture with pairwise relations (GM-PR, Yu, Elhabian & Whitaker), fitted by EM on Dask.
 
     Each of ``n_classes`` classes is a mixture of ``clusters_per_class`` Gaussians. Must-linked points share one

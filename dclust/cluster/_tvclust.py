@@ -16,7 +16,7 @@ from .._validation import SEED, Interval, Options, _Kind, as_generator, check_ar
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus
 from ..kernels.tvclust import GibbsState, LinkLists, NIWPrior, gaussian_logpdf, gibbs
-from ._base import CHECKPOINT, BaseEstimator, wrap_output
+from ._base import CHECKPOINT, BaseEstimator, ClusterMixin, wrap_output
 
 __all__ = ["TVClust"]
 
@@ -32,7 +32,7 @@ BETA_PAIR = _Kind("a tuple (a, b) of two finite reals > 0", _beta_pair)
 
 
 @register
-class TVClust(BaseEstimator):
+class TVClust(ClusterMixin, BaseEstimator):
     """TVClust (Khashabi et al.): Gibbs sampling of a DP mixture of Gaussians with must/cannot links as noisy data.
 
     The data view is a Dirichlet-process mixture with a Normal-inverse-Wishart base measure; the link view says
