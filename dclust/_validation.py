@@ -189,6 +189,7 @@ def check_array(
             ) from exc
         if info.kind == "dask":
             info = InputInfo("numpy")
+        Xn = _numeric_objects(Xn, name)
         _check_dtype(Xn.dtype, name)
         _check_shape(Xn.shape, name, min_samples)
         rows = _default_rows(Xn.shape[1], Xn.dtype.itemsize)
@@ -246,11 +247,25 @@ def _known_chunks(X: da.Array, name: str) -> da.Array:
     return X.compute_chunk_sizes()
 
 
+def _numeric_objects(X: np.ndarray, name: str) -> np.ndarray:
+    """An object array of numbers as float64; any other object refused, with numpy's reason."""
+    if X.dtype != object:
+        return X
+    try:
+        return X.astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidDataError(
+            message(f"{name}.dtype", "numbers (an object array may hold numbers only)",
+                    f"an object array with a non-numeric value ({exc})", "Convert it to float32 or float64 first.")
+        ) from exc
+
+
 def _check_dtype(dtype: np.dtype, name: str) -> None:
     if dtype.kind in "iuf" and dtype.itemsize <= 8:
         return
     hint = {
-        "c": "Complex values have no order for clustering; pass the real and imaginary parts as two features.",
+        "c": "Complex data not supported: complex values have no order for clustering; pass the real and "
+             "imaginary parts as two features.",
         "b": "Cast booleans to float first: X.astype('float32').",
     }.get(dtype.kind, "Convert it to float32 or float64 first.")
     raise InvalidDataError(message(f"{name}.dtype", "a real numeric dtype (float or int)", f"{dtype}", hint))
@@ -259,7 +274,7 @@ def _check_dtype(dtype: np.dtype, name: str) -> None:
 def _check_shape(shape: tuple, name: str, min_samples: int) -> None:
     if len(shape) != 2:
         fix = (
-            "Reshape a single feature to a column: X.reshape(-1, 1)."
+            "Reshape your data: a single feature becomes a column with X.reshape(-1, 1)."
             if len(shape) == 1
             else "Stack the trailing dims into features (X.reshape(len(X), -1)), or use "
             "dclust.open_array(data_array, sample_dim=...) for xarray."
@@ -267,10 +282,15 @@ def _check_shape(shape: tuple, name: str, min_samples: int) -> None:
         raise InvalidDataError(message(f"{name}.shape", "2 dimensions (n_samples, n_features)", f"{shape}", fix))
     if shape[0] < min_samples:
         raise InvalidDataError(
-            message(f"{name}.shape", f"at least {min_samples} sample(s)", f"{shape[0]} rows", "Pass non-empty data.")
+            message(f"{name}.shape", f"at least {min_samples} sample(s)",
+                    f"{shape[0]} sample(s) (shape={shape}) while a minimum of {min_samples} is required",
+                    "Pass non-empty data.")
         )
     if shape[1] < 1:
-        raise InvalidDataError(message(f"{name}.shape", "at least 1 feature", f"{shape}", "Pass non-empty data."))
+        raise InvalidDataError(
+            message(f"{name}.shape", "at least 1 feature",
+                    f"0 feature(s) (shape={shape}) while a minimum of 1 is required", "Pass non-empty data.")
+        )
 
 
 def _one_feature_chunk(arr: da.Array, name: str) -> da.Array:
@@ -304,11 +324,16 @@ def check_sample_weight(sample_weight: Any, X: da.Array) -> da.Array | None:
                     f"shape {tuple(w.shape)}", "Pass one weight per sample.")
         )
     w = da.asarray(w).astype(np.float64).rechunk((X.chunks[0],))
-    bad_neg, bad_nonfinite = da.compute((w < 0).any(), ~da.isfinite(w).all())
+    bad_neg, bad_nonfinite, any_positive = da.compute((w < 0).any(), ~da.isfinite(w).all(), (w > 0).any())
     if bad_nonfinite or bad_neg:
         raise InvalidDataError(
             message("sample_weight", "finite weights >= 0", "negative or non-finite values",
                     "Drop those samples or give them weight 0.")
+        )
+    if n and not any_positive:
+        raise InvalidDataError(
+            message("sample_weight", "at least one weight > 0", "every weight zero (nothing to cluster)",
+                    "Give the samples to cluster a positive weight.")
         )
     return w
 

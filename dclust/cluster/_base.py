@@ -52,7 +52,7 @@ class BaseEstimator(_SklearnBaseEstimator):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for name in (*_FIT_METHODS, *_CHECKED_METHODS):
-            method = cls.__dict__.get(name)
+            method = getattr(cls, name, None)  # also a mixin's (CentroidMixin.predict): wrapped per estimator class
             if callable(method) and not getattr(method, "_dclust_api", False):
                 setattr(cls, name, _api_method(method, name))
 
@@ -232,8 +232,11 @@ def _labels_kernel(Xb, *, offset, block_index, centers):
     return labels
 
 
-def _distances_kernel(Xb, centers):
+def _distances_kernel(Xb, centers, block_info=None):
     Xb = np.asarray(Xb, dtype=np.float64)
+    if not np.isfinite(Xb).all():  # a distance to NaN is no distance: never a silent NaN column
+        (first, stop), block = block_info[0]["array-location"][0], block_info[0]["chunk-location"][0]
+        raise non_finite_error("X", block, first, stop - 1, "transform")
     d = (Xb * Xb).sum(axis=1)[:, None] - 2.0 * (Xb @ centers.T) + (centers * centers).sum(axis=1)[None, :]
     return np.maximum(d, 0.0, out=d)
 
