@@ -79,6 +79,12 @@ class BaseEstimator(_SklearnBaseEstimator):
                 shown.append(f"{k}={'array' + str(v.shape) if isinstance(v, np.ndarray) else repr(v)}")
         return f"{type(self).__name__}({', '.join(shown)})"
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        if tags.transformer_tags is not None:  # distances are float64, feature allocations uint8, whatever X was
+            tags.transformer_tags.preserves_dtype = []
+        return tags
+
     def __sklearn_is_fitted__(self) -> bool:
         """Fitted once ``fit`` (or ``partial_fit``) has run: every fit ends by setting ``n_features_in_``."""
         return hasattr(self, "n_features_in_")
@@ -232,11 +238,23 @@ def _labels_kernel(Xb, *, offset, block_index, centers):
     return labels
 
 
-def _distances_kernel(Xb, centers, block_info=None):
-    Xb = np.asarray(Xb, dtype=np.float64)
-    if not np.isfinite(Xb).all():  # a distance to NaN is no distance: never a silent NaN column
+def _finite_block(Xb, verb, block_info=None):
+    if not np.isfinite(Xb).all():
         (first, stop), block = block_info[0]["array-location"][0], block_info[0]["chunk-location"][0]
-        raise non_finite_error("X", block, first, stop - 1, "transform")
+        raise non_finite_error("X", block, first, stop - 1, verb)
+    return Xb
+
+
+def finite_rows(X: da.Array, verb: str) -> da.Array:
+    """``X``, lazily checked block by block: a block with NaN or inf raises (naming it) when it is computed.
+
+    For the per-row outputs whose kernels would otherwise give NaN distances or arbitrary labels silently.
+    """
+    return X.map_blocks(_finite_block, verb, dtype=X.dtype)
+
+
+def _distances_kernel(Xb, centers):
+    Xb = np.asarray(Xb, dtype=np.float64)
     d = (Xb * Xb).sum(axis=1)[:, None] - 2.0 * (Xb @ centers.T) + (centers * centers).sum(axis=1)[None, :]
     return np.maximum(d, 0.0, out=d)
 
@@ -273,7 +291,8 @@ class CentroidMixin(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMi
         """Squared Euclidean distance of every row to every centre, shape (n_samples, n_clusters)."""
         arr, info = self._input(X)
         c = np.asarray(self.cluster_centers_, dtype=np.float64)
-        out = arr.map_blocks(_distances_kernel, c, dtype=np.float64, chunks=(arr.chunks[0], (c.shape[0],)))
+        out = finite_rows(arr, "transform").map_blocks(_distances_kernel, c, dtype=np.float64,
+                                                       chunks=(arr.chunks[0], (c.shape[0],)))
         return wrap_output(out, info, "distances")
 
     def score(self, X, y=None, sample_weight=None) -> float:

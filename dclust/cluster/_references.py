@@ -16,7 +16,7 @@ from .._registry import register
 from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array
 from ..errors import DclustError, InvalidDataError, InvalidParameterError, message
 from ..kernels import references as K
-from ._base import CHECKPOINT, BaseEstimator, ClusterMixin, TransformerMixin, wrap_output
+from ._base import CHECKPOINT, BaseEstimator, ClusterMixin, TransformerMixin, finite_rows, wrap_output
 
 __all__ = ["DPMMGibbs", "SpectralClustering", "IBPGibbs"]
 
@@ -294,7 +294,7 @@ class DPMMGibbs(ClusterMixin, _InMemory):
         Returns an ndarray for numpy input, a lazy dask array for dask/zarr input.
         """
         arr, info = self._new_input(X, "cluster_centers_")
-        labels = map_labels(_dpmm_labels, arr, counts=self.cluster_sizes_, means=self.cluster_centers_,
+        labels = map_labels(_dpmm_labels, finite_rows(arr, "predict"), counts=self.cluster_sizes_, means=self.cluster_centers_,
                             variances=self.cluster_variances_, sigma2=float(self.sigma2))
         return wrap_output(labels, info, "labels")
 

@@ -193,7 +193,7 @@ class DynamicMeans(DynamicBase):
                 w = None if weights is None else next(weights)
                 seen = t + 1
                 if t >= done:  # the batches before are in the restored state
-                    self.partial_fit(batch, w)
+                    self.partial_fit(batch, sample_weight=w)
             _check_resumed_length(self, done, seen)
         finally:
             self._ck_fp = None

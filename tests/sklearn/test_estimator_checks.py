@@ -1,0 +1,83 @@
+"""scikit-learn's own estimator checks (``parametrize_with_checks``) on every dclust estimator.
+
+Each estimator is checked with parameters that suit scikit-learn's check data (a few dozen standardised rows):
+the penalties of the DP-means family are in squared-distance units, so they are scaled to unit variance here.
+The checks an estimator cannot pass are listed in ``EXPECTED_FAILED`` with the reason; scikit-learn then runs them
+as expected failures (xfail), so a check that starts passing is reported.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import dclust
+from dclust._registry import ESTIMATORS
+
+#: Parameters for scikit-learn's check data (about 50 standardised rows, 2-10 features).
+CHECK_CONFIGS = {
+    "KMeans": dict(n_clusters=3, random_state=0, init="k-means++"),
+    "DPMeans": dict(n_clusters=3, random_state=0, prefix_size=50, max_proposals=16),
+    "RDPMeans": dict(n_clusters=3, random_state=0, prefix_size=50, max_proposals=16, max_iter=4),
+    "BPMeans": dict(lam=1.0, random_state=0, prefix_size=50, max_proposals=16, max_iter=5),
+    "KFeatures": dict(n_features=3, random_state=0, max_iter=5),
+    "StepwiseKFeatures": dict(lam=1.0, random_state=0, max_iter=3, max_features=6),
+    "GMPR": dict(n_classes=3, random_state=0, max_iter=20, tol=1e-4),
+    "TVClust": dict(random_state=0, n_sweeps=3),
+    "CollapsedDPMeans": dict(lam=1.0, random_state=0),
+    "CappedDPMeans": dict(lam=1.0, max_clusters=4, random_state=0),
+    "CollapsedBPMeans": dict(lam=1.0, random_state=0, max_iter=2),
+    "DPMMGibbs": dict(n_iter=10, random_state=0),
+    "SpectralClustering": dict(n_clusters=3, affinity="nearest_neighbors", n_neighbors=5, n_init=2, random_state=0),
+    "IBPGibbs": dict(sigma_x=1.0, sigma_a=10.0, n_iter=3, random_state=0),
+    "AnytimeDPMeans": dict(lam=1.0, random_state=0),
+}
+
+#: Estimators whose ``fit`` does not take one 2-D array, so scikit-learn's checks do not apply to them.
+NOT_CHECKED = {
+    "DynamicMeans": "fit(batches) takes a sequence of time steps (a list of arrays, or a dask array whose row "
+                    "chunks are the steps); one array has no time steps and is refused by design. partial_fit(X) "
+                    "is scikit-learn's incremental API and is tested in test_integration.py.",
+    "SpectralDynamicMeans": "as DynamicMeans: fit(batches) takes a sequence of time steps.",
+}
+
+_SAMPLE_WEIGHT = ("dclust's seeding draws rows with probabilities that depend on the weights, so a weight of 2 "
+                  "is not the same random draw as a repeated row (as for scikit-learn's KMeans)")
+_OBJECT = ("a non-numeric object in X raises dclust's InvalidDataError (a ValueError, with numpy's reason in "
+           "the message), not a TypeError: dclust errors are one family")
+_ONE_SAMPLE = ("with one sample the n_clusters heuristic has no distance to choose lam from; the error says so "
+               "(fewer distinct points than n_clusters) without scikit-learn's phrase")
+
+#: check name -> reason, per estimator.
+EXPECTED_FAILED: dict[str, dict[str, str]] = {
+    "KMeans": {"check_sample_weight_equivalence_on_dense_data": _SAMPLE_WEIGHT, "check_dtype_object": _OBJECT},
+    "DPMeans": {"check_sample_weight_equivalence_on_dense_data": _SAMPLE_WEIGHT, "check_dtype_object": _OBJECT,
+                "check_fit2d_1sample": _ONE_SAMPLE},
+}
+
+
+def _estimators():
+    for name in sorted(CHECK_CONFIGS):
+        yield ESTIMATORS[name](**CHECK_CONFIGS[name])
+
+
+def test_every_estimator_is_checked_or_excused():
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.spec_from_file_location(
+        "common", pathlib.Path(__file__).parents[1] / "cluster" / "test_common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    public = {n for n in dclust.__all__ if inspect.isclass(getattr(dclust, n)) and hasattr(getattr(dclust, n), "fit")}
+    everything = public | set(common.CONFIGS)
+    assert everything == set(CHECK_CONFIGS) | set(NOT_CHECKED)
+    assert not set(CHECK_CONFIGS) & set(NOT_CHECKED)
+
+
+@parametrize_with_checks(list(_estimators()),
+                         expected_failed_checks=lambda est: EXPECTED_FAILED.get(type(est).__name__, {}))
+def test_sklearn_check(estimator, check):
+    check(estimator)
