@@ -143,8 +143,9 @@ def _api_method(method, name: str):
     Before: DataFrames become arrays (their columns kept as ``feature_names_in_`` by a fit, checked against it
     otherwise) and a fitted model checks the number of features. After a ``fit``: ``n_features_in_`` and
     ``feature_names_in_`` are set, and a clusterer whose ``fit`` left no ``labels_`` gets ``labels_ =
-    predict(X)`` -- an ndarray for numpy input, a lazy dask array (never computed, never saved by
-    :func:`dclust.save`) for dask or Zarr input, so N labels are never materialised on the driver.
+    predict(X)`` (after ``partial_fit``: the labels of that batch) -- an ndarray for numpy input, a lazy dask
+    array (never computed, never saved by :func:`dclust.save`) for dask or Zarr input, so N labels are never
+    materialised on the driver.
     """
     fitting = name in _FIT_METHODS
 
@@ -155,9 +156,9 @@ def _api_method(method, name: str):
         cls = type(self).__name__
         fitted = self.__sklearn_is_fitted__()
         if fitted and (not fitting or name == "partial_fit"):
+            check_feature_names(self.__dict__.get("feature_names_in_"), X, cls)
             if getattr(X, "shape", None) is not None and len(X.shape) == 2:
                 check_n_features(int(self.n_features_in_), int(X.shape[1]), estimator=cls)
-            check_feature_names(self.__dict__.get("feature_names_in_"), X, cls)
         if not fitting:
             with _Busy(self):
                 return method(self, dataframe_to_array(X), *args, **kwargs)
@@ -166,16 +167,15 @@ def _api_method(method, name: str):
         labels_before = self.__dict__.get("labels_")
         with _Busy(self):
             out = method(self, X, *args, **kwargs)
-        if fitted and name == "partial_fit" and hasattr(self, "n_features_in_"):
-            return out
-        if names is None:
-            self.__dict__.pop("feature_names_in_", None)
-        else:
-            self.feature_names_in_ = names
-        if not hasattr(self, "n_features_in_") and getattr(X, "shape", None) is not None:
-            self.n_features_in_ = int(X.shape[1])
-        if name == "fit" and isinstance(self, ClusterMixin) and self.__dict__.get("labels_") is labels_before:
-            _set_labels(self, X)
+        if not (fitted and name == "partial_fit"):  # a new model: its input's names (or none) are the names
+            if names is None:
+                self.__dict__.pop("feature_names_in_", None)
+            else:
+                self.feature_names_in_ = names
+            if not hasattr(self, "n_features_in_") and getattr(X, "shape", None) is not None:
+                self.n_features_in_ = int(X.shape[1])
+        if isinstance(self, ClusterMixin) and self.__dict__.get("labels_") is labels_before:
+            _set_labels(self, X)  # partial_fit: the labels of this batch
         return out
 
     wrapper._dclust_api = True  # type: ignore[attr-defined]
