@@ -189,7 +189,6 @@ def check_array(
             ) from exc
         if info.kind == "dask":
             info = InputInfo("numpy")
-        Xn = _numeric_objects(Xn, name)
         _check_dtype(Xn.dtype, name)
         _check_shape(Xn.shape, name, min_samples)
         rows = _default_rows(Xn.shape[1], Xn.dtype.itemsize)
@@ -245,19 +244,6 @@ def _known_chunks(X: da.Array, name: str) -> da.Array:
         return X
     logging.getLogger("dclust").info("%s has unknown chunk sizes: resolving them in one pass", name)
     return X.compute_chunk_sizes()
-
-
-def _numeric_objects(X: np.ndarray, name: str) -> np.ndarray:
-    """An object array of numbers as float64; any other object refused, with numpy's reason."""
-    if X.dtype != object:
-        return X
-    try:
-        return X.astype(np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidDataError(
-            message(f"{name}.dtype", "numbers (an object array may hold numbers only)",
-                    f"an object array with a non-numeric value ({exc})", "Convert it to float32 or float64 first.")
-        ) from exc
 
 
 def _check_dtype(dtype: np.dtype, name: str) -> None:

@@ -45,8 +45,8 @@ NOT_CHECKED = {
 
 _SAMPLE_WEIGHT = ("dclust's seeding draws rows with probabilities that depend on the weights, so a weight of 2 "
                   "is not the same random draw as a repeated row (as for scikit-learn's KMeans)")
-_OBJECT = ("a non-numeric object in X raises dclust's InvalidDataError (a ValueError, with numpy's reason in "
-           "the message), not a TypeError: dclust errors are one family")
+_OBJECT = ("object arrays are refused (InvalidDataError, a ValueError: dclust errors are one family), even of "
+           "numbers: convert them to float first")
 _ONE_SAMPLE = ("with one sample the n_clusters heuristic has no distance to choose lam from; the error says so "
                "(fewer distinct points than n_clusters) without scikit-learn's phrase")
 
