@@ -11,7 +11,8 @@ from typing import Any
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator as _SklearnBaseEstimator
-from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, clone
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, clone
+from sklearn.base import TransformerMixin as _SklearnTransformerMixin
 
 from .._dask.passes import block_offsets, map_labels, map_reduce
 from .._dask.loop import NoCheckpoint
@@ -78,12 +79,6 @@ class BaseEstimator(_SklearnBaseEstimator):
             if isinstance(v, np.ndarray) or isinstance(d, np.ndarray) or not _equal(v, d):
                 shown.append(f"{k}={'array' + str(v.shape) if isinstance(v, np.ndarray) else repr(v)}")
         return f"{type(self).__name__}({', '.join(shown)})"
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        if tags.transformer_tags is not None:  # distances are float64, feature allocations uint8, whatever X was
-            tags.transformer_tags.preserves_dtype = []
-        return tags
 
     def __sklearn_is_fitted__(self) -> bool:
         """Fitted once ``fit`` (or ``partial_fit``) has run: every fit ends by setting ``n_features_in_``."""
@@ -261,6 +256,16 @@ def _distances_kernel(Xb, centers):
 
 def _cost_partial(Xb, wb, *, offset, block_index, centers):
     return block_stats(Xb, centers, wb, offset=offset, block_index=block_index)
+
+
+class TransformerMixin(_SklearnTransformerMixin):
+    """scikit-learn's TransformerMixin (``fit_transform``); dclust's outputs never keep X's dtype: distances are
+    float64, feature allocations uint8."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = []
+        return tags
 
 
 class CentroidMixin(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin):

@@ -84,7 +84,8 @@ class _InMemory(BaseEstimator):
 
     def _new_input(self, X, attribute: str):
         self._check_fitted(attribute)
-        return check_array(X, n_features=self.n_features_in_)
+        arr, info = check_array(X, n_features=self.n_features_in_)
+        return finite_rows(arr, "predict"), info
 
 
 def _first_appearance(labels: np.ndarray) -> np.ndarray:
@@ -294,7 +295,7 @@ class DPMMGibbs(ClusterMixin, _InMemory):
         Returns an ndarray for numpy input, a lazy dask array for dask/zarr input.
         """
         arr, info = self._new_input(X, "cluster_centers_")
-        labels = map_labels(_dpmm_labels, finite_rows(arr, "predict"), counts=self.cluster_sizes_, means=self.cluster_centers_,
+        labels = map_labels(_dpmm_labels, arr, counts=self.cluster_sizes_, means=self.cluster_centers_,
                             variances=self.cluster_variances_, sigma2=float(self.sigma2))
         return wrap_output(labels, info, "labels")
 
