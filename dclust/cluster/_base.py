@@ -1,5 +1,20 @@
-"""Estimator base: scikit-learn conventions (keyword-only constructor, get/set_params, learned ``attr_``) and the
-shared centroid-model methods (predict, transform, score) built on the fused kernels."""
+"""Estimator base: scikit-learn estimators (keyword-only constructor, get/set_params, learned ``attr_``) and the
+shared centroid-model methods (predict, transform, score) built on the fused kernels.
+
+Every dclust estimator is a ``sklearn.base.BaseEstimator`` (clusterers also a ``ClusterMixin``, transformers a
+``TransformerMixin``), so ``Pipeline``, ``GridSearchCV`` (through ``score``), ``clone``, ``check_is_fitted`` and
+``__sklearn_tags__`` work as for scikit-learn's own; parameters are still validated by dclust in ``fit``, with
+``dclust.errors``. One wrapper, installed on every subclass, keeps the input bookkeeping in one place:
+
+- ``n_features_in_`` and ``feature_names_in_`` (the columns of a pandas or dask DataFrame, or the feature
+  coordinate of an xarray DataArray) are set by ``fit`` (and a first ``partial_fit``) and checked by
+  ``predict`` / ``transform`` / ``predict_proba`` / ``score`` / later ``partial_fit`` calls: reordered, missing or
+  extra columns raise :class:`dclust.errors.InvalidDataError`.
+- ``labels_`` of a clusterer whose ``fit`` does not compute them is ``predict(X)``: an ndarray for numpy input,
+  and for dask, Zarr or dask-DataFrame input a *lazy* dask array with X's row chunks -- nothing of length N is
+  computed or held by the driver; ``labels_.compute()`` or ``dclust.write_labels(model.labels_, path)`` stream
+  it when wanted. Such lazy labels are not saved by :func:`dclust.save` (that would be a pass over the data).
+"""
 
 from __future__ import annotations
 
