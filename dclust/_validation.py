@@ -32,6 +32,7 @@ __all__ = [
     "dataframe_to_array",
     "check_feature_names",
     "check_n_features",
+    "refuse_sparse",
 ]
 
 #: A feature axis split in several chunks is merged into one (with a warning) while a block stays below this.
@@ -177,7 +178,7 @@ def check_array(
             )
         info = InputInfo("xarray", X.isel({X.dims[1]: 0}, drop=True), X.dims[0])
         X = X.data
-    _refuse_sparse(X, name)
+    refuse_sparse(X, name)
     if isinstance(X, da.Array):
         arr = _known_chunks(X, name)
     elif isinstance(X, np.ndarray) or (not _is_lazy_array(X) and not isinstance(X, da.Array)):
@@ -220,7 +221,7 @@ def check_n_features(expected: int, received: int, *, name: str = "X", estimator
         )
 
 
-def _refuse_sparse(X: Any, name: str) -> None:
+def refuse_sparse(X: Any, name: str = "X") -> None:
     """Sparse matrices (scipy.sparse, pydata sparse, dask arrays of them) are refused with the way out."""
     meta = getattr(X, "_meta", None) if isinstance(X, da.Array) else X
     module = type(meta).__module__ or ""

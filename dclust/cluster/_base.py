@@ -33,7 +33,7 @@ from .._dask.passes import block_offsets, map_labels, map_reduce
 from .._dask.loop import NoCheckpoint
 from .._validation import (
     InputInfo, _Kind, check_array, check_feature_names, check_n_features, dataframe_to_array, feature_names,
-    validate_params,
+    refuse_sparse, validate_params,
 )
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels.distances import block_stats, nearest
@@ -172,6 +172,7 @@ def _api_method(method, name: str):
         if not fitting:
             with _Busy(self):
                 return method(self, dataframe_to_array(X), *args, **kwargs)
+        refuse_sparse(X)  # before a stream's fit takes it for an iterable of batches
         names = feature_names(X)
         X = dataframe_to_array(X)
         labels_before = self.__dict__.get("labels_")
