@@ -433,8 +433,8 @@ def dataframe_to_array(X: Any, name: str = "X") -> Any:
     """A DataFrame's values as an array dclust's estimators take; anything else unchanged.
 
     A pandas DataFrame becomes an ndarray (numeric columns only). A dask DataFrame becomes a dask array whose
-    partitions are its row blocks; their lengths, unknown to dask, are resolved by :func:`check_array` in one pass
-    that computes lengths only, never the values on the driver.
+    partitions are its row blocks; their lengths, unknown to dask, are computed here in one pass that returns
+    lengths only (never the values to the driver), so the array serves ``fit`` and the lazy ``labels_`` alike.
     """
     if not _is_dataframe(X):
         return X
@@ -446,7 +446,7 @@ def dataframe_to_array(X: Any, name: str = "X") -> Any:
                     f"Select the numeric columns (e.g. {name}.select_dtypes('number')) or encode the others.")
         )
     if _is_dask_dataframe(X):
-        return X.to_dask_array()
+        return X.to_dask_array(lengths=True)
     return X.to_numpy()
 
 
