@@ -461,11 +461,11 @@ def check_feature_names(fitted: np.ndarray | None, X: Any, estimator: str, name:
         return
     if fitted is None:
         warnings.warn(f"{name} has feature names, but {estimator} was fitted without feature names",
-                      UserWarning, stacklevel=4)
+                      UserWarning, stacklevel=3)
         return
     if given is None:
         warnings.warn(f"{name} does not have valid feature names, but {estimator} was fitted with feature names",
-                      UserWarning, stacklevel=4)
+                      UserWarning, stacklevel=3)
         return
     if len(given) == len(fitted) and all(a == b for a, b in zip(given, fitted)):
         return

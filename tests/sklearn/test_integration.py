@@ -163,7 +163,8 @@ def test_partial_fit_checks_names_and_features(frame):
     assert list(km.feature_names_in_) == ["a", "b", "c"]
     with pytest.raises(InvalidDataError, match="another order"):
         km.partial_fit(frame[["b", "a", "c"]][100:200])
-    with pytest.raises(InvalidDataError, match="X has 2 features, but KMeans is expecting 3 features"):
+    with pytest.raises(InvalidDataError, match="X has 2 features, but KMeans is expecting 3 features"), \
+            pytest.warns(UserWarning, match="does not have valid feature names"):
         km.partial_fit(frame[["a", "b"]].to_numpy())
 
 
