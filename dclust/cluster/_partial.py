@@ -12,6 +12,12 @@ Both keep the state of the stream in a private attribute (``_partial``: the cent
 the stream), so the next call continues it. A model whose centres are not those of its last ``partial_fit`` --
 unfitted, refitted by ``fit``, or loaded by :func:`dclust.load` (the stream state is not saved) -- starts a new
 stream from the batch, seeded as ``fit`` would seed it.
+
+Quality (measured on ``make_blobs(6000, 2, 5, cluster_std=s)`` fed in 12 pieces, objective on all rows, partial
+over fit): KMeans 0.86-1.06 (the running means often beat a single k-means|| seeding); DPMeans 1.00 where the
+first piece already shows every cluster, but up to 1.2-1.9 on strongly overlapping data with a small ``lam``:
+the any-time stream opens a cluster only for a point farther than ``lam`` from every running mean, so it tends to
+end with fewer clusters than batch DP-means, which revisits every row. Use ``fit`` when the data can be read again.
 """
 
 from __future__ import annotations
