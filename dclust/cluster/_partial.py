@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._dask.init import furthest_first, reduce_stats
-from .._validation import as_generator, check_array, check_lam_or_n_clusters, check_sample_weight
+from .._dask.init import reduce_stats
+from .._validation import as_generator, check_array, check_sample_weight
 from ..errors import InvalidDataError, message
 from ._base import raise_if_bad_block
 
@@ -89,6 +89,7 @@ def dpmeans_partial_fit(est, X, sample_weight=None):
     est.cluster_centers_ = np.asarray(stream.cluster_centers_, dtype=np.float64)
     est.n_clusters_ = int(est.cluster_centers_.shape[0])
     est._partial = (est.cluster_centers_, stream)
+    vars(est).pop("_order_records", None)  # serial_order_ belongs to fit's passes, not to a stream
     return est
 
 
