@@ -28,6 +28,11 @@ __all__ = [
     "InputInfo",
     "MAX_FEATURE_CHUNK_BYTES",
     "DEFAULT_BLOCK_BYTES",
+    "feature_names",
+    "dataframe_to_array",
+    "check_feature_names",
+    "check_n_features",
+    "refuse_sparse",
 ]
 
 #: A feature axis split in several chunks is merged into one (with a warning) while a block stays below this.
@@ -159,6 +164,7 @@ def check_array(
     for other layouts). Integer data becomes float64, float16 becomes float32, float32/float64 are kept.
     """
     info = InputInfo("dask")
+    X = dataframe_to_array(X, name)
     if isinstance(X, (str, os.PathLike)):
         raise InvalidDataError(
             message(name, "an array (numpy, dask, zarr or xarray)", f"the path {os.fspath(X)!r}",
@@ -172,7 +178,7 @@ def check_array(
             )
         info = InputInfo("xarray", X.isel({X.dims[1]: 0}, drop=True), X.dims[0])
         X = X.data
-    _refuse_sparse(X, name)
+    refuse_sparse(X, name)
     if isinstance(X, da.Array):
         arr = _known_chunks(X, name)
     elif isinstance(X, np.ndarray) or (not _is_lazy_array(X) and not isinstance(X, da.Array)):
@@ -195,11 +201,8 @@ def check_array(
         arr = da.from_array(X, chunks=chunks)
     _check_dtype(arr.dtype, name)
     _check_shape(arr.shape, name, min_samples)
-    if n_features is not None and arr.shape[1] != n_features:
-        raise InvalidDataError(
-            message(name, f"{n_features} features (as seen in fit)", f"{arr.shape[1]} features",
-                    "Pass data with the same columns the model was fitted on.")
-        )
+    if n_features is not None:
+        check_n_features(n_features, arr.shape[1], name=name)
     arr = _one_feature_chunk(arr, name)
     if arr.dtype.kind in "iu":
         arr = arr.astype(np.float64)
@@ -208,7 +211,17 @@ def check_array(
     return arr, info
 
 
-def _refuse_sparse(X: Any, name: str) -> None:
+def check_n_features(expected: int, received: int, *, name: str = "X", estimator: str = "the model") -> None:
+    """Refuse data with another number of features than the model was fitted on (scikit-learn's wording inside)."""
+    if received != expected:
+        raise InvalidDataError(
+            message(name, f"{expected} features (as seen in fit)",
+                    f"{received} features ({name} has {received} features, but {estimator} is expecting {expected} "
+                    "features as input)", "Pass data with the same columns the model was fitted on.")
+        )
+
+
+def refuse_sparse(X: Any, name: str = "X") -> None:
     """Sparse matrices (scipy.sparse, pydata sparse, dask arrays of them) are refused with the way out."""
     meta = getattr(X, "_meta", None) if isinstance(X, da.Array) else X
     module = type(meta).__module__ or ""
@@ -238,7 +251,8 @@ def _check_dtype(dtype: np.dtype, name: str) -> None:
     if dtype.kind in "iuf" and dtype.itemsize <= 8:
         return
     hint = {
-        "c": "Complex values have no order for clustering; pass the real and imaginary parts as two features.",
+        "c": "Complex data not supported: complex values have no order for clustering; pass the real and "
+             "imaginary parts as two features.",
         "b": "Cast booleans to float first: X.astype('float32').",
     }.get(dtype.kind, "Convert it to float32 or float64 first.")
     raise InvalidDataError(message(f"{name}.dtype", "a real numeric dtype (float or int)", f"{dtype}", hint))
@@ -247,7 +261,7 @@ def _check_dtype(dtype: np.dtype, name: str) -> None:
 def _check_shape(shape: tuple, name: str, min_samples: int) -> None:
     if len(shape) != 2:
         fix = (
-            "Reshape a single feature to a column: X.reshape(-1, 1)."
+            "Reshape your data: a single feature becomes a column with X.reshape(-1, 1)."
             if len(shape) == 1
             else "Stack the trailing dims into features (X.reshape(len(X), -1)), or use "
             "dclust.open_array(data_array, sample_dim=...) for xarray."
@@ -255,10 +269,15 @@ def _check_shape(shape: tuple, name: str, min_samples: int) -> None:
         raise InvalidDataError(message(f"{name}.shape", "2 dimensions (n_samples, n_features)", f"{shape}", fix))
     if shape[0] < min_samples:
         raise InvalidDataError(
-            message(f"{name}.shape", f"at least {min_samples} sample(s)", f"{shape[0]} rows", "Pass non-empty data.")
+            message(f"{name}.shape", f"at least {min_samples} sample(s)",
+                    f"{shape[0]} sample(s) (shape={shape}) while a minimum of {min_samples} is required",
+                    "Pass non-empty data.")
         )
     if shape[1] < 1:
-        raise InvalidDataError(message(f"{name}.shape", "at least 1 feature", f"{shape}", "Pass non-empty data."))
+        raise InvalidDataError(
+            message(f"{name}.shape", "at least 1 feature",
+                    f"0 feature(s) (shape={shape}) while a minimum of 1 is required", "Pass non-empty data.")
+        )
 
 
 def _one_feature_chunk(arr: da.Array, name: str) -> da.Array:
@@ -292,11 +311,16 @@ def check_sample_weight(sample_weight: Any, X: da.Array) -> da.Array | None:
                     f"shape {tuple(w.shape)}", "Pass one weight per sample.")
         )
     w = da.asarray(w).astype(np.float64).rechunk((X.chunks[0],))
-    bad_neg, bad_nonfinite = da.compute((w < 0).any(), ~da.isfinite(w).all())
+    bad_neg, bad_nonfinite, any_positive = da.compute((w < 0).any(), ~da.isfinite(w).all(), (w > 0).any())
     if bad_nonfinite or bad_neg:
         raise InvalidDataError(
             message("sample_weight", "finite weights >= 0", "negative or non-finite values",
                     "Drop those samples or give them weight 0.")
+        )
+    if n and not any_positive:
+        raise InvalidDataError(
+            message("sample_weight", "at least one weight > 0", "every weight zero (nothing to cluster)",
+                    "Give the samples to cluster a positive weight.")
         )
     return w
 
@@ -361,3 +385,101 @@ def check_constraints(name: str, constraints: Any, n_samples: int, row_chunks: t
         return constraints.rechunk(row_chunks)
     constraints.check_aligned(row_chunks, n_samples)
     return constraints
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Feature names: kept at fit from the columns of a pandas or dask DataFrame (or the feature coordinate of a 2-D
+# xarray DataArray) and checked at predict / transform / score / partial_fit.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _is_dataframe(X: Any) -> bool:
+    """pandas or dask DataFrame (duck-typed: neither library is imported here)."""
+    return hasattr(X, "columns") and hasattr(X, "dtypes") and not _is_xarray(X)
+
+
+def _is_dask_dataframe(X: Any) -> bool:
+    return _is_dataframe(X) and hasattr(X, "to_dask_array") and hasattr(X, "npartitions")
+
+
+def feature_names(X: Any, name: str = "X") -> np.ndarray | None:
+    """The feature names of ``X``, an object array of str, or None when it has none.
+
+    pandas and dask DataFrames name their features by their columns (as scikit-learn, only when every column name
+    is a str: integer column labels are positions, not names); a 2-D xarray DataArray by the coordinate of its
+    second (feature) dimension, when it has one (its values as str). Arrays have no names.
+    """
+    if _is_xarray(X):
+        if X.ndim != 2 or X.dims[1] not in X.coords:
+            return None
+        return np.asarray([str(v) for v in np.asarray(X.coords[X.dims[1]].values).tolist()], dtype=object)
+    if not _is_dataframe(X):
+        return None
+    columns = list(X.columns)
+    kinds = {isinstance(c, str) for c in columns}
+    if kinds == {True}:
+        return np.asarray(columns, dtype=object)
+    if kinds == {True, False}:
+        types = sorted({type(c).__name__ for c in columns})
+        raise InvalidDataError(
+            message(f"{name}.columns", "column names that are all str (feature names) or all non-str (positions)",
+                    f"a mix of {', '.join(types)}",
+                    f"Name every column with a str, e.g. {name}.columns = {name}.columns.astype(str).")
+        )
+    return None
+
+
+def dataframe_to_array(X: Any, name: str = "X") -> Any:
+    """A DataFrame's values as an array dclust's estimators take; anything else unchanged.
+
+    A pandas DataFrame becomes an ndarray (numeric columns only). A dask DataFrame becomes a dask array whose
+    partitions are its row blocks; their lengths, unknown to dask, are computed here in one pass that returns
+    lengths only (never the values to the driver), so the array serves ``fit`` and the lazy ``labels_`` alike.
+    """
+    if not _is_dataframe(X):
+        return X
+    bad = [str(c) for c, t in zip(X.columns, X.dtypes) if np.dtype(t).kind not in "iufb"] if all(
+        isinstance(t, np.dtype) for t in X.dtypes) else []
+    if bad:
+        raise InvalidDataError(
+            message(f"{name} columns", "numeric columns only", f"non-numeric column(s) {', '.join(bad)}",
+                    f"Select the numeric columns (e.g. {name}.select_dtypes('number')) or encode the others.")
+        )
+    if _is_dask_dataframe(X):
+        return X.to_dask_array(lengths=True)
+    return X.to_numpy()
+
+
+def check_feature_names(fitted: np.ndarray | None, X: Any, estimator: str, name: str = "X") -> None:
+    """Refuse input whose feature names differ from those seen in fit (reordered, missing or extra columns).
+
+    Data without names given to a model fitted with names (or the reverse) is accepted with a ``UserWarning``, as
+    scikit-learn does: an array carries no names to compare.
+    """
+    given = feature_names(X, name)
+    if fitted is None and given is None:
+        return
+    if fitted is None:
+        warnings.warn(f"{name} has feature names, but {estimator} was fitted without feature names",
+                      UserWarning, stacklevel=3)
+        return
+    if given is None:
+        warnings.warn(f"{name} does not have valid feature names, but {estimator} was fitted with feature names",
+                      UserWarning, stacklevel=3)
+        return
+    if len(given) == len(fitted) and all(a == b for a, b in zip(given, fitted)):
+        return
+    missing = [c for c in fitted if c not in set(given)]
+    extra = [c for c in given if c not in set(fitted)]
+    parts = []
+    if missing:
+        parts.append("missing " + ", ".join(map(repr, missing)))
+    if extra:
+        parts.append("extra " + ", ".join(map(repr, extra)))
+    if not parts:
+        parts.append("the same names in another order")
+    raise InvalidDataError(
+        message(f"{estimator}: {name} columns (the feature names should match those that were passed during fit)",
+                f"the columns {list(fitted)} in that order", f"{list(given)} ({'; '.join(parts)})",
+                f"Select the fitted columns in their order: {name}[list(model.feature_names_in_)].")
+    )

@@ -7,6 +7,8 @@ know dclust.
 
 from __future__ import annotations
 
+from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
+
 __all__ = [
     "DclustError",
     "NotFittedError",
@@ -30,8 +32,9 @@ class DclustError(ValueError):
     """Root of every dclust error."""
 
 
-class NotFittedError(DclustError, AttributeError):
-    """A method that needs a fitted model was called before ``fit``."""
+class NotFittedError(DclustError, _SklearnNotFittedError):
+    """A method that needs a fitted model was called before ``fit`` (also scikit-learn's NotFittedError, itself
+    a ValueError and an AttributeError)."""
 
 
 class ChunkingError(DclustError):

@@ -1,23 +1,47 @@
-"""Estimator base: scikit-learn conventions (keyword-only constructor, get/set_params, learned ``attr_``) and the
-shared centroid-model methods (predict, transform, score) built on the fused kernels."""
+"""Estimator base: scikit-learn estimators (keyword-only constructor, get/set_params, learned ``attr_``) and the
+shared centroid-model methods (predict, transform, score) built on the fused kernels.
+
+Every dclust estimator is a ``sklearn.base.BaseEstimator`` (clusterers also a ``ClusterMixin``, transformers a
+``TransformerMixin``), so ``Pipeline``, ``GridSearchCV`` (through ``score``), ``clone``, ``check_is_fitted`` and
+``__sklearn_tags__`` work as for scikit-learn's own; parameters are still validated by dclust in ``fit``, with
+``dclust.errors``. One wrapper, installed on every subclass, keeps the input bookkeeping in one place:
+
+- ``n_features_in_`` and ``feature_names_in_`` (the columns of a pandas or dask DataFrame, or the feature
+  coordinate of an xarray DataArray) are set by ``fit`` (and a first ``partial_fit``) and checked by
+  ``predict`` / ``transform`` / ``predict_proba`` / ``score`` / later ``partial_fit`` calls: reordered, missing or
+  extra columns raise :class:`dclust.errors.InvalidDataError`.
+- ``labels_`` of a clusterer whose ``fit`` does not compute them is ``predict(X)``: an ndarray for numpy input,
+  and for dask, Zarr or dask-DataFrame input a *lazy* dask array with X's row chunks -- nothing of length N is
+  computed or held by the driver; ``labels_.compute()`` or ``dclust.write_labels(model.labels_, path)`` stream
+  it when wanted. Such lazy labels are not saved by :func:`dclust.save` (that would be a pass over the data).
+"""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from typing import Any
 
 import dask.array as da
 import numpy as np
+from sklearn.base import BaseEstimator as _SklearnBaseEstimator
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, clone
+from sklearn.base import TransformerMixin as _SklearnTransformerMixin
 
 from .._dask.passes import block_offsets, map_labels, map_reduce
 from .._dask.loop import NoCheckpoint
-from .._validation import InputInfo, _Kind, check_array, validate_params
+from .._validation import (
+    InputInfo, _Kind, check_array, check_feature_names, check_n_features, dataframe_to_array, feature_names,
+    refuse_sparse, validate_params,
+)
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels.distances import block_stats, nearest
 from ..kernels.stats import ClusterStats
 
-__all__ = ["BaseEstimator", "CentroidMixin", "clone", "raise_if_bad_block", "CHECKPOINT"]
+__all__ = [
+    "BaseEstimator", "CentroidMixin", "ClusterMixin", "TransformerMixin", "clone", "raise_if_bad_block", "CHECKPOINT",
+]
 
 #: Constraint of the ``checkpoint`` parameter: a local directory (str or os.PathLike, or a file:// URL), or None.
 CHECKPOINT = _Kind("None or a path (str or os.PathLike) of a checkpoint directory",
@@ -27,25 +51,30 @@ CHECKPOINT = _Kind("None or a path (str or os.PathLike) of a checkpoint director
 _NO_GRAPH = object()  # _checkpointer(constraints=...) not given: an estimator without side information
 
 
-class BaseEstimator:
-    """Parameters are the keyword arguments of ``__init__``, stored unchanged; validation happens in ``fit``."""
+class BaseEstimator(_SklearnBaseEstimator):
+    """Parameters are the keyword arguments of ``__init__``, stored unchanged; validation happens in ``fit``.
+
+    A scikit-learn estimator (``sklearn.base.BaseEstimator``: ``get_params``, ``clone``, tags, ``Pipeline`` and
+    ``GridSearchCV``), with dclust's own parameter validation and errors. Every subclass's ``fit`` /
+    ``partial_fit`` and ``predict`` / ``transform`` / ``predict_proba`` / ``score`` are wrapped once, at class
+    creation, by :func:`_api_method` (feature names, ``n_features_in_`` and ``labels_``), so the estimators do
+    not repeat that bookkeeping.
+    """
 
     _parameter_constraints: dict = {}
     #: learned attributes that are not saved by :func:`dclust.save` (large or derived).
     _transient_attributes: tuple[str, ...] = ()
 
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind == p.KEYWORD_ONLY]
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor parameters, as a dict."""
-        return {name: getattr(self, name) for name in self._param_names()}
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in (*_FIT_METHODS, *_CHECKED_METHODS):
+            method = getattr(cls, name, None)  # also a mixin's (CentroidMixin.predict): wrapped per estimator class
+            if callable(method) and not getattr(method, "_dclust_api", False):
+                setattr(cls, name, _api_method(method, name))
 
     def set_params(self, **params: Any) -> "BaseEstimator":
         """Set constructor parameters; unknown names raise and list the valid ones."""
-        valid = self._param_names()
+        valid = self._get_param_names()
         for name, value in params.items():
             if name not in valid:
                 raise InvalidParameterError(
@@ -55,16 +84,20 @@ class BaseEstimator:
             setattr(self, name, value)
         return self
 
-    def __repr__(self) -> str:
+    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
         defaults = {
             p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values() if p.name != "self"
         }
         shown = []
-        for k, v in self.get_params().items():
+        for k, v in self.get_params(deep=False).items():
             d = defaults.get(k, inspect.Parameter.empty)
             if isinstance(v, np.ndarray) or isinstance(d, np.ndarray) or not _equal(v, d):
                 shown.append(f"{k}={'array' + str(v.shape) if isinstance(v, np.ndarray) else repr(v)}")
         return f"{type(self).__name__}({', '.join(shown)})"
+
+    def __sklearn_is_fitted__(self) -> bool:
+        """Fitted once ``fit`` (or ``partial_fit``) has run: every fit ends by setting ``n_features_in_``."""
+        return hasattr(self, "n_features_in_")
 
     def _validate_params(self) -> None:
         validate_params(self)
@@ -94,16 +127,90 @@ class BaseEstimator:
             )
 
 
+#: Methods that learn from ``X``: they record ``n_features_in_`` and ``feature_names_in_`` (``partial_fit`` only at
+#: its first call; later calls are checked like ``predict``).
+_FIT_METHODS = ("fit", "partial_fit")
+#: Methods that use a fitted model on new rows: the columns of ``X`` are checked against those seen in fit.
+_CHECKED_METHODS = ("predict", "transform", "predict_proba", "score")
+
+
+class _Busy:
+    """Marks ``estimator`` as inside a wrapped method, so that nested wrapped calls skip the bookkeeping."""
+
+    def __init__(self, estimator: Any) -> None:
+        self.estimator = estimator
+
+    def __enter__(self) -> None:
+        self.estimator.__dict__["_dclust_busy"] = True
+
+    def __exit__(self, *exc: Any) -> None:
+        self.estimator.__dict__.pop("_dclust_busy", None)
+
+
+def _api_method(method, name: str):
+    """Wrap a subclass's ``fit``-like or ``predict``-like method with the scikit-learn input bookkeeping.
+
+    Before: DataFrames become arrays (their columns kept as ``feature_names_in_`` by a fit, checked against it
+    otherwise) and a fitted model checks the number of features. After a ``fit``: ``n_features_in_`` and
+    ``feature_names_in_`` are set, and a clusterer whose ``fit`` left no ``labels_`` gets ``labels_ =
+    predict(X)`` (after ``partial_fit``: the labels of that batch) -- an ndarray for numpy input, a lazy dask
+    array (never computed, never saved by :func:`dclust.save`) for dask or Zarr input, so N labels are never
+    materialised on the driver.
+    """
+    fitting = name in _FIT_METHODS
+
+    @functools.wraps(method)
+    def wrapper(self, X=None, *args: Any, **kwargs: Any):
+        if self.__dict__.get("_dclust_busy"):
+            return method(self, X, *args, **kwargs)
+        cls = type(self).__name__
+        fitted = self.__sklearn_is_fitted__()
+        if fitted and (not fitting or name == "partial_fit"):
+            check_feature_names(self.__dict__.get("feature_names_in_"), X, cls)
+            if getattr(X, "shape", None) is not None and len(X.shape) == 2:
+                check_n_features(int(self.n_features_in_), int(X.shape[1]), estimator=cls)
+        if not fitting:
+            with _Busy(self):
+                return method(self, dataframe_to_array(X), *args, **kwargs)
+        refuse_sparse(X)  # before a stream's fit takes it for an iterable of batches
+        names = feature_names(X)
+        X = dataframe_to_array(X)
+        labels_before = self.__dict__.get("labels_")
+        with _Busy(self):
+            out = method(self, X, *args, **kwargs)
+        if not (fitted and name == "partial_fit"):  # a new model: its input's names (or none) are the names
+            if names is None:
+                self.__dict__.pop("feature_names_in_", None)
+            else:
+                self.feature_names_in_ = names
+            if not hasattr(self, "n_features_in_") and getattr(X, "shape", None) is not None:
+                self.n_features_in_ = int(X.shape[1])
+        if isinstance(self, ClusterMixin) and self.__dict__.get("labels_") is labels_before:
+            _set_labels(self, X)  # partial_fit: the labels of this batch
+        return out
+
+    wrapper._dclust_api = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _set_labels(estimator: Any, X: Any) -> None:
+    """``labels_ = predict(X)`` after a fit that set none; lazy labels (dask input) are transient."""
+    with _Busy(estimator):
+        labels = estimator.predict(X)
+    estimator.labels_ = labels
+    lazy = isinstance(getattr(labels, "data", labels), da.Array)
+    own = type(estimator)._transient_attributes
+    if lazy:
+        estimator._transient_attributes = (*own, "labels_")
+    else:
+        estimator.__dict__.pop("_transient_attributes", None)
+
+
 def _equal(a: Any, b: Any) -> bool:
     try:
         return bool(a == b)
     except Exception:  # noqa: BLE001 - arrays and odd types compare as different
         return False
-
-
-def clone(estimator: BaseEstimator) -> BaseEstimator:
-    """A new unfitted estimator with the same parameters."""
-    return type(estimator)(**estimator.get_params())
 
 
 def raise_if_bad_block(stats: ClusterStats, X: da.Array, name: str = "X") -> None:
@@ -142,6 +249,21 @@ def _labels_kernel(Xb, *, offset, block_index, centers):
     return labels
 
 
+def _finite_block(Xb, verb, block_info=None):
+    if not np.isfinite(Xb).all():
+        (first, stop), block = block_info[0]["array-location"][0], block_info[0]["chunk-location"][0]
+        raise non_finite_error("X", block, first, stop - 1, verb)
+    return Xb
+
+
+def finite_rows(X: da.Array, verb: str) -> da.Array:
+    """``X``, lazily checked block by block: a block with NaN or inf raises (naming it) when it is computed.
+
+    For the per-row outputs whose kernels would otherwise give NaN distances or arbitrary labels silently.
+    """
+    return X.map_blocks(_finite_block, verb, dtype=X.dtype)
+
+
 def _distances_kernel(Xb, centers):
     Xb = np.asarray(Xb, dtype=np.float64)
     d = (Xb * Xb).sum(axis=1)[:, None] - 2.0 * (Xb @ centers.T) + (centers * centers).sum(axis=1)[None, :]
@@ -152,8 +274,25 @@ def _cost_partial(Xb, wb, *, offset, block_index, centers):
     return block_stats(Xb, centers, wb, offset=offset, block_index=block_index)
 
 
-class CentroidMixin:
-    """predict / transform / score / fit_predict for models with ``cluster_centers_``."""
+class TransformerMixin(_SklearnTransformerMixin):
+    """scikit-learn's TransformerMixin (``fit_transform``); dclust's outputs never keep X's dtype: distances are
+    float64, feature allocations uint8."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = []
+        return tags
+
+
+class CentroidMixin(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin):
+    """predict / transform / score for models with ``cluster_centers_``; ``fit_predict`` (``labels_``) and
+    ``fit_transform`` come from scikit-learn's ClusterMixin and TransformerMixin, the output column names of
+    ``transform`` (``kmeans0``, ...) from its ClassNamePrefixFeaturesOutMixin."""
+
+    @property
+    def _n_features_out(self) -> int:
+        """Number of columns of ``transform``: one distance per centre."""
+        return int(self.cluster_centers_.shape[0])
 
     def _input(self, X) -> tuple[da.Array, InputInfo]:
         self._check_fitted()
@@ -173,7 +312,8 @@ class CentroidMixin:
         """Squared Euclidean distance of every row to every centre, shape (n_samples, n_clusters)."""
         arr, info = self._input(X)
         c = np.asarray(self.cluster_centers_, dtype=np.float64)
-        out = arr.map_blocks(_distances_kernel, c, dtype=np.float64, chunks=(arr.chunks[0], (c.shape[0],)))
+        out = finite_rows(arr, "transform").map_blocks(_distances_kernel, c, dtype=np.float64,
+                                                       chunks=(arr.chunks[0], (c.shape[0],)))
         return wrap_output(out, info, "distances")
 
     def score(self, X, y=None, sample_weight=None) -> float:
@@ -186,7 +326,3 @@ class CentroidMixin:
         stats = map_reduce(_cost_partial, ClusterStats.merge_all, arr, w, centers=c).compute()[()]
         raise_if_bad_block(stats, arr)
         return -float(stats.cost)
-
-    def fit_predict(self, X, y=None, sample_weight=None):
-        """``fit(X)`` then ``predict(X)``."""
-        return self.fit(X, sample_weight=sample_weight).predict(X)

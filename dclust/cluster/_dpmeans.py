@@ -19,6 +19,7 @@ from ..kernels.distances import seed_mix
 from ..kernels.dpmeans import serial_assign
 from ..kernels.stats import ClusterStats
 from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
+from ._partial import dpmeans_partial_fit
 
 __all__ = ["DPMeans"]
 
@@ -185,6 +186,18 @@ class DPMeans(CentroidMixin, BaseEstimator):
             ck.save_done(self, seed=seed, records=keyed_records_state(records))
         emit(ProgressEvent("DPMeans", "done", it + 1, history[-1], self.n_clusters_, 0.0))
         return self
+
+    def partial_fit(self, X, y=None, sample_weight=None) -> "DPMeans":
+        """Update the model with one batch of a stream (the any-time DP-means step of :class:`AnytimeDPMeans`).
+
+        >>> import numpy as np, dclust
+        >>> dp = dclust.DPMeans(lam=4.0, random_state=0)
+        >>> for batch in np.array_split(np.array([[0.0, 0], [10, 0], [0, 1], [10, 1]] * 3), 3):
+        ...     dp = dp.partial_fit(batch)
+        >>> dp.n_clusters_
+        2
+        """
+        return dpmeans_partial_fit(self, X, sample_weight)
 
     def _start(self, arr, w, d, ck, watch):
         """The first pass (statistics, NaN check, the serial prefix), lam, and the prefix run serially."""

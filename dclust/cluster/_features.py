@@ -9,7 +9,7 @@ from .._dask.features import FeatureOverflow, transform_bits
 from .._dask.occ import gather_prefix
 from .._validation import check_array
 from ..errors import InvalidParameterError, message
-from ._base import raise_if_bad_block, wrap_output
+from ._base import TransformerMixin, finite_rows, raise_if_bad_block, wrap_output
 
 __all__ = ["FeatureMixin", "first_pass", "overflow_error"]
 
@@ -44,7 +44,7 @@ def overflow_error(name: str, lam: float, max_features: int, exc: FeatureOverflo
     )
 
 
-class FeatureMixin:
+class FeatureMixin(TransformerMixin):
     """transform / predict / fit_transform for models with learned features ``features_`` (K, D)."""
 
     def _check_features(self) -> None:
@@ -59,7 +59,7 @@ class FeatureMixin:
         """
         self._check_features()
         arr, info = check_array(X, n_features=self.features_.shape[1])
-        return wrap_output(transform_bits(arr, self.features_), info, "features")
+        return wrap_output(transform_bits(finite_rows(arr, "transform"), self.features_), info, "features")
 
     def predict(self, X):
         """Same as :meth:`transform`: for a feature allocation the prediction is the binary row ``z``."""

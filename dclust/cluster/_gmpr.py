@@ -17,7 +17,7 @@ from ..errors import (
 )
 from ..kernels.gmpr import MixtureParams, m_step, update_alpha
 from ..kernels.kmeans import kmeans_plusplus
-from ._base import CHECKPOINT, BaseEstimator, raise_if_bad_block, wrap_output
+from ._base import CHECKPOINT, BaseEstimator, ClusterMixin, finite_rows, raise_if_bad_block, wrap_output
 
 __all__ = ["GMPR"]
 
@@ -50,7 +50,7 @@ def _link_plan(constraints, arr, kind: str, n_classes: int):
 
 
 @register
-class GMPR(BaseEstimator):
+class GMPR(ClusterMixin, BaseEstimator):
     """Gaussian mixture with pairwise relations (GM-PR, Yu, Elhabian & Whitaker), fitted by EM on Dask.
 
     Each of ``n_classes`` classes is a mixture of ``clusters_per_class`` Gaussians. Must-linked points share one
@@ -357,14 +357,14 @@ class GMPR(BaseEstimator):
         params = self._params()
         arr, info = check_array(X, n_features=self.means_.shape[2])
         plan = None if constraints is None else _link_plan(constraints, arr, info.kind, self.n_classes)
-        return wrap_output(_dgmpr.proba(arr, params, plan), info, "proba")
+        return wrap_output(_dgmpr.proba(finite_rows(arr, "predict"), params, plan), info, "proba")
 
     def predict(self, X, constraints=None):
         """The most probable class of every row (see :meth:`predict_proba`; lowest index on ties)."""
         params = self._params()
         arr, info = check_array(X, n_features=self.means_.shape[2])
         plan = None if constraints is None else _link_plan(constraints, arr, info.kind, self.n_classes)
-        p = _dgmpr.proba(arr, params, plan)
+        p = _dgmpr.proba(finite_rows(arr, "predict"), params, plan)
         labels = p.map_blocks(lambda b: np.argmax(b, axis=1).astype(np.int32), dtype=np.int32, drop_axis=1)
         return wrap_output(labels, info, "labels")
 

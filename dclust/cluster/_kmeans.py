@@ -13,6 +13,7 @@ from .._registry import register
 from .._validation import ARRAY, SEED, Interval, Options, as_generator, check_array, check_sample_weight
 from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
 from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
+from ._partial import kmeans_partial_fit
 
 __all__ = ["KMeans", "lloyd"]
 
@@ -249,6 +250,18 @@ class KMeans(CentroidMixin, BaseEstimator):
         ck.save_done(self)
         emit(ProgressEvent("KMeans", "done", n_iter, inertia, self.n_clusters, 0.0))
         return self
+
+    def partial_fit(self, X, y=None, sample_weight=None) -> "KMeans":
+        """Update the centres with one batch of a stream (mini-batch k-means; see ``dclust.cluster._partial``).
+
+        >>> import numpy as np, dclust
+        >>> km = dclust.KMeans(n_clusters=2, random_state=0)
+        >>> for batch in np.array_split(np.array([[0.0, 0], [10, 0], [0, 1], [10, 1]] * 3), 3):
+        ...     km = km.partial_fit(batch)
+        >>> sorted(km.cluster_centers_[:, 0].round(6).tolist())
+        [0.0, 10.0]
+        """
+        return kmeans_partial_fit(self, X, sample_weight)
 
     def _unpack(self, ck, state, d):
         """(first init, best so far, Lloyd state or None, generator) of a checkpoint, shapes checked."""

@@ -16,7 +16,7 @@ from .._registry import register
 from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array
 from ..errors import DclustError, InvalidDataError, InvalidParameterError, message
 from ..kernels import references as K
-from ._base import CHECKPOINT, BaseEstimator, wrap_output
+from ._base import CHECKPOINT, BaseEstimator, ClusterMixin, TransformerMixin, finite_rows, wrap_output
 
 __all__ = ["DPMMGibbs", "SpectralClustering", "IBPGibbs"]
 
@@ -84,7 +84,8 @@ class _InMemory(BaseEstimator):
 
     def _new_input(self, X, attribute: str):
         self._check_fitted(attribute)
-        return check_array(X, n_features=self.n_features_in_)
+        arr, info = check_array(X, n_features=self.n_features_in_)
+        return finite_rows(arr, "predict"), info
 
 
 def _first_appearance(labels: np.ndarray) -> np.ndarray:
@@ -103,7 +104,7 @@ def _dpmm_labels(Xb, *, offset, block_index, counts, means, variances, sigma2):
 
 
 @register
-class DPMMGibbs(_InMemory):
+class DPMMGibbs(ClusterMixin, _InMemory):
     """Collapsed Gibbs sampler for the Dirichlet-process mixture of isotropic Gaussians (ALGORITHMS.md 7).
 
     Model: ``mu_k ~ N(mu0, rho2 I)``, ``x_n | z_n = k ~ N(mu_k, sigma2 I)`` with ``sigma2`` known, and the CRP with
@@ -314,7 +315,7 @@ def _nn_labels(Xb, *, offset, block_index, train, labels):
 
 
 @register
-class SpectralClustering(_InMemory):
+class SpectralClustering(ClusterMixin, _InMemory):
     """Spectral clustering by normalized cut (Shi & Malik; Ng, Jordan & Weiss), in memory (ALGORITHMS.md 7).
 
     Builds the affinity W (RBF ``exp(-gamma ||x_i - x_j||^2)``, dense, or the symmetrised kNN connectivity,
@@ -511,7 +512,7 @@ def _ibp_codes(Xb, features, probs, sigma_x):
 
 
 @register
-class IBPGibbs(_InMemory):
+class IBPGibbs(TransformerMixin, _InMemory):
     """Collapsed Gibbs sampler for the Indian-buffet linear-Gaussian feature model (Griffiths & Ghahramani 2006),
     the sampler [MB] 5.1 compares BP-means with (ALGORITHMS.md 10.1).
 

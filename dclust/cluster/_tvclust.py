@@ -16,7 +16,7 @@ from .._validation import SEED, Interval, Options, _Kind, as_generator, check_ar
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus
 from ..kernels.tvclust import GibbsState, LinkLists, NIWPrior, gaussian_logpdf, gibbs
-from ._base import CHECKPOINT, BaseEstimator, wrap_output
+from ._base import CHECKPOINT, BaseEstimator, ClusterMixin, finite_rows, wrap_output
 
 __all__ = ["TVClust"]
 
@@ -32,7 +32,7 @@ BETA_PAIR = _Kind("a tuple (a, b) of two finite reals > 0", _beta_pair)
 
 
 @register
-class TVClust(BaseEstimator):
+class TVClust(ClusterMixin, BaseEstimator):
     """TVClust (Khashabi et al.): Gibbs sampling of a DP mixture of Gaussians with must/cannot links as noisy data.
 
     The data view is a Dirichlet-process mixture with a Normal-inverse-Wishart base measure; the link view says
@@ -292,7 +292,7 @@ class TVClust(BaseEstimator):
             s = np.stack([gaussian_logpdf(Xb, m, c) for m, c in zip(means, covs)], axis=1) + logn
             return np.argmax(s, axis=1).astype(np.int32)
 
-        return wrap_output(arr.map_blocks(block, dtype=np.int32, drop_axis=1), info, "labels")
+        return wrap_output(finite_rows(arr, "predict").map_blocks(block, dtype=np.int32, drop_axis=1), info, "labels")
 
     def fit_predict(self, X, y=None, constraints=None):
         """``fit(X, constraints=constraints)`` and return ``labels_``."""

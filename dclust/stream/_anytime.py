@@ -100,9 +100,9 @@ class AnytimeDPMeans(DynamicBase):
         self.n_seen_ = 0
         self.batch_order_ = np.zeros(0, dtype=np.int64)
 
-    def partial_fit(self, batch, sample_weight=None, y=None):
+    def partial_fit(self, batch, y=None, sample_weight=None):
         """Process one batch (see :meth:`DynamicMeans.partial_fit`)."""
-        return super().partial_fit(batch, sample_weight)
+        return super().partial_fit(batch, sample_weight=sample_weight)
 
     def _check_restored(self, ck) -> None:
         super()._check_restored(ck)
@@ -163,7 +163,7 @@ class AnytimeDPMeans(DynamicBase):
         try:
             for j in range(int(self.n_batches_), n_blocks):
                 b = int(self.batch_order_[j])
-                self.partial_fit(arr.blocks[b], None if w is None else w.blocks[b])
+                self.partial_fit(arr.blocks[b], sample_weight=None if w is None else w.blocks[b])
                 yield self
         finally:
             self._ck_fp = None

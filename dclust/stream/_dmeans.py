@@ -156,15 +156,16 @@ class DynamicMeans(DynamicBase):
         mask = self.ages_ == 1
         return mask if mask.any() else np.ones_like(mask)
 
-    def fit(self, batches: Iterable[Any] | Any, sample_weight: Iterable[Any] | None = None, y=None):
+    def fit(self, batches: Iterable[Any] | Any, y=None, sample_weight: Iterable[Any] | None = None):
         """Process a whole stream from scratch.
 
         Parameters
         ----------
         batches : iterable of array-likes, or a dask/zarr array
-            The time steps in order; for a dask or zarr array, each row chunk is one time step.
+            The time steps in order; for a dask or zarr array, each row chunk is one time step; a 2-D numpy array
+            is a single time step (as scikit-learn's ``fit(X)``).
         sample_weight : iterable of array-likes, optional
-            One weight vector per batch (or None entries).
+            One weight vector per batch (or None entries); for a single numpy batch, its weight vector.
 
         Returns
         -------
@@ -172,12 +173,9 @@ class DynamicMeans(DynamicBase):
         """
         self._validate_params()
         self._rates()
-        if isinstance(batches, np.ndarray):
-            raise InvalidDataError(
-                message("DynamicMeans.fit(batches)", "an iterable of batches, or a dask/zarr array whose row chunks "
-                        "are the time steps", "a numpy array (one array has no time steps)",
-                        "Use partial_fit(X) for one batch, or pass [X1, X2, ...].")
-            )
+        if isinstance(batches, np.ndarray):  # one time step
+            batches = [batches]
+            sample_weight = None if sample_weight is None else [sample_weight]
         fp = None
         if hasattr(batches, "chunks") and hasattr(batches, "shape") and getattr(batches, "ndim", 0) == 2:
             arr, _ = check_array(batches, name="batches", min_samples=0)
@@ -193,7 +191,7 @@ class DynamicMeans(DynamicBase):
                 w = None if weights is None else next(weights)
                 seen = t + 1
                 if t >= done:  # the batches before are in the restored state
-                    self.partial_fit(batch, w)
+                    self.partial_fit(batch, sample_weight=w)
             _check_resumed_length(self, done, seen)
         finally:
             self._ck_fp = None

@@ -16,7 +16,7 @@ from .._dask.passes import block_offsets, map_labels
 from .._dask.dmeans import occ_step
 from .._dask.loop import ProgressEvent, Stopwatch, emit
 from .._validation import as_generator, check_array, check_sample_weight
-from ..cluster._base import BaseEstimator, raise_if_bad_block, wrap_output
+from ..cluster._base import BaseEstimator, finite_rows, raise_if_bad_block, wrap_output
 from ..errors import ConvergenceWarning, InvalidDataError, NotFittedError, message
 from ..kernels.dynmeans import StepState, assign_instantiated, carry_over, gammas, serial_step
 from ..kernels.kmeans import block_rng
@@ -133,7 +133,7 @@ class DynamicBase(BaseEstimator):
         return w
 
     # ------------------------------------------------------------------------------------------ one step
-    def partial_fit(self, batch, sample_weight=None, y=None):
+    def partial_fit(self, batch, y=None, sample_weight=None):
         """Process one time step.
 
         Parameters
@@ -259,7 +259,8 @@ class DynamicBase(BaseEstimator):
                         "Call partial_fit with a non-empty batch first.")
             )
         arr, info = check_array(X, n_features=self.n_features_in_)
-        lazy = map_labels(_labels_kernel, arr, dtype=np.int64, theta=self.cluster_centers_[mask],
+        lazy = map_labels(_labels_kernel, finite_rows(arr, "predict"), dtype=np.int64,
+                          theta=self.cluster_centers_[mask],
                           ids=self.cluster_ids_[mask])
         return wrap_output(lazy, info, "labels")
 

@@ -14,7 +14,7 @@ import pytest
 
 import dclust
 from dclust._registry import ESTIMATORS
-from dclust.cluster._base import clone
+from sklearn.base import clone
 from dclust.errors import DclustError, InvalidParameterError, NotFittedError
 
 #: Small, fast constructor arguments per batch estimator (fit(X) signature).
