@@ -2,8 +2,8 @@
 
 A dask array has no place for column names, so the arrays that :func:`dclust.open_array` builds from Parquet, CSV or
 a pandas/dask DataFrame are *registered* here under their dask name (a deterministic token of the graph that
-produced them: the same file and columns give the same name). :func:`feature_names` answers for registered arrays,
-pandas and dask DataFrames and xarray DataArrays whose feature coordinate holds strings -- the inputs an estimator
+produced them: the same file and columns give the same name). :func:`dclust._validation.feature_names` (public as
+:func:`dclust.io.feature_names`) answers for registered arrays, DataFrames and DataArrays -- the inputs an estimator
 can keep ``feature_names_in_`` from. An array derived from a registered one (``X[:, :2]``, ``X.rechunk(...)``,
 ``X * 2``) has another name and no feature names: they describe the array as opened, nothing else. ``persist()``
 keeps the name, and so the feature names.
@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import dask.array as da
 import numpy as np
 
-__all__ = ["feature_names", "register_feature_names", "registered_feature_names"]
+__all__ = ["register_feature_names", "registered_feature_names"]
 
 #: how many opened tables are remembered (names only: a few bytes per column)
 _CAPACITY = 4096
@@ -49,46 +49,3 @@ def registered_feature_names(X: Any) -> np.ndarray | None:
     with _LOCK:
         found = _NAMES.get(X.name)
     return np.asarray(found, dtype=object) if found is not None else None
-
-
-def _all_str(values: Any) -> np.ndarray | None:
-    values = list(values)
-    if values and all(isinstance(v, str) for v in values):
-        return np.asarray(values, dtype=object)
-    return None
-
-
-def feature_names(X: Any) -> np.ndarray | None:
-    """The feature (column) names of ``X``, or None when it has none.
-
-    Parameters
-    ----------
-    X : dask array, pandas or dask DataFrame, xarray DataArray, or any array
-        A dask array returned by :func:`dclust.open_array` for a table (Parquet, CSV, pandas or dask DataFrame)
-        knows its columns; a DataFrame has its ``columns``; a 2-D DataArray the coordinate of its second dimension.
-
-    Returns
-    -------
-    numpy.ndarray of str (object dtype) or None
-        As scikit-learn's ``feature_names_in_``: names only when every one is a string.
-
-    Examples
-    --------
-    >>> import pandas as pd, dclust
-    >>> from dclust.io import feature_names
-    >>> X = dclust.open_array(pd.DataFrame({"a": [0.0, 1.0], "b": [2.0, 3.0]}))
-    >>> feature_names(X).tolist()
-    ['a', 'b']
-    >>> feature_names(X[:, :1]) is None
-    True
-    """
-    if isinstance(X, da.Array):
-        return registered_feature_names(X)
-    columns = getattr(X, "columns", None)
-    if columns is not None and hasattr(X, "dtypes"):
-        return _all_str(columns)
-    if hasattr(X, "dims") and hasattr(X, "coords") and getattr(X, "ndim", 0) == 2:
-        dim = X.dims[1]
-        if dim in X.coords and X.coords[dim].ndim == 1:
-            return _all_str(X.coords[dim].values.tolist())
-    return None

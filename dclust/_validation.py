@@ -16,6 +16,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
+from ._feature_names import registered_feature_names
 from .errors import ChunkingError, InvalidDataError, InvalidParameterError, message
 
 __all__ = [
@@ -403,12 +404,26 @@ def _is_dask_dataframe(X: Any) -> bool:
 
 
 def feature_names(X: Any, name: str = "X") -> np.ndarray | None:
-    """The feature names of ``X``, an object array of str, or None when it has none.
+    """The feature (column) names of ``X``, an object array of str, or None when it has none.
 
     pandas and dask DataFrames name their features by their columns (as scikit-learn, only when every column name
     is a str: integer column labels are positions, not names); a 2-D xarray DataArray by the coordinate of its
-    second (feature) dimension, when it has one (its values as str). Arrays have no names.
+    second (feature) dimension, when it has one (its values as str); a dask array that :func:`dclust.open_array`
+    made of a table (Parquet, CSV, a DataFrame) by the table's columns. Other arrays, and arrays derived from those
+    (``X[:, :1]``, ``X * 2``), have no names.
+
+    Examples
+    --------
+    >>> import pandas as pd, dclust
+    >>> from dclust.io import feature_names
+    >>> X = dclust.open_array(pd.DataFrame({"a": [0.0, 1.0], "b": [2.0, 3.0]}))
+    >>> feature_names(X).tolist()
+    ['a', 'b']
+    >>> feature_names(X[:, :1]) is None
+    True
     """
+    if isinstance(X, da.Array):
+        return registered_feature_names(X)
     if _is_xarray(X):
         if X.ndim != 2 or X.dims[1] not in X.coords:
             return None

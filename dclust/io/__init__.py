@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from .._feature_names import feature_names
+from .._validation import feature_names
 from ._models import load, save
 from ._open import open_array
 from ._write import write_array, write_labels

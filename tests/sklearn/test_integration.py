@@ -217,3 +217,19 @@ def test_dpmeans_partial_fit_with_the_n_clusters_heuristic(overlapping):
     for piece in np.array_split(overlapping, 4):
         dp.partial_fit(piece)
     assert dp.lam_ > 0 and dp.n_clusters_ >= 4
+
+
+def test_a_parquet_table_opened_by_open_array_keeps_its_column_names(tmp_path):
+    import pandas as pd
+
+    from dclust.errors import InvalidDataError
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"a": rng.normal(size=300), "b": rng.normal(size=300)})
+    df.to_parquet(tmp_path / "t.parquet")
+    X = dclust.open_array(str(tmp_path / "t.parquet"))
+    km = dclust.KMeans(n_clusters=2, random_state=0).fit(X)
+    assert km.feature_names_in_.tolist() == ["a", "b"]
+    np.testing.assert_array_equal(np.asarray(km.predict(df)), np.asarray(km.predict(X)))
+    with pytest.raises(InvalidDataError, match="b"):
+        km.predict(df[["b", "a"]])
