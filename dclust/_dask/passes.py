@@ -33,7 +33,6 @@ from dask.array.chunk import getitem
 from dask.array.optimization import _is_getter_task
 from dask.highlevelgraph import HighLevelGraph
 
-from ..errors import InvalidDataError, message
 from .reduce import tree_reduce
 
 __all__ = [
@@ -174,20 +173,15 @@ def _reader_of(X: da.Array) -> _Reader | None:
     return reader
 
 
-def _damaged_chunk(block: int, first: int, last: int, exc: BaseException) -> InvalidDataError:
-    cause = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-    return InvalidDataError(
-        message("X", "every chunk readable and intact", f"{cause} in chunk {block} (rows {first}..{last})",
-                "Restore the store from its source or rewrite it (dclust.write_array); a chunk file that is empty "
-                "or damaged cannot be read.")
-    )
-
-
 def _read(reader: "_Getter", source: Any, index: Any, b: int, first: int, size: int) -> np.ndarray:
     try:
         return reader.getter(source, index, reader.asarray, reader.lock)
-    except Exception as exc:  # noqa: BLE001 - any decoding failure of the store
-        raise _damaged_chunk(b, first, first + size - 1, exc) from exc
+    except OSError:  # the storage itself (network, permissions): not a damaged chunk
+        raise
+    except Exception as exc:  # noqa: BLE001 - any decoding failure of the store: a checksum, an empty chunk file
+        from .._store._zarr import chunk_error  # only on this error path: names the store's damaged chunk
+
+        raise chunk_error(source, first, first + size - 1, exc, block=b) from exc
 
 
 # ------------------------------------------------------------------------------------------------------ groups
