@@ -404,7 +404,34 @@ def persist_if_fits(X: da.Array, persist, logger) -> da.Array:
         logger.info("persisting the data in memory (%.1f MB of a %.1f MB budget)", X.nbytes / 1e6, budget / 1e6)
     else:
         logger.info("persisting the data in memory (%.1f MB)", X.nbytes / 1e6)
-    return X.persist()
+    try:
+        return _persisted(X.persist())
+    except OSError:  # the storage itself (network, permissions): not a damaged chunk
+        raise
+    except Exception as exc:  # noqa: BLE001 - Dask's own read of a damaged chunk: name it as a pass would
+        _reader_cache.pop(X.name, None)  # (a persisted array of the same name may have cached "no reader")
+        reader = _reader_of(X)
+        if reader is None:
+            raise
+        source = X.__dask_graph__().get(reader.source.key)
+        from .._store._zarr import chunk_error  # only on this error path
+
+        raise chunk_error(getattr(source, "value", source), 0, max(int(X.shape[0]) - 1, 0), exc) from exc
+
+
+def _persisted(Xp: da.Array) -> da.Array:
+    """``Xp`` once its blocks are in (cluster) memory: a failed read raises here, not inside the first pass."""
+    try:
+        from distributed import futures_of, wait
+    except ImportError:
+        return Xp
+    futures = futures_of(Xp)
+    if futures:
+        wait(futures)
+        for f in futures:
+            if f.status == "error":
+                f.result()  # raises the task's exception
+    return Xp
 
 
 def _memory_budget() -> float | None:

@@ -40,7 +40,7 @@ import socket
 import time
 from typing import Any, Callable
 
-from ..errors import StorageError, message
+from ..errors import InvalidParameterError, StorageError, message
 
 __all__ = ["check_location", "clean", "is_temporary", "remove_stale_tmp"]
 

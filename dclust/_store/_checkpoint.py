@@ -61,6 +61,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import warnings
 from typing import Any, Iterator
 
@@ -71,7 +72,7 @@ import zarr
 from ..errors import CorruptStoreError, DclustError, FormatVersionError, StorageError, message
 from .._dask.loop import rng_state, set_rng_state  # noqa: F401 - re-exported
 from ._models import _TAG, _Unsaveable, _decode, _encode, _version
-from ._atomic import _atomic_write, _resolve, check_location, remove_stale_tmp
+from ._atomic import _atomic_write, _resolve, check_location, is_temporary, remove_stale_tmp
 from ._zarr import read_all
 
 __all__ = ["Checkpointer", "data_fingerprint", "graph_fingerprint", "rng_state", "set_rng_state", "FORMAT_VERSION"]
@@ -311,6 +312,9 @@ class Checkpointer:
         """
         self._recover()
         remove_stale_tmp(os.path.dirname(self.path))  # temporaries of killed saves (of this host's dead writers)
+        for tmp in self._siblings("tmp"):  # and of writers before host/pid names (this fit owns the checkpoint)
+            if not is_temporary(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
         if not os.path.lexists(self.path):
             return None
         if os.path.islink(self.path) or not os.path.isdir(self.path):
@@ -367,7 +371,7 @@ class Checkpointer:
 
         try:
             model = load(self.path)
-        except FormatVersionError:
+        except (FormatVersionError, CorruptStoreError):
             raise
         except StorageError as exc:
             raise _damaged(self.shown, "a readable model in the checkpoint", str(exc)) from exc
