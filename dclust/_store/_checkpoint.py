@@ -71,7 +71,7 @@ import zarr
 
 from ..errors import CorruptStoreError, DclustError, FormatVersionError, StorageError, message
 from .._dask.loop import rng_state, set_rng_state  # noqa: F401 - re-exported
-from ._models import _TAG, _Unsaveable, _decode, _encode, _version
+from ._models import _TAG, _Unsaveable, _decode, _encode, _encode_or_raise, _version
 from ._atomic import _atomic_write, _resolve, check_location, is_temporary, remove_stale_tmp
 from ._zarr import read_all
 
@@ -273,15 +273,10 @@ class Checkpointer:
                     arrays[k] = np.ascontiguousarray(v)
                     entries[k] = {_TAG: "array", "shape": list(v.shape), "dtype": v.dtype.str}
             else:
-                try:
-                    entries[k] = _encode(v)
-                except _Unsaveable as exc:
-                    raise DclustError(
-                        message(f"{self.name}(checkpoint=...): parameter {k!r}",
-                                "None, bool, int, float, str, numeric arrays, or lists/tuples/dicts of those",
-                                f"a value of type {exc.kind}",
-                                "Pass that parameter as a plain value to use a checkpoint.")
-                    ) from None
+                entries[k] = _encode_or_raise(
+                    v, f"{self.name}(checkpoint=...): parameter {k!r}",
+                    "None, bool, int, float, str, numeric arrays, or lists/tuples/dicts of those",
+                    "Pass that parameter as a plain value to use a checkpoint.")
         return entries, arrays, unsaved
 
     # ---------------------------------------------------------------------------------------------- resume

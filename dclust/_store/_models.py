@@ -80,6 +80,14 @@ def _encode(value: Any) -> Any:
     raise _Unsaveable(type(value).__module__ + "." + type(value).__qualname__)
 
 
+def _encode_or_raise(value: Any, what: str, expected: str, fix: str) -> Any:
+    """:func:`_encode`, or a :class:`DclustError` naming ``what`` could not be stored."""
+    try:
+        return _encode(value)
+    except _Unsaveable as exc:
+        raise DclustError(message(what, expected, f"a value of type {exc.kind}", fix)) from None
+
+
 def _decode(value: Any) -> Any:
     if isinstance(value, list):
         return [_decode(v) for v in value]
@@ -116,14 +124,9 @@ def _encode_section(
             entries[name] = {_TAG: "dask_array" if isinstance(value, da.Array) else "array",
                              "shape": [int(n) for n in value.shape], "dtype": value.dtype.str}
             continue
-        try:
-            entries[name] = _encode(value)
-        except _Unsaveable as exc:
-            raise DclustError(
-                message(f"save({model_name}): {section[:-1]} {name!r}",
-                        "None, bool, int, float, str, numeric numpy/dask arrays, or lists/tuples/dicts of those",
-                        f"a value of type {exc.kind}", fix)
-            ) from None
+        entries[name] = _encode_or_raise(
+            value, f"save({model_name}): {section[:-1]} {name!r}",
+            "None, bool, int, float, str, numeric numpy/dask arrays, or lists/tuples/dicts of those", fix)
     return entries, arrays
 
 

@@ -36,7 +36,7 @@ import zarr
 from zarr.codecs import BloscCodec, ZstdCodec
 
 from .._validation import DEFAULT_BLOCK_BYTES, _is_xarray
-from .._store._atomic import (  # noqa: F401 - _atomic_write/_resolve/_check_new_target: used by the CLI too
+from .._store._atomic import (  # noqa: F401 - also the names other io modules and the CLI import from here
     _atomic_write,
     _atomic_write_remote,
     _check_member_path,
@@ -249,6 +249,7 @@ def _write_member(
     """Add (or replace) the array ``component`` inside the existing local Zarr v3 group ``local``, atomically."""
     where = f"{what}(path={local!r}, component={component!r})"
     _check_member_path(local, component, where)
+    check_location(os.path.join(local, *component.split("/")), what)  # before any pass over the data
     try:
         group = zarr.open_group(store=local, mode="r")
     except Exception as exc:  # noqa: BLE001 - zarr raises several types for "not a group"
