@@ -277,7 +277,8 @@ def fit_gmpr(
         "classes": classes, "clusters per class": clusters_per_class, "covariance": covariance.value,
         "log-likelihood": estimator.log_likelihood_, "iterations": estimator.n_iter_,
         "converged": estimator.converged_, "fit seconds": round(fit_seconds, 2),
-        "seconds / iteration": round(fit_seconds / iters, 3), "labels": labels, "model": model,
+        "seconds / iteration": round(s.display.seconds_per_iteration() or fit_seconds / iters, 3),
+        "labels": labels, "model": model,
         **_checkpoint_row(checkpoint, resume),
     }
     s.report(result, "fit GMPR", rows)

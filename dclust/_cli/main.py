@@ -174,7 +174,9 @@ def _fit(s: _Session, estimator: Any, input_path: str, labels: str, model: str, 
     rows: dict[str, Any] = {"estimator": name, "data": f"{n:,} x {d}", "clusters (K)": n_clusters}
     rows.update({k: v for k, v in scalars.items() if k not in ("n_clusters_", "n_features_in_")})
     iters = max(1, int(scalars.get("n_iter_", 1)))
-    rows.update({"fit seconds": round(fit_seconds, 2), "seconds / iteration": round(fit_seconds / iters, 3),
+    per_iteration = s.display.seconds_per_iteration() or fit_seconds / iters  # the live line's figure
+    result["seconds"]["per_iteration"] = round(per_iteration, 3)
+    rows.update({"fit seconds": round(fit_seconds, 2), "seconds / iteration": round(per_iteration, 3),
                  "labels": labels, "model": model, **_checkpoint_row(checkpoint, resume)})
     s.report(result, f"fit {name}", rows)
 
