@@ -35,6 +35,7 @@ from dask.array.chunk import getitem
 from dask.array.optimization import _is_getter_task
 from dask.highlevelgraph import HighLevelGraph
 
+from ..errors import DclustError
 from .reduce import tree_reduce
 
 __all__ = [
@@ -183,7 +184,7 @@ def _reader_of(X: da.Array) -> _Reader | None:
 def _read(reader: "_Getter", source: Any, index: Any, b: int, first: int, size: int) -> np.ndarray:
     try:
         return reader.getter(source, index, reader.asarray, reader.lock)
-    except OSError:  # the storage itself (network, permissions): not a damaged chunk
+    except (OSError, DclustError):  # the storage itself (network, permissions), or already named
         raise
     except Exception as exc:  # noqa: BLE001 - any decoding failure of the store: a checksum, an empty chunk file
         from .._store._zarr import chunk_error  # only on this error path: names the store's damaged chunk
@@ -459,7 +460,7 @@ def persist_if_fits(X: da.Array, persist, logger) -> da.Array:
         logger.info("persisting the data in memory (%.1f MB)", X.nbytes / 1e6)
     try:
         return _persisted(X.persist())
-    except OSError:  # the storage itself (network, permissions): not a damaged chunk
+    except (OSError, DclustError):  # the storage itself (network, permissions), or already named
         raise
     except Exception as exc:  # noqa: BLE001 - Dask's own read of a damaged chunk: name it as a pass would
         _reader_cache.pop(X.name, None)  # (a persisted array of the same name may have cached "no reader")

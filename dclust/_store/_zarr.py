@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import CorruptStoreError
 from ._atomic import _GuardedTarget
 
-__all__ = ["checksummed", "create_array", "stream_array", "read_all", "chunk_error"]
+__all__ = ["checksummed", "create_array", "stream_array", "read_all", "chunk_error", "CheckedArray", "dask_from_zarr"]
 
 
 def checksummed(compressors: list | None) -> list:
@@ -138,3 +138,51 @@ def read_all(z: Any, what: str | None = None) -> np.ndarray:
         n = int(z.shape[0]) if getattr(z, "ndim", 0) else 1
         raise chunk_error(z, 0, max(n - 1, 0), exc, what=what) from exc
 
+
+
+def _rows_of(key: Any, n: int) -> tuple[int, int]:
+    """The first and last row a ``__getitem__`` key of an array of ``n`` rows reads (all rows if unknown)."""
+    first = key[0] if isinstance(key, tuple) and key else key
+    if isinstance(first, slice):
+        start, stop, _ = first.indices(n)
+        return start, max(start, stop - 1)
+    if isinstance(first, (int, np.integer)):
+        return int(first) % max(n, 1), int(first) % max(n, 1)
+    return 0, max(n - 1, 0)
+
+
+class CheckedArray:
+    """A zarr array whose reads raise :class:`~dclust.errors.CorruptStoreError` (store, chunk, rows) instead of
+    zarr's checksum or reshape errors: the source of the dask arrays :func:`dask_from_zarr` builds, so that every
+    Dask read of a store opened by dclust (a pass, a persist, a metric, ``compute()``) names a damaged chunk. One
+    attribute lookup and a ``try`` per chunk read; everything else is the zarr array's."""
+
+    def __init__(self, z: Any) -> None:
+        self._z = z
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_z":  # (pickling looks up dunders before __init__ ran)
+            raise AttributeError(name)
+        return getattr(self._z, name)
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            return self._z[key]
+        except OSError:  # the storage itself (network, permissions): not a damaged chunk
+            raise
+        except Exception as exc:  # noqa: BLE001 - checksum, decompression and reshape failures
+            first, last = _rows_of(key, int(self._z.shape[0]) if self._z.ndim else 1)
+            raise chunk_error(self._z, first, last, exc) from exc
+
+    def __len__(self) -> int:
+        return len(self._z)
+
+
+def dask_from_zarr(z: Any, chunks: Any = None) -> Any:
+    """``dask.array.from_zarr(z, chunks)`` (the same graph name and layout) reading through :class:`CheckedArray`."""
+    import dask.array as da
+    from dask.base import tokenize
+
+    chunks = chunks if chunks is not None else z.chunks
+    name = "from-zarr-" + tokenize(z, None, None, chunks)
+    return da.from_array(CheckedArray(z), chunks, name=name, inline_array=False, asarray=True)

@@ -52,6 +52,8 @@ def test_data_store(tmp_path, kind):
         dclust.KMeans(n_clusters=3, random_state=0, max_iter=5).fit(dclust.open_array(p))
     text = str(info.value)
     assert p in text and "chunk c/3/0" in text and "rows 300..399" in text and "expected" in text
+    with pytest.raises(CorruptStoreError, match="chunk c/3/0 \\(rows 300..399"):  # a pass on the local scheduler
+        dclust.KMeans(n_clusters=3, random_state=0, max_iter=5, persist=False).fit(dclust.open_array(p))
     assert isinstance(info.value, StorageError) and isinstance(info.value, InvalidDataError)
 
 
@@ -66,8 +68,12 @@ def test_labels_store(tmp_path, kind):
     BREAK[kind][0](os.path.join(p, "c", "2"))
     with pytest.raises(CorruptStoreError, match="l.zarr.*chunk c/2 \\(rows 200..299\\)"):
         read_all(zarr.open_array(p, mode="r"))
-    with pytest.raises(ValueError, match="checksum"):  # never read silently (metrics: zarr's own error)
-        adjusted_rand_score(dclust.open_array(p), da.from_array(truth, chunks=100))
+    for pair in ((dclust.open_array(p), da.from_array(truth, chunks=100)),
+                 (da.from_array(truth, chunks=100), dclust.open_array(p))):  # any Dask read of an opened store
+        with pytest.raises(CorruptStoreError, match="l.zarr.*chunk c/2 \\(rows 200..299\\)"):
+            adjusted_rand_score(*pair)
+    with pytest.raises(CorruptStoreError, match="chunk c/2 \\(rows 200..299\\)"):
+        dclust.open_array(p).compute()
 
 
 @pytest.mark.parametrize("kind", sorted(BREAK))
