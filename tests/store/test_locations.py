@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import dclust
 from dclust._cli.main import app
-from dclust._store._atomic import _HOST
+from dclust._store._atomic import _HOST, _tmp_name, is_temporary
 from dclust.errors import StorageError
 
 
@@ -126,14 +126,18 @@ def _check_cleaned(tmp_path, names):
     assert {names[k] for k in ("live", "other_host", "old")} <= left
 
 
-def test_a_write_into_the_same_directory_removes_stale_temporaries(tmp_path):
+@pytest.mark.parametrize("output", ["a.zarr", "unrelated.zarr"])
+def test_a_write_into_the_same_directory_removes_stale_temporaries(tmp_path, output):
     names, live = _stale(tmp_path)
     try:
-        dclust.write_labels(np.zeros(10, np.int32), tmp_path / "unrelated.zarr")
+        dclust.write_labels(np.zeros(10, np.int32), tmp_path / output)
         _check_cleaned(tmp_path, names)
+        assert is_temporary(names["live"]) and is_temporary(names["old"]) and not is_temporary(output)
     finally:
         live.kill()
         live.wait()
+    tmp = os.path.basename(_tmp_name(str(tmp_path), "x.zarr", "tmp"))
+    assert tmp.startswith(f".x.zarr.tmp-{_HOST}-{os.getpid()}-") and is_temporary(tmp)
 
 
 def test_dclust_clean(tmp_path):
