@@ -1,10 +1,12 @@
 """Atomic writes: every output dclust writes goes to a temporary name and is renamed in when complete.
 
-Durability (ARCHITECTURE rule 10): on a local filesystem every store is written under a temporary sibling name
-``.{name}.tmp-<random>`` in the same parent directory and renamed into place only once every chunk is on disk. With
-``overwrite=True`` the previous store is first renamed aside (``.{name}.old-<random>``), the new one renamed in,
-and only then is the old one deleted; if anything fails the temporary directory is removed and the previous
-version is left untouched.
+Durability (ARCHITECTURE rule 10): on a local filesystem every output (a Zarr store or a file) is written under a
+temporary sibling name ``.{name}.tmp-HOST-PID-RANDOM`` in the same parent directory by :func:`_atomic_write` (the one
+helper) and renamed into place only once complete. With ``overwrite=True`` a previous store is first renamed aside
+(``.{name}.old-HOST-PID-RANDOM``), the new one renamed in, and only then is the old one deleted; if anything fails
+the temporary is removed and the previous version is left untouched. Each write first removes the temporaries that
+dead writers of this host left in its directory (:func:`remove_stale_tmp`; ``dclust clean`` does it on demand), and
+:func:`check_location` / :func:`_check_new_target` refuse an output that cannot be written before any work.
 
 fsspec URLs other than ``file://`` (``memory://``, ``s3://``, ``gs://``, ``abfs://``) are opened through zarr's
 store layer (``zarr.storage.FsspecStore``). Object stores have no atomic rename of a prefix, so there the commit
