@@ -31,7 +31,7 @@ import zarr
 
 from ..errors import DclustError, FormatVersionError, StorageError, message
 from ._atomic import _atomic_write, _atomic_write_remote, _check_new_target, _remote_exists, _resolve
-from ._zarr import create_array, read_all, stream_array
+from ._zarr import create_array, dask_from_zarr, read_all, stream_array
 
 __all__ = ["save", "load"]
 
@@ -348,7 +348,7 @@ def _read_value(group: Any, section: str, name: str, entry: Any, shown: str) -> 
         if dtype is not None and np.dtype(node.dtype).str != dtype:
             raise _corrupt(shown, f"{section}/{name} of dtype {dtype} (as saved)", f"dtype {node.dtype}")
         if entry[_TAG] == "dask_array":
-            return da.from_zarr(node)
+            return dask_from_zarr(node)  # lazy; a damaged chunk raises CorruptStoreError when read
         return read_all(node, f"{shown.strip(chr(39))}, {section}/{name}")
     try:
         return _decode(entry)
