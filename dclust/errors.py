@@ -18,6 +18,7 @@ __all__ = [
     "InfeasibleConstraintsError",
     "StorageError",
     "FormatVersionError",
+    "CorruptStoreError",
     "ConvergenceWarning",
     "message",
 ]
@@ -63,3 +64,22 @@ class FormatVersionError(StorageError):
 
 class ConvergenceWarning(UserWarning):
     """An iterative algorithm stopped at ``max_iter`` before converging."""
+
+
+class CorruptStoreError(StorageError, InvalidDataError):
+    """A chunk of a Zarr store is damaged: its checksum does not match its bytes, its file is empty, or it cannot
+    be decoded. The message names the store, the chunk and its rows. (Also an :class:`InvalidDataError`: the data
+    cannot be read.)"""
+
+    @classmethod
+    def of_chunk(cls, store: str, chunk: str, first: int, last: int, problem: str,
+                 block: int | None = None) -> "CorruptStoreError":
+        """The error for the chunk ``chunk`` (its key) holding rows ``first..last`` of ``store`` (read by the row
+        block ``block`` of a pass, if given)."""
+        where = "" if block is None else f", read by row block {block}"
+        return cls(
+            message(f"store {store!r}", "every chunk intact (checksum matching, file not empty)",
+                    f"{problem} in chunk {chunk} (rows {first}..{last}{where})",
+                    "The store is damaged: restore it from its source or rewrite it (dclust.write_array, "
+                    "dclust.save, or rerun the command that wrote it).")
+        )

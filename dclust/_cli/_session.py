@@ -110,6 +110,10 @@ class _Session:
         resume = checkpoint is not None and os.path.lexists(checkpoint)
         if checkpoint is not None and not resume:
             outputs = {**outputs, "--checkpoint": checkpoint}
+        elif resume:  # rewritten after every iteration: its directory must be writable too
+            from dclust._store._atomic import check_location
+
+            check_location(os.path.abspath(checkpoint), "--checkpoint")
         _check_outputs(outputs, self.overwrite, inputs + ((checkpoint,) if resume else ()))
         return resume
 
@@ -213,7 +217,7 @@ def _command(json_out: bool, quiet: bool, debug: bool, **options: Any) -> Iterat
 
 def _check_outputs(outputs: dict[str, str], overwrite: bool, inputs: tuple[str, ...] = ()) -> None:
     """Before any work: outputs are distinct, are not inputs, and may be written (the io layer's own check)."""
-    from dclust.io._write import _check_new_target, _resolve  # the check write_array/write_labels/save run
+    from dclust._store._atomic import _check_new_target, _resolve  # the check write_array/write_labels/save run
 
     seen: dict[str, str] = {}
     for name, path in [(f"input {p}", p) for p in inputs]:

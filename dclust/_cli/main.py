@@ -299,3 +299,4 @@ from ._video import video_app; app.add_typer(video_app, name="video")  # noqa: E
 from ._pointcloud import pointcloud_app; app.add_typer(pointcloud_app, name="pointcloud")  # noqa: E402,E702
 from ._sweep import sweep_app; app.add_typer(sweep_app, name="sweep")  # noqa: E402,E702
 from ._plot import plot_app; app.add_typer(plot_app, name="plot")  # noqa: E402,E702
+from ._clean import clean; app.command("clean")(clean)  # noqa: E402,E702

@@ -35,7 +35,7 @@ from dask.array.chunk import getitem
 from dask.array.optimization import _is_getter_task
 from dask.highlevelgraph import HighLevelGraph
 
-from ..errors import InvalidDataError, message
+from ..errors import DclustError
 from .reduce import tree_reduce
 
 __all__ = [
@@ -181,20 +181,15 @@ def _reader_of(X: da.Array) -> _Reader | None:
     return reader
 
 
-def _damaged_chunk(block: int, first: int, last: int, exc: BaseException) -> InvalidDataError:
-    cause = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-    return InvalidDataError(
-        message("X", "every chunk readable and intact", f"{cause} in chunk {block} (rows {first}..{last})",
-                "Restore the store from its source or rewrite it (dclust.write_array); a chunk file that is empty "
-                "or damaged cannot be read.")
-    )
-
-
 def _read(reader: "_Getter", source: Any, index: Any, b: int, first: int, size: int) -> np.ndarray:
     try:
         return reader.getter(source, index, reader.asarray, reader.lock)
-    except Exception as exc:  # noqa: BLE001 - any decoding failure of the store
-        raise _damaged_chunk(b, first, first + size - 1, exc) from exc
+    except (OSError, DclustError):  # the storage itself (network, permissions), or already named
+        raise
+    except Exception as exc:  # noqa: BLE001 - any decoding failure of the store: a checksum, an empty chunk file
+        from .._store._zarr import chunk_error  # only on this error path: names the store's damaged chunk
+
+        raise chunk_error(source, first, first + size - 1, exc, block=b) from exc
 
 
 # ------------------------------------------------------------------------------------------------------ groups
@@ -463,7 +458,34 @@ def persist_if_fits(X: da.Array, persist, logger) -> da.Array:
         logger.info("persisting the data in memory (%.1f MB of a %.1f MB budget)", X.nbytes / 1e6, budget / 1e6)
     else:
         logger.info("persisting the data in memory (%.1f MB)", X.nbytes / 1e6)
-    return X.persist()
+    try:
+        return _persisted(X.persist())
+    except (OSError, DclustError):  # the storage itself (network, permissions), or already named
+        raise
+    except Exception as exc:  # noqa: BLE001 - Dask's own read of a damaged chunk: name it as a pass would
+        _reader_cache.pop(X.name, None)  # (a persisted array of the same name may have cached "no reader")
+        reader = _reader_of(X)
+        if reader is None:
+            raise
+        source = X.__dask_graph__().get(reader.source.key)
+        from .._store._zarr import chunk_error  # only on this error path
+
+        raise chunk_error(getattr(source, "value", source), 0, max(int(X.shape[0]) - 1, 0), exc) from exc
+
+
+def _persisted(Xp: da.Array) -> da.Array:
+    """``Xp`` once its blocks are in (cluster) memory: a failed read raises here, not inside the first pass."""
+    try:
+        from distributed import futures_of, wait
+    except ImportError:
+        return Xp
+    futures = futures_of(Xp)
+    if futures:
+        wait(futures)
+        for f in futures:
+            if f.status == "error":
+                f.result()  # raises the task's exception
+    return Xp
 
 
 def _memory_budget() -> float | None:

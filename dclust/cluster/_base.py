@@ -103,7 +103,7 @@ class BaseEstimator(_SklearnBaseEstimator):
         validate_params(self)
 
     def _checkpointer(self, X=None, sample_weight=None, *, fingerprint: bool = True, constraints=_NO_GRAPH):
-        """The checkpoint of this fit (``dclust.io._checkpoint``), or a no-op object when ``checkpoint`` is None.
+        """The checkpoint of this fit (``dclust._store._checkpoint``), or a no-op object when ``checkpoint`` is None.
 
         ``X`` (and ``sample_weight``), dask arrays, are fingerprinted so that a checkpoint of other data is refused;
         so is the ``constraints`` graph of the estimators that take one (None too: a fit without links).
@@ -111,8 +111,8 @@ class BaseEstimator(_SklearnBaseEstimator):
         path = getattr(self, "checkpoint", None)
         if path is None:
             return NoCheckpoint()
-        # io is above this layer: imported lazily
-        from ..io._checkpoint import Checkpointer, data_fingerprint, graph_fingerprint
+        # imported lazily: only fits with a checkpoint need zarr
+        from .._store._checkpoint import Checkpointer, data_fingerprint, graph_fingerprint
 
         fp = data_fingerprint(X, sample_weight) if (fingerprint and X is not None) else None
         if constraints is not _NO_GRAPH:

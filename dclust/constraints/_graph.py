@@ -279,7 +279,7 @@ class ConstraintGraph:
     @classmethod
     def from_zarr(cls, path: str | os.PathLike) -> "ConstraintGraph":
         """Read a graph written by :meth:`to_zarr` (its row chunks included)."""
-        from ..io._constraints import read_constraints
+        from .._store._constraints import read_constraints
 
         doc, a, b, value = read_constraints(path)
         n = int(doc["n_samples"])
@@ -304,7 +304,7 @@ class ConstraintGraph:
         The group holds the canonical pairs (``i``, ``j``, signed ``value``) and, as attributes, ``n_samples``
         and the row ``chunks``. Returns the store's location.
         """
-        from ..io._constraints import write_constraints
+        from .._store._constraints import write_constraints
 
         a, b, v = self._coo()
         doc = {"n_samples": self.n_samples, "chunks": list(self.chunks), "n_must": self.n_must,

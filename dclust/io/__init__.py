@@ -5,13 +5,17 @@
   array; :func:`feature_names` gives back the column names of a table it opened.
 - :func:`write_array` / :func:`write_labels` stream an array into a new Zarr store, atomically (temp + rename).
 - :func:`save` / :func:`load` store fitted estimators as a Zarr group with JSON attributes; never pickle.
+- :func:`clean` removes the temporaries of killed writes (``dclust clean PATH``).
+
+The atomic writes, output checks, checksums and formats live in :mod:`dclust._store`; this package delegates.
 """
 
 from __future__ import annotations
 
+from .._store._atomic import clean
 from .._validation import feature_names
 from ._models import load, save
 from ._open import open_array
 from ._write import write_array, write_labels
 
-__all__ = ["open_array", "feature_names", "write_array", "write_labels", "save", "load"]
+__all__ = ["open_array", "feature_names", "write_array", "write_labels", "save", "load", "clean"]

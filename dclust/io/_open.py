@@ -19,8 +19,9 @@ import zarr
 from .._feature_names import register_feature_names
 from .._validation import DEFAULT_BLOCK_BYTES, _is_xarray, _one_feature_chunk
 from ..errors import InvalidDataError, InvalidParameterError, StorageError, message
+from .._store._atomic import _is_zarr_dir, _remote_exists, _resolve, _url_fs
+from .._store._zarr import dask_from_zarr
 from . import _tables
-from ._write import _is_zarr_dir, _resolve, _url_fs
 
 __all__ = ["open_array"]
 
@@ -259,12 +260,12 @@ def _from_numpy(arr: np.ndarray, rows: int | tuple[int, ...] | None) -> da.Array
 
 def _from_zarr(z: Any, rows: int | tuple[int, ...] | None) -> da.Array:
     if z.ndim not in (1, 2):
-        return _finish(da.from_zarr(z), rows)  # raises the dimensionality error
+        return _finish(dask_from_zarr(z), rows)  # raises the dimensionality error
     if rows is None:
-        arr = da.from_zarr(z)  # the store's chunks
+        arr = dask_from_zarr(z)  # the store's chunks; reads name damaged chunks (CorruptStoreError)
     else:  # whole rows: one block along the features
         _check_row_sum(rows, z.shape[0])
-        arr = da.from_zarr(z, chunks=(rows,) + tuple((s,) for s in z.shape[1:]))
+        arr = dask_from_zarr(z, chunks=(rows,) + tuple((s,) for s in z.shape[1:]))
     return _finish(arr, None)
 
 

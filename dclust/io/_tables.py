@@ -28,7 +28,7 @@ import numpy as np
 
 from .._validation import DEFAULT_BLOCK_BYTES
 from ..errors import InvalidDataError, InvalidParameterError, StorageError, message
-from ._write import _url_fs
+from .._store._atomic import _url_fs
 
 __all__ = ["PARQUET_SUFFIXES", "CSV_SUFFIXES", "check_columns", "is_dataframe", "from_frame", "read_table"]
 

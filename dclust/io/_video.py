@@ -18,7 +18,16 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import InvalidDataError, StorageError, message
-from ._write import _atomic_write, _is_zarr_dir, _remove_tmp, _tmp_name, remove_stale_tmp
+from .._store._atomic import (  # noqa: F401 - check_output, write_bytes: re-exported
+    _atomic_write,
+    _is_zarr_dir,
+    _remove_tmp,
+    _tmp_name,
+    check_output,
+    remove_stale_tmp,
+    write_bytes,
+)
+from .._store._zarr import checksummed
 
 __all__ = [
     "import_av",
@@ -189,24 +198,6 @@ def open_frames(path: str | os.PathLike) -> FrameSource:
 # ------------------------------------------------------------------------------------------------------ sinks
 
 
-def check_output(path: str | os.PathLike, overwrite: bool, what: str = "output") -> str:
-    """Absolute local path of a new output, checked before any work (exists without ``overwrite`` -> error)."""
-    local = os.path.abspath(os.fspath(path))
-    if os.path.lexists(local):
-        if not overwrite:
-            raise StorageError(message(f"{what} {os.fspath(path)!r}", "a path where nothing exists yet, or "
-                                       "--overwrite", "a path that already exists",
-                                       "Pass --overwrite (overwrite=True) to replace it, or choose another path."))
-        if os.path.isdir(local) and not _is_zarr_dir(local):
-            raise StorageError(message(f"{what} {os.fspath(path)!r}", "a file or Zarr store to replace",
-                                       "a directory that is not a Zarr store", "Remove it or choose another path."))
-    parent = os.path.dirname(local)
-    if not os.path.isdir(parent):
-        raise StorageError(message(f"{what} {os.fspath(path)!r}", "a path in an existing directory",
-                                   f"a missing directory {parent!r}", "Create the directory first."))
-    return local
-
-
 class FrameSink:
     """A new video file or Zarr frames store, written under a temporary name; ``commit`` renames it into place."""
 
@@ -221,11 +212,8 @@ class FrameSink:
 
 
 def _replace_into(tmp: str, target: str) -> None:
-    """Rename ``tmp`` to ``target``; an existing target is moved aside first and removed only afterwards."""
-    if os.path.isdir(tmp):
-        _atomic_write(target, lambda t: os.replace(tmp, t))
-        return
-    os.replace(tmp, target)  # atomic for files, replaces an existing file
+    """Commit a sink's complete temporary (file or directory) to ``target`` through the one atomic-write helper."""
+    _atomic_write(target, lambda t: os.replace(tmp, t))
 
 
 class _VideoSink(FrameSink):
@@ -234,7 +222,7 @@ class _VideoSink(FrameSink):
         self.target = target
         parent, name = os.path.split(target)
         ext = os.path.splitext(name)[1] or ".mp4"
-        remove_stale_tmp(parent, name)
+        remove_stale_tmp(parent)
         self.tmp = _tmp_name(parent, name, "tmp") + ext  # the container format follows the extension
         try:
             self.container = av.open(self.tmp, mode="w")
@@ -306,12 +294,13 @@ class _ZarrSink(FrameSink):
 
         self.target = target
         parent, name = os.path.split(target.rstrip(os.sep))
-        remove_stale_tmp(parent, name)
+        remove_stale_tmp(parent)
         self.tmp = _tmp_name(parent, name, "tmp")
         self.n = 0
         self.capacity = max(1, n_frames or 64)
         self.array = zarr.create_array(store=self.tmp, shape=(self.capacity, height, width, 3), dtype=np.uint8,
-                                       chunks=(1, height, width, 3), zarr_format=3)
+                                       chunks=(1, height, width, 3), zarr_format=3,
+                                       compressors=checksummed([zarr.codecs.ZstdCodec()]))
         self.array.attrs["fps"] = float(fps)
         self.array.attrs["fps_fraction"] = [fps.numerator, fps.denominator]
 
@@ -401,18 +390,3 @@ def write_png(image: np.ndarray, path: str | os.PathLike, *, overwrite: bool = F
            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
     write_bytes(png, target)
     return target
-
-
-def write_bytes(data: bytes, target: str) -> None:
-    """Write ``data`` to a temporary sibling of ``target`` and rename it into place."""
-    parent, name = os.path.split(target)
-    remove_stale_tmp(parent, name)
-    tmp = _tmp_name(parent, name, "tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.remove(tmp)
-        raise

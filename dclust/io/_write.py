@@ -1,33 +1,8 @@
 """Writing arrays and labels to Zarr, streamed chunk by chunk and atomically.
 
-Durability (ARCHITECTURE rule 10): on a local filesystem every store is written under a temporary sibling name
-``.{name}.tmp-<random>`` in the same parent directory and renamed into place only once every chunk is on disk. With
-``overwrite=True`` the previous store is first renamed aside (``.{name}.old-<random>``), the new one renamed in,
-and only then is the old one deleted; if anything fails the temporary directory is removed and the previous
-version is left untouched.
-
-fsspec URLs other than ``file://`` (``memory://``, ``s3://``, ``gs://``, ``abfs://``) are opened through zarr's
-store layer (``zarr.storage.FsspecStore``). Object stores have no atomic rename of a prefix, so there the commit
-relies on a *completion marker*: a Zarr store (or group member) is only a store once its root metadata document
-(``zarr.json``) exists -- zarr, and therefore every dclust reader, refuses a prefix without one. The store is
-first written completely under a temporary sibling prefix ``.{name}.tmp-<random>``; the commit then (1) hides an
-existing target by deleting its root ``zarr.json`` first and then the rest of it, (2) moves every object of the
-temporary prefix except its root ``zarr.json`` to the target (``fs.mv``: a server-side copy + delete on S3/GCS/
-Azure, a rename on local and in-memory filesystems), and (3) moves the root ``zarr.json`` last. A reader therefore
-sees the complete old store, no store, or the complete new store -- never a half-written one under the final name.
-A failure before the commit removes the temporary prefix and leaves the old store intact; a crash inside the short
-commit window leaves the target without metadata (refused by readers, never mistaken for a store) and the new
-store complete under the temporary prefix. ``memory://`` stores live in one process: they work with the threaded
-scheduler (or a client with ``processes=False``); distributed workers in other processes need a shared store
-(a local path on a shared filesystem, or ``s3://``/``gs://``/``abfs://``).
-
-Output paths are never followed outside the requested location: a symlink *at* an output path (or, for a write into
-an existing group, at the group, at any metadata document or intermediate group on the way to the member, or at the
-member) is refused with :class:`~dclust.errors.StorageError` before anything is written; array names may not contain
-``..``, ``.`` or empty segments; everything new is written to a fresh temporary directory created by dclust and
-renamed in, and replaced stores are renamed aside (the rename moves a link itself, never its target) before they are
-deleted with :func:`shutil.rmtree` (which removes links found inside, without following them). The parent
-directories of the output path are taken as given (the user chose them).
+The atomic commit (temporary sibling + rename locally, root metadata last on object stores), the checks of the
+output location before any work, and the chunk checksum live in :mod:`dclust._store` (one of each for every
+store dclust writes); this module turns arrays into those writes.
 
 Codecs, measured on this project's 2-core machine with zarr 3.1 (4M x 8 float32 = 128 MB in 500,000-row chunks,
 read back chunk by chunk from the page cache, best of 5; labels are 4M int32 in [0, 16)):
@@ -52,13 +27,8 @@ them.
 from __future__ import annotations
 
 import os
-import re
-import secrets
-import shutil
-import socket
-import time
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 import dask.array as da
 import numpy as np
@@ -66,280 +36,24 @@ import zarr
 from zarr.codecs import BloscCodec, ZstdCodec
 
 from .._validation import DEFAULT_BLOCK_BYTES, _is_xarray
+from .._store._atomic import (  # noqa: F401 - also the names other io modules and the CLI import from here
+    _atomic_write,
+    _atomic_write_remote,
+    _check_member_path,
+    _check_new_target,
+    _HOST,
+    _is_zarr_dir,
+    _remote_exists,
+    _resolve,
+    _tmp_name,
+    check_location,
+)
+from .._store._zarr import checksummed, stream_array
 from ..errors import InvalidDataError, InvalidParameterError, StorageError, message
 
 __all__ = ["write_array", "write_labels"]
 
 _CODECS = ("auto", "none", "lz4", "zstd")
-
-
-# --------------------------------------------------------------------------------------------------------------
-# paths
-# --------------------------------------------------------------------------------------------------------------
-
-
-def _resolve(path: Any, what: str) -> tuple[str, str | None]:
-    """``(url_or_path, local_path)``; ``local_path`` is None for non-local fsspec URLs."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise InvalidParameterError(
-            message(f"{what}(path=...)", "a str or os.PathLike (a local path or an fsspec URL)",
-                    f"{type(path).__name__}", "Pass the store's location, e.g. 'data.zarr'.")
-        )
-    text = os.fspath(path)
-    if not isinstance(text, str):  # bytes paths
-        text = os.fsdecode(text)
-    if "://" in text:
-        protocol, rest = text.split("://", 1)
-        if protocol in ("file", "local"):
-            return rest, os.path.abspath(rest)
-        return text, None
-    local = os.path.abspath(os.path.expanduser(text))
-    return local, local
-
-
-def _is_zarr_dir(local: str) -> bool:
-    """True if ``local`` is a directory holding Zarr metadata (v3 ``zarr.json`` or v2 ``.zarray``/``.zgroup``)."""
-    return os.path.isdir(local) and any(
-        os.path.isfile(os.path.join(local, f)) for f in ("zarr.json", ".zarray", ".zgroup")
-    )
-
-
-def _url_fs(url: str, storage_options: dict | None = None) -> tuple[Any, str]:
-    """``(filesystem, path)`` of an fsspec URL (``storage_options``: the filesystem's arguments); a missing backend
-    raises an error naming the extra."""
-    import fsspec
-
-    try:
-        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    except (ImportError, ValueError) as exc:
-        raise StorageError(
-            message("storage URL", "an fsspec URL whose backend is installed", f"{url!r} ({exc})",
-                    "Install the backend: pip install 'dclust[cloud]' (s3fs for s3://, gcsfs for gs://, adlfs for "
-                    "abfs://).")
-        ) from exc
-    return fs, root.rstrip("/")
-
-
-def _remote_exists(url: str) -> bool:
-    fs, root = _url_fs(url)
-    fs.invalidate_cache()
-    return bool(fs.exists(root))
-
-
-def _remote_tmp(fs: Any, root: str, what: str) -> str:
-    parent, sep, name = root.rpartition("/")
-    if not sep or not name:
-        raise StorageError(
-            message(f"{what}(path={fs.unstrip_protocol(root)!r})", "a store inside a bucket or directory "
-                    "('s3://bucket/data.zarr')", "the root of a bucket", "Add a name: 's3://bucket/data.zarr'.")
-        )
-    return f"{parent}/.{name}.tmp-{secrets.token_hex(6)}"
-
-
-def _atomic_write_remote(
-    url: str, write: Callable[[str], None], *, what: str, before_commit: Callable[[], None] | None = None
-) -> None:
-    """Run ``write(tmp_url)`` into a temporary sibling prefix, then commit it to ``url`` root metadata last.
-
-    See the module docstring for the design (completion marker: the root ``zarr.json``).
-    """
-    fs, root = _url_fs(url)
-    tmp = _remote_tmp(fs, root, what)
-    try:
-        write(fs.unstrip_protocol(tmp))
-        if before_commit is not None:
-            before_commit()
-        fs.invalidate_cache()
-        files = sorted(f.rstrip("/")[len(tmp) + 1:] for f in fs.find(tmp))
-        markers = [f for f in files if f in _METADATA]
-        if not markers:
-            raise StorageError(
-                message(what, "a written store with root metadata", "a temporary store without zarr.json",
-                        "This is a bug in dclust; please report it.")
-            )
-        if fs.exists(root):  # hide the old store (metadata first), then remove the rest of it
-            for m in _METADATA:
-                if fs.exists(f"{root}/{m}"):
-                    fs.rm_file(f"{root}/{m}")
-            fs.rm(root, recursive=True)
-        for f in [f for f in files if f not in markers] + markers:
-            fs.mv(f"{tmp}/{f}", f"{root}/{f}")
-    except BaseException:
-        fs.invalidate_cache()
-        if fs.exists(tmp):
-            fs.rm(tmp, recursive=True)
-        raise
-    fs.invalidate_cache()
-    if fs.exists(tmp):
-        fs.rm(tmp, recursive=True)
-
-
-_METADATA = ("zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata")
-
-
-def _refuse_link(path: str, what: str) -> None:
-    if os.path.islink(path):
-        raise StorageError(
-            message(what, "an output location that is not a symbolic link",
-                    f"{path!r}, a symbolic link to {os.readlink(path)!r}",
-                    "dclust never writes through links at or inside an output; remove the link or choose another "
-                    "path.")
-        )
-
-
-def _check_member_path(local: str, component: str, what: str) -> None:
-    """No link at the group, its root metadata, an intermediate group (or its metadata), or the member."""
-    _refuse_link(local, what)
-    node = local
-    for part in [""] + component.split("/"):
-        node = os.path.join(node, part) if part else node
-        _refuse_link(node, what)
-        for m in _METADATA:
-            _refuse_link(os.path.join(node, m), what)
-
-
-def _check_new_target(local: str, overwrite: bool, what: str) -> None:
-    """Raise before anything is written if ``local`` exists and may not (or cannot safely) be replaced."""
-    if not os.path.lexists(local):
-        return
-    _refuse_link(local, f"{what}(path={local!r})")
-    if not overwrite:
-        raise StorageError(
-            message(f"{what}(path={local!r})", "a path where no store exists yet, or overwrite=True",
-                    "a path that already exists", "Pass overwrite=True to replace it, or choose another path.")
-        )
-    if not _is_zarr_dir(local):
-        raise StorageError(
-            message(f"{what}(path={local!r}, overwrite=True)", "an existing Zarr store to replace",
-                    "a path that exists but is not a Zarr store",
-                    "dclust only replaces Zarr stores; remove it yourself or choose another path.")
-        )
-
-
-# --------------------------------------------------------------------------------------------------------------
-# atomic commit
-# --------------------------------------------------------------------------------------------------------------
-
-
-#: this machine's name as it appears in temporary names (no "-": the name is split on it)
-_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
-
-
-def _tmp_name(parent: str, name: str, kind: str) -> str:
-    """``.NAME.KIND-HOST-PID-RANDOM``: the writer's host and process id let a later run on the same host find
-    (and remove) what a killed writer left behind, see :func:`remove_stale_tmp`."""
-    return os.path.join(parent, f".{name}.{kind}-{_HOST}-{os.getpid()}-{secrets.token_hex(6)}")
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):  # exists but is not ours, or cannot tell: keep its files
-        return True
-    return True
-
-
-def remove_stale_tmp(parent: str, name: str) -> list[str]:
-    """Remove the temporary outputs ``.NAME.tmp-*`` in ``parent`` left by writers of this host that no longer run
-    (a killed driver: nothing was renamed into place, the temporary copy is garbage). Temporaries of live
-    processes and of other hosts are kept; so are ``.NAME.old-*`` (a previous complete output renamed aside just
-    before its replacement came in: data, not garbage). Returns the removed paths."""
-    prefix = f".{name}.tmp-{_HOST}-"
-    try:
-        entries = [e for e in os.listdir(parent or ".") if e.startswith(prefix)]
-    except OSError:
-        return []
-    removed = []
-    for entry in entries:
-        pid = entry[len(prefix):].split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)):
-            continue
-        path = os.path.join(parent, entry)
-        if os.path.isdir(path) and not os.path.islink(path):
-            _remove_tmp(path)
-        else:
-            try:
-                os.remove(path)
-            except OSError:
-                continue
-        removed.append(path)
-    return removed
-
-
-def _remove_tmp(tmp: str) -> None:
-    """Remove a temporary store, also against straggler tasks still finishing their chunk after a failure.
-
-    The sentinel (the temporary root's ``zarr.json``) goes first: :class:`_GuardedTarget` refuses to write once it
-    is gone, so a task still computing when the graph failed cannot recreate the directory later.
-    """
-    for sentinel in ("zarr.json", ".zgroup", ".zarray"):
-        try:
-            os.remove(os.path.join(tmp, sentinel))
-        except OSError:
-            pass
-    for delay in (0.0, 0.05, 0.2):
-        time.sleep(delay)
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _atomic_write(
-    target: str,
-    write: Callable[[str], None],
-    *,
-    tmp_parent: str | None = None,
-    before_commit: Callable[[], None] | None = None,
-) -> None:
-    """Run ``write(tmp)`` into a temporary directory, then rename it to ``target``.
-
-    ``tmp_parent`` (default: ``target``'s parent) must be on the same filesystem as ``target``. An existing
-    ``target`` is renamed aside, replaced, and deleted only after the new one is in place; on any failure the
-    temporary directory is removed and ``target`` keeps its previous content.
-    """
-    parent = tmp_parent or os.path.dirname(target)
-    name = os.path.basename(target.rstrip(os.sep)) or "store"
-    os.makedirs(parent, exist_ok=True)
-    remove_stale_tmp(parent, name)
-    tmp = _tmp_name(parent, name, "tmp")
-    try:
-        write(tmp)
-        if before_commit is not None:
-            before_commit()
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        old = None
-        if os.path.lexists(target):
-            old = _tmp_name(parent, name, "old")
-            os.replace(target, old)
-        try:
-            os.replace(tmp, target)
-        except BaseException:
-            if old is not None:
-                os.replace(old, target)
-            raise
-    except BaseException:
-        _remove_tmp(tmp)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-class _GuardedTarget:
-    """``__setitem__`` target for :func:`dask.array.store` that stops writing once the sentinel file is gone."""
-
-    def __init__(self, array: Any, sentinel: str | None) -> None:
-        self.array = array
-        self.sentinel = sentinel
-        self.shape = array.shape
-        self.dtype = array.dtype
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        if self.sentinel is not None and not os.path.exists(self.sentinel):
-            raise StorageError(
-                message("write", "the temporary store to exist while writing", "a removed temporary store",
-                        "The write was aborted after an earlier failure; see the first error.")
-            )
-        self.array[key] = value
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -356,11 +70,11 @@ def _compressors(codec: Any, dtype: np.dtype) -> list | None:
     if codec == "auto":
         codec = "none" if dtype.kind in "fc" else "lz4"
     if codec == "none":
-        return None
+        return checksummed(None)
     if codec == "zstd":
-        return [ZstdCodec(level=1)]
+        return checksummed([ZstdCodec(level=1)])
     shuffle = "shuffle" if dtype.kind in "fc" else "bitshuffle"
-    return [BloscCodec(cname="lz4", clevel=5, shuffle=shuffle, typesize=dtype.itemsize)]
+    return checksummed([BloscCodec(cname="lz4", clevel=5, shuffle=shuffle, typesize=dtype.itemsize)])
 
 
 def _check_chunks(chunks: Any, ndim: int) -> int | tuple[int, ...] | None:
@@ -419,24 +133,6 @@ def _as_dask(x: Any, chunks: Any, what: str) -> da.Array:
     if not regular or any(len(c) > 1 for c in x.chunks[1:]):
         x = x.rechunk(target)
     return x
-
-
-def _zarr_chunk_shape(x: da.Array) -> tuple[int, ...]:
-    return tuple(max(1, max(c) if c else 1) for c in x.chunks)
-
-
-def _store(x: da.Array, store: str, name: str | None, compressors: list | None, sentinel: str | None) -> None:
-    """Create the Zarr array ``name`` in ``store`` and stream ``x`` into it block by block."""
-    z = zarr.create_array(
-        store=store,
-        name=name,
-        shape=x.shape,
-        dtype=x.dtype,
-        chunks=_zarr_chunk_shape(x),
-        compressors=compressors,
-        zarr_format=3,
-    )
-    da.store(x, _GuardedTarget(z, sentinel), lock=False, compute=True)
 
 
 def _check_component(component: Any, what: str) -> str | None:
@@ -539,7 +235,7 @@ def _write(
         def write(tmp: str) -> None:
             if component is not None:
                 zarr.create_group(store=tmp, zarr_format=3)
-            _store(arr, tmp, component, compressors, os.path.join(tmp, "zarr.json"))
+            stream_array(arr, tmp, component, compressors, os.path.join(tmp, "zarr.json"))
 
         _atomic_write(local, write)
         return local
@@ -553,6 +249,7 @@ def _write_member(
     """Add (or replace) the array ``component`` inside the existing local Zarr v3 group ``local``, atomically."""
     where = f"{what}(path={local!r}, component={component!r})"
     _check_member_path(local, component, where)
+    check_location(os.path.join(local, *component.split("/")), what)  # before any pass over the data
     try:
         group = zarr.open_group(store=local, mode="r")
     except Exception as exc:  # noqa: BLE001 - zarr raises several types for "not a group"
@@ -591,7 +288,7 @@ def _write_member(
 
     _atomic_write(
         member,
-        lambda tmp: _store(arr, tmp, None, compressors, os.path.join(tmp, "zarr.json")),
+        lambda tmp: stream_array(arr, tmp, None, compressors, os.path.join(tmp, "zarr.json")),
         tmp_parent=os.path.dirname(local),
         before_commit=before_commit,
     )
@@ -616,7 +313,7 @@ def _write_remote(
         def write(tmp: str) -> None:
             if component is not None:
                 zarr.create_group(store=tmp, zarr_format=3)
-            _store(arr, tmp, component, compressors, None)
+            stream_array(arr, tmp, component, compressors, None)
 
         _atomic_write_remote(url, write, what=what)
         return
@@ -648,7 +345,7 @@ def _write_remote(
 
     _atomic_write_remote(
         url.rstrip("/") + "/" + component,
-        lambda tmp: _store(arr, tmp, None, compressors, None),
+        lambda tmp: stream_array(arr, tmp, None, compressors, None),
         what=what,
         before_commit=before_commit,
     )

@@ -454,7 +454,7 @@ def check_figure_path(path: str | os.PathLike, *, overwrite: bool = False) -> st
     >>> check_figure_path(os.path.join(d, "sweep.png")) == os.path.abspath(os.path.join(d, "sweep.png"))
     True
     """
-    from ..io._video import check_output
+    from .._store._atomic import check_output
 
     return check_output(path, overwrite, "figure")
 
@@ -476,7 +476,7 @@ def save_figure(fig: Any, path: str | os.PathLike, *, overwrite: bool = False, d
     >>> open(path, "rb").read(4)
     b'\\x89PNG'
     """
-    from ..io._video import write_bytes
+    from .._store._atomic import write_bytes
 
     dpi = _positive_int("dpi", dpi, "Pass e.g. dpi=100.")
     target = check_figure_path(path, overwrite=overwrite)

@@ -2,7 +2,7 @@
 
 A stream estimator's state is its learned attributes (ids, centres, weights, ages, counters, the base seed and the
 history), which already make a saved model resume exactly; :func:`save_state` writes them after every
-``partial_fit`` batch with :class:`dclust.io._checkpoint.Checkpointer` (atomic replace, Zarr + JSON, no
+``partial_fit`` batch with :class:`dclust._store._checkpoint.Checkpointer` (atomic replace, Zarr + JSON, no
 pickle; the checkpoint is also a model ``dclust.load`` reads), and :func:`resume_state` restores them into an estimator that has no state yet (validated: format,
 estimator, parameters, and for ``fit``/``iter_fit`` over one array its fingerprint). Each estimator checks the
 shapes of what it got back in ``_check_restored(ck)``.
@@ -16,7 +16,7 @@ __all__ = ["resume_state", "save_state", "fingerprint_of", "check_resumed_length
 
 
 def _checkpointer(model: Any, fingerprint: dict | None, path: Any):
-    from ..io._checkpoint import Checkpointer  # io is above this layer: imported lazily, only with a checkpoint
+    from .._store._checkpoint import Checkpointer  # imported lazily: only with a checkpoint
 
     return Checkpointer(model.checkpoint if path is None else path, model, fingerprint)
 
@@ -25,7 +25,7 @@ def fingerprint_of(model: Any, X: Any, w: Any = None) -> dict | None:
     """The data fingerprint of a whole-array fit (None without a checkpoint: nothing is read)."""
     if model.checkpoint is None:
         return None
-    from ..io._checkpoint import data_fingerprint
+    from .._store._checkpoint import data_fingerprint
 
     return data_fingerprint(X, w)
 
@@ -42,7 +42,7 @@ def resume_state(model: Any, fingerprint: dict | None = None, path: Any = None) 
     state = ck.resume()
     if state is None:
         return False
-    from ..io._checkpoint import learned_attributes
+    from .._store._checkpoint import learned_attributes
 
     for name in learned_attributes(model):  # the restored state replaces any state in memory
         delattr(model, name)

@@ -14,7 +14,8 @@ import numpy as np
 import zarr
 
 from ..errors import FormatVersionError, StorageError, message
-from ._write import _atomic_write, _atomic_write_remote, _check_new_target, _remote_exists, _resolve
+from ._atomic import _atomic_write, _atomic_write_remote, _check_new_target, _remote_exists, _resolve
+from ._zarr import create_array, read_all
 
 __all__ = ["write_constraints", "read_constraints", "FORMAT"]
 
@@ -23,11 +24,10 @@ _CHUNK = 1 << 20  # links per Zarr chunk
 
 
 def _write_group(store: str, doc: dict, arrays: dict[str, np.ndarray], overwrite: bool) -> None:
-    group = zarr.create_group(store=store, attributes={"dclust_constraints": FORMAT, **doc}, zarr_format=3,
-                              overwrite=overwrite)
+    zarr.create_group(store=store, attributes={"dclust_constraints": FORMAT, **doc}, zarr_format=3,
+                      overwrite=overwrite)
     for name, values in arrays.items():
-        group.create_array(name=name, data=np.ascontiguousarray(values), chunks=(max(1, min(_CHUNK, values.size)),),
-                           compressors=None)
+        create_array(store, name, data=np.ascontiguousarray(values), chunks=(max(1, min(_CHUNK, values.size)),))
 
 
 def write_constraints(
@@ -71,7 +71,7 @@ def read_constraints(path: str | os.PathLike) -> tuple[dict[str, Any], np.ndarra
     if fmt != FORMAT:
         raise FormatVersionError(message(f"ConstraintGraph.from_zarr({shown})", f"format {FORMAT}", f"format {fmt}",
                                          "Re-write the graph with this version of dclust."))
-    i, j, value = (np.asarray(group[name][:]) for name in ("i", "j", "value"))
+    i, j, value = (read_all(group[name], f"{os.fspath(path)}, {name}") for name in ("i", "j", "value"))
     if not (i.shape == j.shape == value.shape) or i.ndim != 1:
         raise StorageError(message(f"ConstraintGraph.from_zarr({shown})", "arrays i, j, value of one length",
                                    f"shapes {i.shape}, {j.shape}, {value.shape}", "The store is corrupt; re-write it."))

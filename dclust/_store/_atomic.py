@@ -1,0 +1,454 @@
+"""Atomic writes: every output dclust writes goes to a temporary name and is renamed in when complete.
+
+Durability (ARCHITECTURE rule 10): on a local filesystem every output (a Zarr store or a file) is written under a
+temporary sibling name ``.{name}.tmp-HOST-PID-RANDOM`` in the same parent directory by :func:`_atomic_write` (the one
+helper) and renamed into place only once complete. With ``overwrite=True`` a previous store is first renamed aside
+(``.{name}.old-HOST-PID-RANDOM``), the new one renamed in, and only then is the old one deleted; if anything fails
+the temporary is removed and the previous version is left untouched. Each write first removes the temporaries that
+dead writers of this host left in its directory (:func:`remove_stale_tmp`; ``dclust clean`` does it on demand), and
+:func:`check_location` / :func:`_check_new_target` refuse an output that cannot be written before any work.
+
+fsspec URLs other than ``file://`` (``memory://``, ``s3://``, ``gs://``, ``abfs://``) are opened through zarr's
+store layer (``zarr.storage.FsspecStore``). Object stores have no atomic rename of a prefix, so there the commit
+relies on a *completion marker*: a Zarr store (or group member) is only a store once its root metadata document
+(``zarr.json``) exists -- zarr, and therefore every dclust reader, refuses a prefix without one. The store is
+first written completely under a temporary sibling prefix ``.{name}.tmp-<random>``; the commit then (1) hides an
+existing target by deleting its root ``zarr.json`` first and then the rest of it, (2) moves every object of the
+temporary prefix except its root ``zarr.json`` to the target (``fs.mv``: a server-side copy + delete on S3/GCS/
+Azure, a rename on local and in-memory filesystems), and (3) moves the root ``zarr.json`` last. A reader therefore
+sees the complete old store, no store, or the complete new store -- never a half-written one under the final name.
+A failure before the commit removes the temporary prefix and leaves the old store intact; a crash inside the short
+commit window leaves the target without metadata (refused by readers, never mistaken for a store) and the new
+store complete under the temporary prefix. ``memory://`` stores live in one process: they work with the threaded
+scheduler (or a client with ``processes=False``); distributed workers in other processes need a shared store
+(a local path on a shared filesystem, or ``s3://``/``gs://``/``abfs://``).
+
+Output paths are never followed outside the requested location: a symlink *at* an output path (or, for a write into
+an existing group, at the group, at any metadata document or intermediate group on the way to the member, or at the
+member) is refused with :class:`~dclust.errors.StorageError` before anything is written; array names may not contain
+``..``, ``.`` or empty segments; everything new is written to a fresh temporary directory created by dclust and
+renamed in, and replaced stores are renamed aside (the rename moves a link itself, never its target) before they are
+deleted with :func:`shutil.rmtree` (which removes links found inside, without following them). The parent
+directories of the output path are taken as given (the user chose them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import socket
+import time
+from typing import Any, Callable
+
+from ..errors import InvalidParameterError, StorageError, message
+
+__all__ = ["check_location", "clean", "is_temporary", "remove_stale_tmp"]
+
+# --------------------------------------------------------------------------------------------------------------
+# paths
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _resolve(path: Any, what: str) -> tuple[str, str | None]:
+    """``(url_or_path, local_path)``; ``local_path`` is None for non-local fsspec URLs."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidParameterError(
+            message(f"{what}(path=...)", "a str or os.PathLike (a local path or an fsspec URL)",
+                    f"{type(path).__name__}", "Pass the store's location, e.g. 'data.zarr'.")
+        )
+    text = os.fspath(path)
+    if not isinstance(text, str):  # bytes paths
+        text = os.fsdecode(text)
+    if "://" in text:
+        protocol, rest = text.split("://", 1)
+        if protocol in ("file", "local"):
+            return rest, os.path.abspath(rest)
+        return text, None
+    local = os.path.abspath(os.path.expanduser(text))
+    return local, local
+
+
+def _is_zarr_dir(local: str) -> bool:
+    """True if ``local`` is a directory holding Zarr metadata (v3 ``zarr.json`` or v2 ``.zarray``/``.zgroup``)."""
+    return os.path.isdir(local) and any(
+        os.path.isfile(os.path.join(local, f)) for f in ("zarr.json", ".zarray", ".zgroup")
+    )
+
+
+def _url_fs(url: str, storage_options: dict | None = None) -> tuple[Any, str]:
+    """``(filesystem, path)`` of an fsspec URL (``storage_options``: the filesystem's arguments); a missing backend
+    raises an error naming the extra."""
+    import fsspec
+
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except (ImportError, ValueError) as exc:
+        raise StorageError(
+            message("storage URL", "an fsspec URL whose backend is installed", f"{url!r} ({exc})",
+                    "Install the backend: pip install 'dclust[cloud]' (s3fs for s3://, gcsfs for gs://, adlfs for "
+                    "abfs://).")
+        ) from exc
+    return fs, root.rstrip("/")
+
+
+def _remote_exists(url: str) -> bool:
+    fs, root = _url_fs(url)
+    fs.invalidate_cache()
+    return bool(fs.exists(root))
+
+
+def _remote_tmp(fs: Any, root: str, what: str) -> str:
+    parent, sep, name = root.rpartition("/")
+    if not sep or not name:
+        raise StorageError(
+            message(f"{what}(path={fs.unstrip_protocol(root)!r})", "a store inside a bucket or directory "
+                    "('s3://bucket/data.zarr')", "the root of a bucket", "Add a name: 's3://bucket/data.zarr'.")
+        )
+    return f"{parent}/.{name}.tmp-{secrets.token_hex(6)}"
+
+
+def _atomic_write_remote(
+    url: str, write: Callable[[str], None], *, what: str, before_commit: Callable[[], None] | None = None
+) -> None:
+    """Run ``write(tmp_url)`` into a temporary sibling prefix, then commit it to ``url`` root metadata last.
+
+    See the module docstring for the design (completion marker: the root ``zarr.json``).
+    """
+    fs, root = _url_fs(url)
+    tmp = _remote_tmp(fs, root, what)
+    try:
+        write(fs.unstrip_protocol(tmp))
+        if before_commit is not None:
+            before_commit()
+        fs.invalidate_cache()
+        files = sorted(f.rstrip("/")[len(tmp) + 1:] for f in fs.find(tmp))
+        markers = [f for f in files if f in _METADATA]
+        if not markers:
+            raise StorageError(
+                message(what, "a written store with root metadata", "a temporary store without zarr.json",
+                        "This is a bug in dclust; please report it.")
+            )
+        if fs.exists(root):  # hide the old store (metadata first), then remove the rest of it
+            for m in _METADATA:
+                if fs.exists(f"{root}/{m}"):
+                    fs.rm_file(f"{root}/{m}")
+            fs.rm(root, recursive=True)
+        for f in [f for f in files if f not in markers] + markers:
+            fs.mv(f"{tmp}/{f}", f"{root}/{f}")
+    except BaseException:
+        fs.invalidate_cache()
+        if fs.exists(tmp):
+            fs.rm(tmp, recursive=True)
+        raise
+    fs.invalidate_cache()
+    if fs.exists(tmp):
+        fs.rm(tmp, recursive=True)
+
+
+_METADATA = ("zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata")
+
+
+def _refuse_link(path: str, what: str) -> None:
+    if os.path.islink(path):
+        raise StorageError(
+            message(what, "an output location that is not a symbolic link",
+                    f"{path!r}, a symbolic link to {os.readlink(path)!r}",
+                    "dclust never writes through links at or inside an output; remove the link or choose another "
+                    "path.")
+        )
+
+
+def _check_member_path(local: str, component: str, what: str) -> None:
+    """No link at the group, its root metadata, an intermediate group (or its metadata), or the member."""
+    _refuse_link(local, what)
+    node = local
+    for part in [""] + component.split("/"):
+        node = os.path.join(node, part) if part else node
+        _refuse_link(node, what)
+        for m in _METADATA:
+            _refuse_link(os.path.join(node, m), what)
+
+
+def _check_new_target(local: str, overwrite: bool, what: str) -> None:
+    """Raise before anything is written (and before any pass over the data) if ``local`` cannot be written: its
+    location is not a writable directory (:func:`check_location`), or it exists and may not (or cannot safely) be
+    replaced."""
+    check_location(local, what)
+    if not os.path.lexists(local):
+        return
+    _refuse_link(local, f"{what}(path={local!r})")
+    if not overwrite:
+        raise StorageError(
+            message(f"{what}(path={local!r})", "a path where no store exists yet, or overwrite=True",
+                    "a path that already exists", "Pass overwrite=True to replace it, or choose another path.")
+        )
+    if not _is_zarr_dir(local):
+        raise StorageError(
+            message(f"{what}(path={local!r}, overwrite=True)", "an existing Zarr store to replace",
+                    "a path that exists but is not a Zarr store",
+                    "dclust only replaces Zarr stores; remove it yourself or choose another path.")
+        )
+
+
+def check_location(local: str, what: str) -> None:
+    """Raise :class:`~dclust.errors.StorageError` unless an output can be created at the local path ``local``.
+
+    The nearest existing ancestor of ``local``'s parent (missing parents are created by the write) must be a
+    directory, not a regular file, and dclust must be able to create entries in it. Writability is probed by
+    creating and removing an empty temporary directory (``.NAME.tmp-HOST-PID-RANDOM``), which is what the write
+    does first: permission bits, read-only mounts, immutable directories and the root user's privileges are then
+    all judged by the filesystem itself, not guessed.
+    """
+    target = local.rstrip(os.sep) or local
+    parent = os.path.dirname(target)
+    ancestor = parent
+    while ancestor and not os.path.lexists(ancestor):
+        up = os.path.dirname(ancestor)
+        if up == ancestor:
+            break
+        ancestor = up
+    where = f"{what}(path={local!r})"
+    if os.path.lexists(ancestor) and not os.path.isdir(ancestor):
+        raise StorageError(
+            message(where, "an output location inside a directory",
+                    f"a path under {ancestor!r}, which is a regular file, not a directory",
+                    "Choose an output path whose parent is a directory (or remove that file).")
+        )
+    probe = _tmp_name(ancestor, os.path.basename(target) or "store", "tmp")
+    try:
+        os.mkdir(probe)
+    except OSError as exc:
+        raise StorageError(
+            message(where, f"a directory where dclust may create files ({ancestor!r})",
+                    f"{exc.strerror or type(exc).__name__} (errno {exc.errno}) when creating a file there",
+                    "Make the directory writable (permissions, read-only mount, immutable flag) or choose another "
+                    "output path.")
+        ) from None
+    try:
+        os.rmdir(probe)
+    except OSError:
+        pass
+
+
+# --------------------------------------------------------------------------------------------------------------
+# atomic commit
+# --------------------------------------------------------------------------------------------------------------
+
+
+#: this machine's name as it appears in temporary names (no "-": the name is split on it)
+_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+
+
+def _tmp_name(parent: str, name: str, kind: str) -> str:
+    """``.NAME.KIND-HOST-PID-RANDOM``: the writer's host and process id let a later run on the same host find
+    (and remove) what a killed writer left behind, see :func:`remove_stale_tmp`."""
+    return os.path.join(parent, f".{name}.{kind}-{_HOST}-{os.getpid()}-{secrets.token_hex(6)}")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # exists but is not ours, or cannot tell: keep its files
+        return True
+    return True
+
+
+#: ``.NAME.tmp-HOST-PID-RANDOM[.ext]``: the temporaries of the writers (``.NAME.old-...``: set-aside outputs)
+_TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]{12}(\..*)?$")
+
+
+def is_temporary(path: str | os.PathLike) -> bool:
+    """True if the last component of ``path`` is a temporary (``.NAME.tmp-...``) or set-aside (``.NAME.old-...``)
+    name of a dclust writer: never an output."""
+    return _TMP_RE.match(os.path.basename(os.fspath(path).rstrip(os.sep))) is not None
+
+
+def remove_stale_tmp(parent: str, name: str | None = None) -> list[str]:
+    """Remove the temporary outputs ``.*.tmp-HOST-PID-*`` in ``parent`` (of the output ``name`` only, when given)
+    left by writers of this host that no longer run (a killed driver: nothing was renamed into place, the
+    temporary copy is garbage). Every write runs it on the directory it writes into. Temporaries of live
+    processes and of other hosts are kept; so are ``.NAME.old-*`` (a previous complete output renamed aside just
+    before its replacement came in: data, not garbage). Returns the removed paths."""
+    try:
+        entries = os.listdir(parent or ".")
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        m = _TMP_RE.match(entry)
+        if m is None or m["kind"] != "tmp" or m["host"] != _HOST or (name is not None and m["name"] != name):
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or _process_alive(pid):
+            continue
+        path = os.path.join(parent, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            _remove_tmp(path)
+        else:
+            try:
+                os.remove(path)
+            except OSError:
+                continue
+        removed.append(path)
+    return removed
+
+
+def clean(path: str | os.PathLike) -> list[str]:
+    """Remove the temporaries that killed dclust writers of this host left in a directory.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A directory (its stale temporaries are removed) or an output path such as ``"labels.zarr"`` (the stale
+        temporaries of that output, in its parent directory).
+
+    Returns
+    -------
+    list of str
+        The removed paths. Temporaries of running writers and of other hosts are kept, and so are set-aside
+        previous outputs (``.NAME.old-*``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> clean(tempfile.mkdtemp())
+    []
+    """
+    url, local = _resolve(path, "clean")
+    if local is None:
+        raise StorageError(
+            message(f"clean({url!r})", "a local directory or output path", "a remote URL",
+                    "Temporaries on object stores are removed by the writer itself; pass a local path.")
+        )
+    local = local.rstrip(os.sep) or local
+    if os.path.isdir(local) and not _is_zarr_dir(local):
+        return remove_stale_tmp(local)
+    parent = os.path.dirname(local)
+    if not os.path.isdir(parent):
+        raise StorageError(
+            message(f"clean({os.fspath(path)!r})", "an existing directory (or an output path inside one)",
+                    "a path whose directory does not exist", "Check the path.")
+        )
+    return remove_stale_tmp(parent, os.path.basename(local))
+
+
+def _remove_tmp(tmp: str) -> None:
+    """Remove a temporary store, also against straggler tasks still finishing their chunk after a failure.
+
+    The sentinel (the temporary root's ``zarr.json``) goes first: :class:`_GuardedTarget` refuses to write once it
+    is gone, so a task still computing when the graph failed cannot recreate the directory later.
+    """
+    for sentinel in ("zarr.json", ".zgroup", ".zarray"):
+        try:
+            os.remove(os.path.join(tmp, sentinel))
+        except OSError:
+            pass
+    for delay in (0.0, 0.05, 0.2):
+        time.sleep(delay)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _atomic_write(
+    target: str,
+    write: Callable[[str], None],
+    *,
+    tmp_parent: str | None = None,
+    before_commit: Callable[[], None] | None = None,
+    suffix: str = "",
+) -> None:
+    """THE atomic write of a local output: run ``write(tmp)`` (it creates a directory -- a Zarr store -- or a
+    file at ``tmp``), then rename ``tmp`` to ``target``.
+
+    ``tmp`` is ``.NAME.tmp-HOST-PID-RANDOM`` + ``suffix`` (a file's extension, for writers that choose the format
+    by it) in ``tmp_parent`` (default: ``target``'s parent, which must be on the same filesystem as ``target``);
+    stale temporaries of dead writers in that directory are removed first (:func:`remove_stale_tmp`). A file
+    replaces an existing file in one rename. An existing directory ``target`` is renamed aside, replaced, and
+    deleted only after the new one is in place. On any failure the temporary is removed and ``target`` keeps its
+    previous content.
+    """
+    parent = tmp_parent or os.path.dirname(target)
+    name = os.path.basename(target.rstrip(os.sep)) or "store"
+    os.makedirs(parent, exist_ok=True)
+    remove_stale_tmp(parent)
+    tmp = _tmp_name(parent, name, "tmp") + suffix
+    old = None
+    try:
+        write(tmp)
+        if before_commit is not None:
+            before_commit()
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if os.path.isdir(tmp) and os.path.lexists(target):
+            old = _tmp_name(parent, name, "old")
+            os.replace(target, old)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            if old is not None:
+                os.replace(old, target)
+            raise
+    except BaseException:
+        if os.path.isdir(tmp) and not os.path.islink(tmp):
+            _remove_tmp(tmp)
+        elif os.path.lexists(tmp):
+            os.remove(tmp)
+        raise
+    if old is not None:
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.remove(old)
+
+
+def write_bytes(data: bytes, target: str) -> None:
+    """Write ``data`` to the local file ``target`` atomically (:func:`_atomic_write`)."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+
+    _atomic_write(target, write)
+
+
+def check_output(path: str | os.PathLike, overwrite: bool, what: str = "output") -> str:
+    """Absolute local path of a new output file (or Zarr store) in an existing directory, checked before any work:
+    the directory exists and is writable (:func:`check_location`), and an existing ``path`` is replaced only with
+    ``overwrite`` (and only if it is a file or a Zarr store)."""
+    local = os.path.abspath(os.fspath(path))
+    if os.path.lexists(local):
+        if not overwrite:
+            raise StorageError(message(f"{what} {os.fspath(path)!r}", "a path where nothing exists yet, or "
+                                       "--overwrite", "a path that already exists",
+                                       "Pass --overwrite (overwrite=True) to replace it, or choose another path."))
+        if os.path.isdir(local) and not _is_zarr_dir(local):
+            raise StorageError(message(f"{what} {os.fspath(path)!r}", "a file or Zarr store to replace",
+                                       "a directory that is not a Zarr store", "Remove it or choose another path."))
+    parent = os.path.dirname(local)
+    if not os.path.isdir(parent):
+        check_location(local, what)  # a path under a regular file says so
+        raise StorageError(message(f"{what} {os.fspath(path)!r}", "a path in an existing directory",
+                                   f"a missing directory {parent!r}", "Create the directory first."))
+    check_location(local, what)
+    return local
+
+
+class _GuardedTarget:
+    """``__setitem__`` target for :func:`dask.array.store` that stops writing once the sentinel file is gone."""
+
+    def __init__(self, array: Any, sentinel: str | None) -> None:
+        self.array = array
+        self.sentinel = sentinel
+        self.shape = array.shape
+        self.dtype = array.dtype
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if self.sentinel is not None and not os.path.exists(self.sentinel):
+            raise StorageError(
+                message("write", "the temporary store to exist while writing", "a removed temporary store",
+                        "The write was aborted after an earlier failure; see the first error.")
+            )
+        self.array[key] = value
+
