@@ -171,14 +171,21 @@ def ensure_data(args, n: int, d: int, data_dir: Path) -> dict:
 
     params = {"n": n, "d": d, "centers": args.centers, "cluster_std": args.cluster_std,
               "chunk_rows": args.chunk_rows, "seed": args.seed, "dtype": "float32"}
-    stem = "engine_" + "_".join(f"{k}{v}" for k, v in params.items() if k != "dtype")
+    stem = "engine_plain_" + "_".join(f"{k}{v}" for k, v in params.items() if k != "dtype")
     path, lpath, side = (data_dir / f"{stem}.zarr", data_dir / f"{stem}_labels.zarr",
                          data_dir / f"{stem}.params.json")
     if not (path.exists() and lpath.exists() and side.exists() and json.loads(side.read_text()) == params):
         say(f"generating {path.name} ...")
         b = dclust.make_blobs(n, d, centers=args.centers, cluster_std=args.cluster_std, chunk_rows=args.chunk_rows,
                               dtype="float32", random_state=args.seed)
-        dclust.write_array(b.X, path, overwrite=True, codec="none")
+        import zarr
+
+        # plain zarr, no codec at all (dclust.write_array adds a crc32c checksum: the "none_crc32c" store)
+        if path.exists():
+            shutil.rmtree(path)
+        dst = zarr.create_array(store=str(path), shape=b.X.shape, chunks=(args.chunk_rows, d), dtype="float32",
+                                compressors=None)
+        b.X.store(dst, lock=False)
         dclust.write_labels(b.labels, lpath, overwrite=True)
         side.write_text(json.dumps(params))
     return {"path": str(path), "labels": str(lpath)}

@@ -69,6 +69,9 @@ def _encode(value: Any) -> Any:
         return {_TAG: "float", "value": "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")}
     if isinstance(value, np.ndarray) and value.dtype.kind == "U":
         return {_TAG: "str_array", "dtype": value.dtype.str, "items": value.tolist()}
+    if isinstance(value, np.ndarray) and value.dtype == object and value.ndim == 1 and all(
+            isinstance(v, str) for v in value.tolist()):  # feature_names_in_, as scikit-learn keeps it
+        return {_TAG: "str_object_array", "items": value.tolist()}
     if isinstance(value, list):
         return [_encode(v) for v in value]
     if isinstance(value, tuple):
@@ -101,8 +104,10 @@ def _decode(value: Any) -> Any:
             return tuple(_decode(v) for v in value["items"])
         if tag == "str_array":
             return np.array(value["items"], dtype=value["dtype"])
+        if tag == "str_object_array":
+            return np.array(value["items"], dtype=object)
         raise StorageError(
-            message("load", "a value tagged 'float', 'tuple' or 'str_array'", f"tag {tag!r}",
+            message("load", "a value tagged 'float', 'tuple', 'str_array' or 'str_object_array'", f"tag {tag!r}",
                     "The store was written by an incompatible program; re-save the model with this dclust.")
         )
     return value

@@ -233,3 +233,15 @@ def test_a_parquet_table_opened_by_open_array_keeps_its_column_names(tmp_path):
     np.testing.assert_array_equal(np.asarray(km.predict(df)), np.asarray(km.predict(X)))
     with pytest.raises(InvalidDataError, match="b"):
         km.predict(df[["b", "a"]])
+
+
+def test_feature_names_survive_save_and_load(tmp_path):
+    import pandas as pd
+
+    df = pd.DataFrame({"a": np.arange(20.0), "b": np.arange(20.0) % 3})
+    km = dclust.KMeans(n_clusters=2, random_state=0).fit(df)
+    dclust.save(km, tmp_path / "m.zarr")
+    back = dclust.load(tmp_path / "m.zarr")
+    assert back.feature_names_in_.dtype == object and back.feature_names_in_.tolist() == ["a", "b"]
+    with pytest.raises(InvalidDataError):
+        back.predict(df[["b", "a"]])
