@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .._dask.loop import ProgressEvent, emit
+from .._fit import ProgressEvent, emit
 from ..errors import ConvergenceWarning, DclustError, InvalidDataError, InvalidParameterError, StorageError, message
 from ..io._video import (
     FrameSource,

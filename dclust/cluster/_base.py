@@ -11,7 +11,7 @@ import dask.array as da
 import numpy as np
 
 from .._dask.passes import block_offsets, map_labels, map_reduce
-from .._dask.loop import NoCheckpoint
+from .._fit import NoCheckpoint
 from .._validation import InputInfo, _Kind, check_array, validate_params
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels.distances import block_stats, nearest

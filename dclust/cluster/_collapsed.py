@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from .._dask.loop import ProgressEvent, Stopwatch, emit
+from .._fit import ProgressEvent, Stopwatch, emit
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator
 from ..errors import ConvergenceWarning

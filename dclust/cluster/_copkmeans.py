@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from .._dask.loop import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
+from .._fit import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
 from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus

@@ -9,7 +9,7 @@ import numpy as np
 from .._dask import gmpr as _dgmpr
 from .._dask.passes import persist_if_fits
 from .._dask.init import take_rows
-from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
+from .._fit import ProgressEvent, Stopwatch, emit, logger
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array
 from ..errors import (

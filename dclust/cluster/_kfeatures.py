@@ -9,7 +9,7 @@ import numpy as np
 
 from .._dask.passes import persist_if_fits
 from .._dask.features import greedy_init, init_bits, kfeatures_pass
-from .._dask.loop import ProgressEvent, Stopwatch, emit, logger, rng_state, set_rng_state
+from .._fit import ProgressEvent, Stopwatch, emit, logger, rng_state, set_rng_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array
 from ..errors import ConvergenceWarning, InvalidParameterError, message

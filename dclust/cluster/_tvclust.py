@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from .._dask.loop import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
+from .._fit import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message

@@ -70,7 +70,7 @@ import numpy as np
 import zarr
 
 from ..errors import DclustError, FormatVersionError, StorageError, message
-from .._dask.loop import rng_state, set_rng_state  # noqa: F401 - re-exported
+from .._fit import rng_state, set_rng_state  # noqa: F401 - re-exported
 from ._models import _TAG, _Unsaveable, _decode, _encode, _version
 from ._write import _resolve
 
