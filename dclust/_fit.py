@@ -39,7 +39,7 @@ from ._dask.passes import persist_if_fits
 from .errors import ConvergenceWarning
 
 __all__ = [
-    "ProgressEvent", "on_progress", "emit", "Stopwatch", "logger", "NoCheckpoint", "rng_state", "set_rng_state",
+    "ProgressEvent", "on_progress", "emit", "Stopwatch", "logger", "NoCheckpoint", "rng_state", "set_rng_state", "restore_rng",
     "Step", "LoopResult", "fit_loop", "best_of", "warn_unconverged", "persisted", "restore_finished", "finish",
 ]
 
@@ -159,6 +159,14 @@ def set_rng_state(state: str) -> np.random.Generator:
     return np.random.Generator(bg)
 
 
+def restore_rng(rng: np.random.Generator, state: str) -> None:
+    """Put ``rng`` in the ``state`` saved by :func:`rng_state` (in place: its users draw the saved numbers)."""
+    bg_state = json.loads(state)
+    if bg_state.get("bit_generator") != type(rng.bit_generator).__name__:
+        raise ValueError(f"a {bg_state.get('bit_generator')} state for a {type(rng.bit_generator).__name__}")
+    rng.bit_generator.state = bg_state
+
+
 def restore_finished(est: Any, ck: Any, state: dict | None) -> dict | None:
     """When ``state`` is a finished fit's checkpoint, set its learned attributes on ``est`` and return its
     ``extra`` entries (a dict); else None (start or resume the fit)."""
@@ -272,7 +280,7 @@ def warn_unconverged(name: str, max_iter: int, *, unit: str = "iterations", note
 
 def fit_loop(step: Step, *, max_iter: int, ck: Any = None, resume: dict | None = None,
              context: Callable[[], dict] | None = None, warn: bool = False, announce: bool = True,
-             fix: str = "Increase max_iter.") -> LoopResult:
+             fix: str = "Increase max_iter.", at_end: Callable[[LoopResult], None] | None = None) -> LoopResult:
     """Run ``step`` from ``step.start()`` (or from the checkpointed ``resume``) until ``step.converged`` or
     ``max_iter`` passes.
 
@@ -284,13 +292,16 @@ def fit_loop(step: Step, *, max_iter: int, ck: Any = None, resume: dict | None =
     ck : checkpointer, optional
         The object of ``BaseEstimator._checkpointer`` (default: none).
     resume : dict, optional
-        The ``"loop"`` entry of a saved state: ``{"iteration": i, "state": ...}`` with ``0 < i < max_iter``.
+        The ``"loop"`` entry of a saved state: ``{"iteration": i, "state": ...}`` with ``0 <= i < max_iter``.
     context : callable, optional
         Returns the entries saved beside ``"loop"`` (called at each save; default ``{"phase": "iter"}``).
     warn : bool
         Warn (:class:`~dclust.errors.ConvergenceWarning`) when the run ends at ``max_iter`` unconverged.
     announce : bool
         Emit the ``"init"`` and ``"iter"`` events (False for the inner runs of an outer search).
+    at_end : callable, optional
+        Called with the run's :class:`LoopResult` once its last pass is done, before that pass is announced (so
+        what it saves is durable when the event is seen).
 
     Returns
     -------
@@ -320,7 +331,7 @@ def fit_loop(step: Step, *, max_iter: int, ck: Any = None, resume: dict | None =
     else:
         with ck.reading():
             first = int(resume["iteration"])
-            if not 0 < first < max_iter:
+            if not 0 <= first < max_iter:
                 raise ValueError(f"iteration {first} with max_iter={max_iter}")
             state = step.from_checkpoint(ck, resume["state"], first)
     converged, i = False, first - 1
@@ -328,8 +339,11 @@ def fit_loop(step: Step, *, max_iter: int, ck: Any = None, resume: dict | None =
         new = step.step(state)
         converged = bool(step.converged(state, new))
         state = new
-        if ck.active and not converged and i + 1 < max_iter:  # durable before it is announced
-            ck.save({**context(), "loop": {"iteration": i + 1, "state": step.to_checkpoint(state)}})
+        if not converged and i + 1 < max_iter:
+            if ck.active:  # durable before it is announced
+                ck.save({**context(), "loop": {"iteration": i + 1, "state": step.to_checkpoint(state)}})
+        elif at_end is not None:
+            at_end(LoopResult(state, i + 1, converged))
         if announce:
             emit(ProgressEvent(step.name, "iter", i + 1, float(step.objective(state)), int(step.n_clusters(state)),
                                watch.lap(), step.extra(state)))
@@ -347,32 +361,36 @@ def best_of(make_step: Callable[[int, np.random.Generator], Step], *, n_init: in
     ``make_step(restart, rng)`` (whose ``start`` draws its seeds from ``rng``); returns its ``step.result``.
 
     The saved state is ``{**context(), "restart": j, "rng": ..., "best": ..., "loop": ...}`` (``"loop"`` None
-    between two runs); ``resume`` is such a state. The generator is saved at every save, so the resumed fit draws
-    the same numbers.
+    between two runs); ``resume`` is such a state. The generator's state is saved at every save and restored into
+    ``rng`` on resume (in place), so the resumed fit draws the same numbers.
     """
     ck = NoCheckpoint() if ck is None else ck
     context = context or (lambda: {"phase": "iter"})
-    first, best, loop = 0, None, None
+    first, holder, loop = 0, {"best": None}, None
     if resume is not None:
         with ck.reading():
             first = int(resume["restart"])
             if not 0 <= first < n_init:
                 raise ValueError(f"restart {first} of n_init={n_init}")
-            rng = set_rng_state(resume["rng"])
+            restore_rng(rng, resume["rng"])
             if resume["best"] is not None:
-                best = make_step(first, rng).result_from_checkpoint(ck, resume["best"])
+                holder["best"] = make_step(first, rng).result_from_checkpoint(ck, resume["best"])
             loop = resume["loop"]
 
     def saved(j: int) -> dict:
-        return {**context(), "restart": j, "rng": rng_state(rng), "best": best}
+        return {**context(), "restart": j, "rng": rng_state(rng), "best": holder["best"]}
 
     for j in range(first, n_init):
         step = make_step(j, rng)
-        run = fit_loop(step, max_iter=max_iter, ck=ck, resume=loop, context=lambda j=j: saved(j), announce=announce)
+
+        def at_end(run: LoopResult, j: int = j, step: Step = step) -> None:
+            result = step.result(run.state, run)
+            if holder["best"] is None or key(result) < key(holder["best"]):
+                holder["best"] = result
+            if ck.active and j + 1 < n_init:
+                ck.save({**saved(j + 1), "loop": None})
+
+        fit_loop(step, max_iter=max_iter, ck=ck, resume=loop, context=lambda j=j: saved(j), announce=announce,
+                 at_end=at_end)
         loop = None
-        result = step.result(run.state, run)
-        if best is None or key(result) < key(best):
-            best = result
-        if ck.active and j + 1 < n_init:
-            ck.save({**saved(j + 1), "loop": None})
-    return best
+    return holder["best"]
