@@ -10,7 +10,7 @@ import numpy as np
 import dask.array as da
 
 from ..kernels.distances import block_stats, nearest
-from ..kernels.kmeans import block_rng, kmeans_plusplus, oversample_block
+from ..kernels.kmeans import block_rng, kmeans_plusplus, lloyd, oversample_block
 from ..kernels.stats import ClusterStats
 from .passes import map_reduce
 
@@ -48,20 +48,6 @@ def take_rows(X: da.Array, index) -> np.ndarray:
 def random_rows(X: da.Array, k: int, rng: np.random.Generator) -> np.ndarray:
     """``k`` distinct rows drawn uniformly."""
     return take_rows(X, np.sort(rng.choice(X.shape[0], size=k, replace=False)))
-
-
-def _local_lloyd(P, w, C, n_iter=30):
-    for _ in range(n_iter):
-        labels, _ = nearest(P, C)
-        new = C.copy()
-        for c in range(C.shape[0]):
-            m = labels == c
-            if w[m].sum() > 0:
-                new[c] = np.average(P[m], axis=0, weights=w[m])
-        if np.array_equal(new, C):
-            break
-        C = new
-    return C
 
 
 def kmeans_plusplus_sample(X: da.Array, w, k: int, rng, sample_size: int = 10_000) -> np.ndarray:
@@ -115,7 +101,7 @@ def kmeans_parallel(
         C = np.vstack([C, extra])
         weights = np.concatenate([weights, np.ones(k)])
     centres = kmeans_plusplus(C, weights, k, rng)
-    return _local_lloyd(C, weights, centres)
+    return lloyd(C, weights, centres, max_iter=30)[0]
 
 
 def _farthest_partial(Xb, wb, *, offset, block_index, centres, m):

@@ -14,7 +14,7 @@ from .._fit import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
-from ..kernels.kmeans import kmeans_plusplus
+from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ..kernels.tvclust import GibbsState, LinkLists, NIWPrior, gaussian_logpdf, gibbs
 from ._base import CHECKPOINT, BaseEstimator, wrap_output
 
@@ -179,10 +179,7 @@ class TVClust(BaseEstimator):
     def _initial_labels(self, X, links: LinkLists, rng) -> np.ndarray:
         n = X.shape[0]
         k = min(self.init_clusters, n)
-        C = kmeans_plusplus(X, np.ones(n), k, rng)
-        for _ in range(10):
-            z = np.argmin(((X[:, None, :] - C[None]) ** 2).sum(axis=2), axis=1)
-            C = np.array([X[z == c].mean(axis=0) if np.any(z == c) else C[c] for c in range(k)])
+        _, z, _, _, _ = lloyd(X, None, kmeans_plusplus(X, np.ones(n), k, rng), max_iter=10)
         return _consistent(z, links, hard=self.p == 1.0 and self.q == 1.0)
 
     def fit(self, X, y=None, constraints=None) -> "TVClust":
