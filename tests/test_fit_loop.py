@@ -42,6 +42,7 @@ ESTIMATORS = {
                                                   checkpoint=ck),
     "CappedDPMeans": lambda ck=None: CappedDPMeans(lam=6.0, max_clusters=5, random_state=0, checkpoint=ck),
     "COPKMeans": lambda ck=None: COPKMeans(n_clusters=4, n_init=2, random_state=0, checkpoint=ck),
+    "TVClust": lambda ck=None: dclust.TVClust(init_clusters=3, n_sweeps=4, random_state=0, checkpoint=ck),
 }
 
 
@@ -95,7 +96,7 @@ def test_events_come_in_order_with_their_phases(name, store):
         assert run, "every run makes at least one pass"
         assert [e.iteration for e in run] == list(range(1, len(run) + 1))
         assert all(e.seconds >= 0 and np.isfinite(e.objective) and e.n_clusters >= 0 for e in run)
-    assert events[-1].iteration == model.n_iter_
+    assert events[-1].iteration == getattr(model, "n_iter_", getattr(model, "n_sweeps", None))
 
 
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))

@@ -223,7 +223,7 @@ def test_tvclust_chain_resumes_bit_for_bit(tv_data, tmp_path):
     ref = make().fit(X, constraints=G)
 
     def check(state):  # the generator's exact state, as JSON (no pickle), and the sweep to continue at
-        assert json.loads(state["rng"])["bit_generator"] == "PCG64" and state["sweep"] == k
+        assert json.loads(state["loop"]["state"]["rng"])["bit_generator"] == "PCG64" and state["loop"]["iteration"] == k
 
     for k in (1, 5):
         ck = tmp_path / f"ck{k}"
