@@ -342,11 +342,14 @@ def fit_loop(step: Step, *, max_iter: int, ck: Any = None, resume: dict | None =
         if not converged and i + 1 < max_iter:
             if ck.active:  # durable before it is announced
                 ck.save({**context(), "loop": {"iteration": i + 1, "state": step.to_checkpoint(state)}})
-        elif at_end is not None:
-            at_end(LoopResult(state, i + 1, converged))
+            seconds = watch.lap()
+        else:
+            seconds = watch.lap()  # the pass (what "seconds" means), without what at_end does
+            if at_end is not None:
+                at_end(LoopResult(state, i + 1, converged))
         if announce:
             emit(ProgressEvent(step.name, "iter", i + 1, float(step.objective(state)), int(step.n_clusters(state)),
-                               watch.lap(), step.extra(state)))
+                               seconds, step.extra(state)))
         if converged:
             break
     if warn and not converged:
