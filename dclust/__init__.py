@@ -12,7 +12,7 @@ reduction, and only O(K x D) state reaches the driver.
 from __future__ import annotations
 
 from . import constraints, errors, metrics
-from ._dask.loop import ProgressEvent, on_progress
+from ._fit import ProgressEvent, on_progress
 from .cluster import (
     BPMeans,
     CappedDPMeans,

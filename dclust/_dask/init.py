@@ -10,7 +10,7 @@ import numpy as np
 import dask.array as da
 
 from ..kernels.distances import block_stats, nearest, order_keys, seed_mix
-from ..kernels.kmeans import kmeans_plusplus
+from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ..kernels.stats import ClusterStats
 from .passes import map_reduce
 
@@ -48,20 +48,6 @@ def take_rows(X: da.Array, index) -> np.ndarray:
 def random_rows(X: da.Array, k: int, rng: np.random.Generator) -> np.ndarray:
     """``k`` distinct rows drawn uniformly."""
     return take_rows(X, np.sort(rng.choice(X.shape[0], size=k, replace=False)))
-
-
-def _local_lloyd(P, w, C, n_iter=30):
-    for _ in range(n_iter):
-        labels, _ = nearest(P, C)
-        new = C.copy()
-        for c in range(C.shape[0]):
-            m = labels == c
-            if w[m].sum() > 0:
-                new[c] = np.average(P[m], axis=0, weights=w[m])
-        if np.array_equal(new, C):
-            break
-        C = new
-    return C
 
 
 def kmeans_plusplus_sample(X: da.Array, w, k: int, rng, sample_size: int = 10_000) -> np.ndarray:
@@ -129,7 +115,7 @@ def kmeans_parallel(
     if np.unique(S, axis=0).shape[0] < k:  # too few distinct sampled rows (tiny or degenerate data)
         S = np.vstack([S, random_rows(X, k, rng)])
         Sw = np.concatenate([Sw, np.ones(k)])
-    C = _local_lloyd(S, Sw, kmeans_plusplus(S, Sw, k, rng))
+    C = lloyd(S, Sw, kmeans_plusplus(S, Sw, k, rng), max_iter=30)[0]
     _, dist = nearest(S, C)
     phi = float((Sw * dist).sum()) * n / max(S.shape[0], 1)
     weights = np.ones(C.shape[0])
@@ -148,7 +134,7 @@ def kmeans_parallel(
         keep[:] = True
         weights = np.maximum(weights, np.finfo(float).tiny)
     C, weights = C[keep], weights[keep]
-    return _local_lloyd(C, weights, kmeans_plusplus(C, weights, k, rng))
+    return lloyd(C, weights, kmeans_plusplus(C, weights, k, rng), max_iter=30)[0]
 
 
 def _farthest_partial(Xb, wb, *, offset, block_index, centres, m):

@@ -70,7 +70,7 @@ import numpy as np
 import zarr
 
 from ..errors import CorruptStoreError, DclustError, FormatVersionError, StorageError, message
-from .._dask.loop import rng_state, set_rng_state  # noqa: F401 - re-exported
+from .._fit import rng_state, set_rng_state  # noqa: F401 - re-exported
 from ._models import _TAG, _Unsaveable, _decode, _encode, _encode_or_raise, _version
 from ._atomic import _atomic_write, _resolve, check_location, is_temporary, remove_stale_tmp
 from ._zarr import read_all

@@ -25,7 +25,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from .. import metrics
-from .._dask.loop import ProgressEvent, emit
+from .._fit import ProgressEvent, emit
 from .._validation import validate_params
 from ..errors import InvalidDataError, InvalidParameterError, message
 from ..io._pointcloud import (

@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .._dask.loop import ProgressEvent, emit
+from .._fit import ProgressEvent, emit
 from ..errors import ConvergenceWarning, DclustError, InvalidDataError, InvalidParameterError, StorageError, message
 from ..io._video import (
     FrameSource,
@@ -55,8 +55,7 @@ from ..io._video import (
     write_frame,
     write_png,
 )
-from ..kernels.distances import assign_stats
-from ..kernels.kmeans import kmeans_plusplus
+from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ..io._models import load, save
 from ..stream import DynamicMeans
 from ._video_kernels import CellTable, features, palette_rgb, quantise_rows
@@ -197,15 +196,7 @@ class _KMeansFitter:
             births = k
         else:
             C = self.centres.copy()
-        n_iter, converged = 0, False
-        for n_iter in range(1, self.p["max_iter"] + 1):
-            stats, _, _ = assign_stats(X, C)
-            new = np.where((stats.weight > 0)[:, None], stats.mean, C)  # an empty cluster keeps its centre
-            shift = float(((new - C) ** 2).sum())
-            C = new
-            if shift <= 1e-8 * max(1.0, float((C * C).sum())):
-                converged = True
-                break
+        C, _, n_iter, converged, _ = lloyd(X, None, C, max_iter=self.p["max_iter"], rtol=1e-8)
         self.centres = C
         return Palette(np.arange(k, dtype=np.int64), C, palette_rgb(C, self.p["colorspace"]), births, 0, 0,
                        n_iter, converged)

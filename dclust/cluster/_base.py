@@ -30,7 +30,7 @@ from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, clone
 from sklearn.base import TransformerMixin as _SklearnTransformerMixin
 
 from .._dask.passes import block_offsets, map_labels, map_reduce
-from .._dask.loop import NoCheckpoint
+from .._fit import NoCheckpoint
 from .._validation import (
     InputInfo, _Kind, check_array, check_feature_names, check_n_features, dataframe_to_array, feature_names,
     refuse_sparse, validate_params,

@@ -10,7 +10,7 @@ import numpy as np
 from .._dask.passes import persist_if_fits
 from .._dask.bpocc import bp_occ_pass, patch_bits
 from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, select_bits, transform_bits
-from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
+from .._fit import ProgressEvent, Stopwatch, emit, logger
 from .._dask.occ import PassRecord, prefix_counts, records_from, records_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array

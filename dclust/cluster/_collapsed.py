@@ -7,14 +7,11 @@ clear :class:`~dclust.errors.InvalidDataError` above it) and only then compute t
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
-from .._dask.loop import ProgressEvent, Stopwatch, emit
+from .._fit import Step, finish, fit_loop
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator
-from ..errors import ConvergenceWarning
 from ..kernels import collapsed as K
 from ..kernels.bpmeans import feature_means
 from ._base import CHECKPOINT, CentroidMixin
@@ -31,63 +28,151 @@ def _processing_order(n: int, shuffle: bool, random_state) -> np.ndarray:
     return as_generator(random_state).permutation(n).astype(np.int64)
 
 
-def _resume(ck, state, n: int, max_iter: int):
-    """``(first pass, processing order, history)`` of a checkpoint after a pass (``(0, None, [])`` afresh)."""
-    if state is None:
-        return 0, None, []
-    with ck.reading():
-        first = int(state["pass"])
-        if state["phase"] != "pass" or not 0 < first < max_iter:
-            raise ValueError(f"phase {state['phase']!r} at pass {first} of max_iter={max_iter}")
-        order = ck.require_shape("processing order", state["order"], (n,)).astype(np.int64)
+class _Passes(Step):
+    """Serial passes of an in-memory estimator for the fit loop: every pass visits the rows in one processing order
+    drawn once per fit (ALGORITHMS.md section 0). The state: ``order``, ``history`` (the objective after every
+    pass), ``changed`` (the last pass changed the model) and the model's arrays. A subclass gives ``initial()``
+    (the model's arrays before the first pass), ``one_pass(state)`` (``(model arrays, objective, changed,
+    event extra)``), ``size(state)`` (clusters or features) and ``read(ck, saved, n)`` (the model's arrays of a
+    checkpoint, checked)."""
+
+    unit = "passes"
+
+    def __init__(self, est, X):
+        self.name, self.est, self.X = type(est).__name__, est, X
+        self.lam = float(est.lam)
+
+    def start(self) -> dict:
+        order = _processing_order(self.X.shape[0], self.est.shuffle, self.est.random_state)
+        return {"order": order, "history": [], "changed": True, "extra": {}, **self.initial()}
+
+    def step(self, s: dict) -> dict:
+        model, objective, changed, extra = self.one_pass(s)
+        return {**s, **model, "history": s["history"] + [objective], "changed": changed, "extra": extra}
+
+    def converged(self, old: dict, new: dict) -> bool:
+        return not new["changed"]
+
+    def objective(self, s: dict) -> float:
+        return s["history"][-1]
+
+    def n_clusters(self, s: dict) -> int:
+        return self.size(s)
+
+    def extra(self, s: dict) -> dict:
+        return s["extra"]
+
+    def to_checkpoint(self, s: dict) -> dict:
+        return {k: v for k, v in s.items() if k not in ("changed", "extra")}
+
+    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+        n = self.X.shape[0]
+        order = ck.require_shape("processing order", saved["order"], (n,)).astype(np.int64)
         if not np.array_equal(np.sort(order), np.arange(n)):
             raise ValueError("a processing order that is not a permutation of the rows")
-        history = [float(v) for v in state["history"]]
-        if len(history) != first:
-            raise ValueError(f"a history of {len(history)} passes; expected {first}")
-    return first, order, history
+        history = [float(v) for v in saved["history"]]
+        if len(history) != iteration:
+            raise ValueError(f"a history of {len(history)} passes; expected {iteration}")
+        return {"order": order, "history": history, "changed": True, "extra": {}, **self.read(ck, saved, n)}
 
 
-def _start(est, X):
-    """The start of a serial fit: ``(X in memory, checkpointer, state, first pass, processing order, history)``
-    with the checkpoint's state after a pass (``state`` None afresh), or None when the checkpoint holds the
-    finished fit (its model is restored)."""
+def _fit_serial(est, X, make):
+    """Run the serial fit of ``est`` on ``X``: ``(checkpointer, LoopResult, X in memory)`` of the passes
+    ``make(X in memory)`` (resumed from the checkpoint when it holds an interrupted fit), or None when the
+    checkpoint holds the finished fit (its model is restored)."""
     est._validate_params()
-    X, _ = est._load(X)
-    ck, state = est._memory_checkpointer(X)
+    Xn, _ = est._load(X)
+    ck, state = est._memory_checkpointer(Xn)
     if est._restore_done(ck, state):
         return None
-    n = X.shape[0]
-    first, order, history = _resume(ck, state, n, est.max_iter)
-    if state is None:
-        order = _processing_order(n, est.shuffle, est.random_state)
-    return X, ck, state, first, order, history
+    run = fit_loop(make(Xn), max_iter=est.max_iter, ck=ck, resume=None if state is None else state["loop"],
+                   warn=True)
+    return ck, run, Xn
 
 
-def _after_pass(est, ck, watch, it: int, order, history: list, changed: bool, size: int, state: dict,
-                extra: dict | None = None) -> None:
-    """After pass ``it``: save ``state`` (with the pass, order and history) while the fit goes on (the pass changed
-    something and passes are left), then announce the pass (``size``: clusters or features)."""
-    if ck.active and changed and it + 1 < est.max_iter:
-        ck.save({"phase": "pass", "pass": it + 1, "order": order, "history": history, **state})
-    emit(ProgressEvent(type(est).__name__, "iter", it + 1, history[-1], size, watch.lap(), extra or {}))
-
-
-def _finish(est, ck, history: list, n_iter: int, converged: bool, order, n_features: int, size: int) -> None:
+def _finish(est, ck, run, n_features: int, size: int):
     """The end of a serial fit, once its own fitted attributes are set: the attributes every one has, the
-    finished checkpoint and the "done" event (``size``: clusters or features)."""
-    name = type(est).__name__
-    if not converged:
-        warnings.warn(f"{name} did not converge in max_iter={est.max_iter} passes; increase max_iter.",
-                      ConvergenceWarning, stacklevel=3)
+    finished checkpoint and the "done" event (``size``: clusters or features). Returns ``est``."""
+    history = run.state["history"]
     est.objective_ = history[-1]
     est.objective_history_ = history
-    est.n_iter_ = n_iter
-    est.converged_ = converged
-    est.order_ = order
+    est.n_iter_ = run.n_iter
+    est.converged_ = run.converged
+    est.order_ = run.state["order"]
     est.n_features_in_ = n_features
-    ck.save_done(est)
-    emit(ProgressEvent(name, "done", n_iter, history[-1], size, 0.0))
+    return finish(est, ck, n_iter=run.n_iter, objective=history[-1], n_clusters=size)
+
+
+class _CollapsedPasses(_Passes):
+    """Collapsed DP-means passes (the model: ``labels``)."""
+
+    def initial(self) -> dict:
+        n = self.X.shape[0]
+        labels = np.zeros(n, dtype=np.int64) if self.est.init == "mean" else np.full(n, -1, dtype=np.int64)
+        return {"labels": labels}
+
+    def one_pass(self, s):
+        labels, moved = K.collapsed_pass(self.X, s["order"], s["labels"], self.lam)
+        return {"labels": labels}, K.collapsed_objective(self.X, labels, self.lam), moved != 0, {"moved": moved}
+
+    def size(self, s) -> int:
+        return int(s["labels"].max()) + 1
+
+    def read(self, ck, saved, n) -> dict:
+        labels = ck.require_shape("labels", saved["labels"], (n,)).astype(np.int64)
+        if labels.min() < 0:
+            raise ValueError("negative labels after a pass")
+        return {"labels": labels}
+
+
+class _CappedPasses(_Passes):
+    """Capped DP-means passes (the model: ``labels`` and ``centres``)."""
+
+    def __init__(self, est, X):
+        super().__init__(est, X)
+        self.kmax = X.shape[0] if est.max_clusters is None else int(est.max_clusters)
+
+    def initial(self) -> dict:
+        n, d = self.X.shape
+        if self.est.init == "mean":
+            return {"centres": self.X.mean(axis=0, keepdims=True), "labels": np.zeros(n, dtype=np.int64)}
+        return {"centres": np.empty((0, d)), "labels": np.full(n, -1, dtype=np.int64)}
+
+    def one_pass(self, s):
+        new, C = K.capped_pass(self.X, s["order"], s["centres"], s["labels"], self.lam, self.kmax)
+        changed = not np.array_equal(new, s["labels"])
+        return {"labels": new, "centres": C}, K.collapsed_objective(self.X, new, self.lam), changed, {}
+
+    def size(self, s) -> int:
+        return int(s["centres"].shape[0])
+
+    def read(self, ck, saved, n) -> dict:
+        C = ck.require_shape("centres", saved["centres"], (None, self.X.shape[1])).astype(np.float64)
+        labels = ck.require_shape("labels", saved["labels"], (n,)).astype(np.int64)
+        if C.shape[0] > self.kmax or labels.min() < 0 or labels.max() >= C.shape[0]:
+            raise ValueError(f"{C.shape[0]} centres and labels up to {labels.max()} (max_clusters={self.kmax})")
+        return {"centres": C, "labels": labels}
+
+
+class _CollapsedBPPasses(_Passes):
+    """Collapsed BP-means passes (the model: the allocation ``Z``)."""
+
+    def __init__(self, est, X):
+        super().__init__(est, X)
+        self.sq_norm = float((X * X).sum())
+
+    def initial(self) -> dict:
+        return {"Z": np.zeros((self.X.shape[0], 0), np.uint8)}
+
+    def one_pass(self, s):
+        Z, moves, J = K.collapsed_bp_pass(self.X, s["order"], s["Z"], self.lam, self.sq_norm)
+        return {"Z": Z}, J, moves != 0, {"moves": moves}
+
+    def size(self, s) -> int:
+        return int(s["Z"].shape[1])
+
+    def read(self, ck, saved, n) -> dict:
+        return {"Z": ck.require_shape("Z", saved["Z"], (n, None)).astype(np.uint8)}
 
 
 @register
@@ -169,37 +254,18 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
 
     def fit(self, X, y=None) -> "CollapsedDPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
-        started = _start(self, X)
-        if started is None:
+        done = _fit_serial(self, X, lambda Xn: _CollapsedPasses(self, Xn))
+        if done is None:
             return self
-        X, ck, state, first, order, history = started
-        n, d = X.shape
-        lam = float(self.lam)
-        if state is None:
-            labels = np.zeros(n, dtype=np.int64) if self.init == "mean" else np.full(n, -1, dtype=np.int64)
-        else:
-            with ck.reading():
-                labels = ck.require_shape("labels", state["labels"], (n,)).astype(np.int64)
-                if labels.min() < 0:
-                    raise ValueError("negative labels after a pass")
-        converged = False
-        watch = Stopwatch()
-        for it in range(first, self.max_iter):
-            labels, moved = K.collapsed_pass(X, order, labels, lam)
-            history.append(K.collapsed_objective(X, labels, lam))
-            _after_pass(self, ck, watch, it, order, history, moved != 0, int(labels.max()) + 1, {"labels": labels},
-                        {"moved": moved})
-            if moved == 0:
-                converged = True
-                break
+        ck, run, X = done
+        labels = run.state["labels"]
         k = int(labels.max()) + 1
         counts, sums = K.collapsed_stats(X, labels, k)
         self.cluster_centers_ = sums / counts[:, None]
         self.labels_ = labels
         self.cluster_sizes_ = counts
         self.n_clusters_ = k
-        _finish(self, ck, history, it + 1, converged, order, d, k)
-        return self
+        return _finish(self, ck, run, X.shape[1], k)
 
     def fit_predict(self, X, y=None):
         """``fit(X).labels_``."""
@@ -284,40 +350,14 @@ class CappedDPMeans(CentroidMixin, _InMemory):
 
     def fit(self, X, y=None) -> "CappedDPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
-        started = _start(self, X)
-        if started is None:
+        done = _fit_serial(self, X, lambda Xn: _CappedPasses(self, Xn))
+        if done is None:
             return self
-        X, ck, state, first, order, history = started
-        n, d = X.shape
-        lam = float(self.lam)
-        kmax = n if self.max_clusters is None else int(self.max_clusters)
-        if state is None:
-            if self.init == "mean":
-                C, labels = X.mean(axis=0, keepdims=True), np.zeros(n, dtype=np.int64)
-            else:
-                C, labels = np.empty((0, d)), np.full(n, -1, dtype=np.int64)
-        else:
-            with ck.reading():
-                C = ck.require_shape("centres", state["centres"], (None, d)).astype(np.float64)
-                labels = ck.require_shape("labels", state["labels"], (n,)).astype(np.int64)
-                if C.shape[0] > kmax or labels.min() < 0 or labels.max() >= C.shape[0]:
-                    raise ValueError(f"{C.shape[0]} centres and labels up to {labels.max()} (max_clusters={kmax})")
-        converged = False
-        watch = Stopwatch()
-        for it in range(first, self.max_iter):
-            new, C = K.capped_pass(X, order, C, labels, lam, kmax)
-            history.append(K.collapsed_objective(X, new, lam))
-            changed = not np.array_equal(new, labels)
-            labels = new
-            _after_pass(self, ck, watch, it, order, history, changed, C.shape[0], {"labels": labels, "centres": C})
-            if not changed:
-                converged = True
-                break
-        self.cluster_centers_ = C
-        self.labels_ = labels
-        self.n_clusters_ = int(C.shape[0])
-        _finish(self, ck, history, it + 1, converged, order, d, self.n_clusters_)
-        return self
+        ck, run, X = done
+        self.cluster_centers_ = run.state["centres"]
+        self.labels_ = run.state["labels"]
+        self.n_clusters_ = int(self.cluster_centers_.shape[0])
+        return _finish(self, ck, run, X.shape[1], self.n_clusters_)
 
     def fit_predict(self, X, y=None):
         """``fit(X).labels_``."""
@@ -396,30 +436,13 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
 
     def fit(self, X, y=None) -> "CollapsedBPMeans":
         """Learn a binary feature allocation of ``X`` (numpy, dask, zarr or xarray)."""
-        started = _start(self, X)
-        if started is None:
+        done = _fit_serial(self, X, lambda Xn: _CollapsedBPPasses(self, Xn))
+        if done is None:
             return self
-        X, ck, state, first, order, history = started
-        n, d = X.shape
-        lam = float(self.lam)
-        sq_norm = float((X * X).sum())
-        if state is None:
-            Z = np.zeros((n, 0), np.uint8)
-        else:
-            with ck.reading():
-                Z = ck.require_shape("Z", state["Z"], (n, None)).astype(np.uint8)
-        converged = False
-        watch = Stopwatch()
-        for it in range(first, self.max_iter):
-            Z, moves, J = K.collapsed_bp_pass(X, order, Z, lam, sq_norm)
-            history.append(J)
-            _after_pass(self, ck, watch, it, order, history, moves != 0, Z.shape[1], {"Z": Z}, {"moves": moves})
-            if moves == 0:
-                converged = True
-                break
+        ck, run, X = done
+        Z = run.state["Z"]
         Zf = Z.astype(np.float64)
         self.features_ = feature_means(Zf.T @ Zf, Zf.T @ X)
         self.n_latent_features_ = int(Z.shape[1])
         self.allocation_ = Z
-        _finish(self, ck, history, it + 1, converged, order, d, self.n_latent_features_)
-        return self
+        return _finish(self, ck, run, X.shape[1], self.n_latent_features_)

@@ -14,12 +14,14 @@ generator's state) is saved atomically after every sweep, and a refit resumes fr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numba
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from .._dask.loop import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
+from .._fit import Step, best_of, finish, restore_finished
 from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus
@@ -143,9 +145,9 @@ class COPKMeans(BaseEstimator):
         i, j, s = self._links(constraints, n)
         ck = self._checkpointer(arr, constraints=constraints)
         state = ck.resume()
-        if state is not None and state.get("phase") == "done":
-            ck.restore_attributes(self, state)
-            return self
+        if restore_finished(self, ck, state) is not None:
+            return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters,
+                          save=False)
         diff = Xn - Xn.mean(axis=0)
         ck.check_content(float(n), Xn.mean(axis=0), float((diff * diff).sum()))
         must = s > 0
@@ -165,90 +167,23 @@ class COPKMeans(BaseEstimator):
         ca, cb = ca[~inside], cb[~inside]
         A = sp.csr_matrix((np.ones(2 * ca.size), (np.concatenate([ca, cb]), np.concatenate([cb, ca]))),
                           shape=(n_comp, n_comp))
-        indptr, indices = A.indptr.astype(np.int64), A.indices.astype(np.int64)
-        rng = as_generator(self.random_state)
-        first, best, inner = 0, None, None
-        if state is not None:
-            first, best, inner, rng = self._unpack(ck, state, n, n_comp, d)
-        watch = Stopwatch()
-        k = self.n_clusters
-        for r in range(first, self.n_init):
-            if inner is None:
-                C = kmeans_plusplus(P, w, k, rng)
-                lab = np.empty(n_comp, dtype=np.int64)
-                prev, it0 = None, 0
-            else:
-                C, lab, prev, it0 = inner
-                inner = None
-            for it in range(it0, self.max_iter):
-                n_bad = _sweep(P, w, C, rng.permutation(n_comp).astype(np.int64), indptr, indices, lab)
-                if n_bad and self.on_infeasible == "raise":
-                    raise InfeasibleConstraintsError(
-                        message("COPKMeans.fit(constraints=...)", f"cannot-links that {self.n_clusters} clusters "
-                                "can satisfy", f"{n_bad} must-link components with every cluster forbidden",
-                                "Use on_infeasible='nearest', more clusters, or RDPMeans (soft links).")
-                    )
-                sums = np.zeros((k, d))
-                np.add.at(sums, lab, P * w[:, None])
-                cnt = np.bincount(lab, weights=w, minlength=k)
-                full = cnt > 0
-                C[full] = sums[full] / cnt[full, None]
-                stop = prev is not None and np.array_equal(lab, prev)
-                if not stop:
-                    prev = lab.copy()
-                if ck.active and not stop and it + 1 < self.max_iter:
-                    ck.save({"phase": "iter", "init": r, "iteration": it + 1, "rng": rng_state(rng), "centres": C,
-                             "labels": lab, "prev": prev, "best": _best_state(best)})
-                cost = float((w * ((P - C[lab]) ** 2).sum(axis=1)).sum())
-                emit(ProgressEvent("COPKMeans", "iter", it + 1, cost, k, watch.lap(), {"init": r, "infeasible": n_bad}))
-                if stop:
-                    break
-            z = lab[comp]
-            inertia = float(((Xn - C[z]) ** 2).sum())
-            violated = int((z[i[~must]] == z[j[~must]]).sum())
-            key = (violated, inertia)
-            if best is None or key < best[0]:
-                best = (key, z.copy(), C.copy(), it + 1)
-            if ck.active and r + 1 < self.n_init:
-                ck.save({"phase": "init", "init": r + 1, "rng": rng_state(rng), "best": _best_state(best)})
-        (violated, inertia), z, C, n_iter = best
-        self.labels_ = z
-        self.cluster_centers_ = C
-        self.inertia_ = inertia
-        self.n_violated_ = (0, violated)
+        problem = _Problem(Xn, P, w, comp, A.indptr.astype(np.int64), A.indices.astype(np.int64),
+                           (i[~must], j[~must]))
+        best = best_of(lambda r, rng: _Sweeps(self, problem, r, rng), n_init=self.n_init, max_iter=self.max_iter,
+                       rng=as_generator(self.random_state), key=lambda b: (b["violated"], b["inertia"]), ck=ck,
+                       resume=state)
+        self.labels_ = best["labels"]
+        self.cluster_centers_ = best["centres"]
+        self.inertia_ = best["inertia"]
+        self.n_violated_ = (0, best["violated"])
         self.n_components_ = int(n_comp)
-        self.n_iter_ = int(n_iter)
+        self.n_iter_ = best["n_iter"]
         self.n_features_in_ = d
         if ck.active:  # not a registered estimator (dclust.load cannot read it): the attributes go in the state
             ck.save({"phase": "done", "attributes": {k: v for k, v in vars(self).items()
                                                      if k.endswith("_") and not k.startswith("_")}})
-        return self
-
-    def _unpack(self, ck, state, n, n_comp, d):
-        """(first run, best so far, sweep state or None, generator) of a checkpoint, shapes checked."""
-        k = self.n_clusters
-        with ck.reading():
-            first = int(state["init"])
-            if state["phase"] not in ("iter", "init") or not 0 <= first < self.n_init:
-                raise ValueError(f"phase {state['phase']!r} at run {first} of n_init={self.n_init}")
-            rng = set_rng_state(state["rng"])
-            best = state["best"]
-            if best is not None:
-                best = ((int(best["violated"]), float(best["inertia"])),
-                        ck.require_shape("best labels", best["labels"], (n,)).astype(np.int64),
-                        ck.require_shape("best centres", best["centres"], (k, d)).astype(np.float64),
-                        int(best["n_iter"]))
-            inner = None
-            if state["phase"] == "iter":
-                it = int(state["iteration"])
-                if not 0 < it < self.max_iter:
-                    raise ValueError(f"sweep {it} with max_iter={self.max_iter}")
-                lab = ck.require_shape("labels", state["labels"], (n_comp,)).astype(np.int64)
-                if lab.size and not (0 <= lab.min() and lab.max() < k):
-                    raise ValueError(f"labels outside 0..{k - 1}")
-                prev = ck.require_shape("previous labels", state["prev"], (n_comp,)).astype(np.int64)
-                inner = (ck.require_shape("centres", state["centres"], (k, d)).astype(np.float64), lab, prev, it)
-        return first, best, inner, rng
+        return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters,
+                      save=False)
 
     def predict(self, X) -> np.ndarray:
         """Nearest centre of every row (links are not used)."""
@@ -261,8 +196,88 @@ class COPKMeans(BaseEstimator):
         return self.fit(X, constraints=constraints).labels_
 
 
-def _best_state(best):
-    if best is None:
-        return None
-    (violated, inertia), z, C, n_iter = best
-    return {"violated": violated, "inertia": inertia, "labels": z, "centres": C, "n_iter": n_iter}
+
+@dataclass(frozen=True)
+class _Problem:
+    """The data of a COP-KMeans fit: rows ``X``, must-link components ``P`` (means) of sizes ``w`` with the
+    component of every row ``comp``, the cannot-link graph between components (CSR) and the cannot-links."""
+
+    X: np.ndarray
+    P: np.ndarray
+    w: np.ndarray
+    comp: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    cannot: tuple
+
+
+class _Sweeps(Step):
+    """One seeded COP-KMeans run for the fit loop: k-means++ on the components, then constrained Lloyd sweeps
+    (each in a fresh random order) until the labels repeat. The state: ``centres``, ``labels`` of the components
+    (None before the first sweep), ``infeasible`` (components placed in their nearest cluster) and ``cost``."""
+
+    name = "COPKMeans"
+    unit = "sweeps"
+
+    def __init__(self, est, problem: _Problem, restart: int, rng):
+        self.est, self.pb, self.restart, self.rng, self.k = est, problem, restart, rng, est.n_clusters
+
+    def start(self) -> dict:
+        return {"centres": kmeans_plusplus(self.pb.P, self.pb.w, self.k, self.rng), "labels": None}
+
+    def step(self, s: dict) -> dict:
+        pb, k = self.pb, self.k
+        m = pb.P.shape[0]
+        lab = np.empty(m, dtype=np.int64)
+        n_bad = _sweep(pb.P, pb.w, s["centres"], self.rng.permutation(m).astype(np.int64), pb.indptr, pb.indices,
+                       lab)
+        if n_bad and self.est.on_infeasible == "raise":
+            raise InfeasibleConstraintsError(
+                message("COPKMeans.fit(constraints=...)", f"cannot-links that {k} clusters can satisfy",
+                        f"{n_bad} must-link components with every cluster forbidden",
+                        "Use on_infeasible='nearest', more clusters, or RDPMeans (soft links).")
+            )
+        sums = np.zeros((k, pb.P.shape[1]))
+        np.add.at(sums, lab, pb.P * pb.w[:, None])
+        cnt = np.bincount(lab, weights=pb.w, minlength=k)
+        full = cnt > 0
+        C = s["centres"].copy()
+        C[full] = sums[full] / cnt[full, None]
+        cost = float((pb.w * ((pb.P - C[lab]) ** 2).sum(axis=1)).sum())
+        return {"centres": C, "labels": lab, "infeasible": int(n_bad), "cost": cost}
+
+    def converged(self, old: dict, new: dict) -> bool:
+        return old["labels"] is not None and np.array_equal(new["labels"], old["labels"])
+
+    def objective(self, s: dict) -> float:
+        return s.get("cost", float("nan"))
+
+    def n_clusters(self, s: dict) -> int:
+        return self.k
+
+    def extra(self, s: dict) -> dict:
+        return {"init": self.restart, "infeasible": s["infeasible"]}
+
+    def to_checkpoint(self, s: dict) -> dict:
+        return {"centres": s["centres"], "labels": s["labels"]}
+
+    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+        m, d, k = self.pb.P.shape[0], self.pb.P.shape[1], self.k
+        lab = ck.require_shape("labels", saved["labels"], (m,)).astype(np.int64)
+        if lab.size and not (0 <= lab.min() and lab.max() < k):
+            raise ValueError(f"labels outside 0..{k - 1}")
+        return {"centres": ck.require_shape("centres", saved["centres"], (k, d)).astype(np.float64), "labels": lab}
+
+    def result(self, s: dict, run) -> dict:
+        pb = self.pb
+        z = s["labels"][pb.comp]
+        return {"violated": int((z[pb.cannot[0]] == z[pb.cannot[1]]).sum()),
+                "inertia": float(((pb.X - s["centres"][z]) ** 2).sum()), "labels": z, "centres": s["centres"],
+                "n_iter": run.n_iter}
+
+    def result_from_checkpoint(self, ck, saved: dict) -> dict:
+        n, d = self.pb.X.shape
+        return {"violated": int(saved["violated"]), "inertia": float(saved["inertia"]),
+                "labels": ck.require_shape("best labels", saved["labels"], (n,)).astype(np.int64),
+                "centres": ck.require_shape("best centres", saved["centres"], (self.k, d)).astype(np.float64),
+                "n_iter": int(saved["n_iter"])}

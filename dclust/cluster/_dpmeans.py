@@ -8,7 +8,7 @@ import numpy as np
 
 from .._dask.passes import persist_if_fits
 from .._dask.init import furthest_first
-from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
+from .._fit import ProgressEvent, Stopwatch, emit, logger
 from .._dask.occ import KeyedPass, keyed_pass, keyed_prefix, keyed_records_from, keyed_records_state
 from .._registry import register
 from .._validation import (

@@ -7,13 +7,12 @@ import warnings
 import numpy as np
 
 from .._dask import gmpr as _dgmpr
-from .._dask.passes import persist_if_fits
 from .._dask.init import take_rows
-from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
+from .._fit import Step, finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array
 from ..errors import (
-    ConvergenceWarning, InfeasibleConstraintsError, InvalidDataError, message,
+    InfeasibleConstraintsError, InvalidDataError, message,
 )
 from ..kernels.gmpr import MixtureParams, m_step, update_alpha
 from ..kernels.kmeans import kmeans_plusplus
@@ -255,97 +254,40 @@ class GMPR(ClusterMixin, BaseEstimator):
         plan = _link_plan(constraints, arr, info.kind, M)
         ck = self._checkpointer(arr, constraints=constraints)
         state = ck.resume()
-        if state is not None and state.get("phase") == "done":
-            ck.restore_attributes(self, state)
+        if restore_finished(self, ck, state) is not None:
             self._warn_unconverged()
-            emit(ProgressEvent("GMPR", "done", self.n_iter_, self.log_likelihood_, M * K, 0.0))
-            return self
+            return finish(self, ck, n_iter=self.n_iter_, objective=self.log_likelihood_, n_clusters=M * K,
+                          save=False)
         rng = as_generator(self.random_state)
-        if info.kind != "numpy":
-            arr = persist_if_fits(arr, self.persist, logger)
+        arr = persisted(arr, info.kind, self.persist)
         self._warned = False
         links = _dgmpr.link_payload(arr, plan)
         if links is not None:
             links = links.persist()  # O(links · D) floats on the cluster, gathered once
-        watch = Stopwatch()
-        if state is None:
-            first = 1
-            params = self._initial_params(arr, rng)
-            emit(ProgressEvent("GMPR", "init", 0, float("nan"), M * K, watch.lap()))
-        else:
-            first, params, history, self._warned = self._unpack(ck, state, d)
-            first += 1
-        stats = _dgmpr.estep(arr, plan, params, self.split_every, links)
-        raise_if_bad_block(stats, arr)
-        w_all, mean_all, scatter_all = _pooled(stats)  # independent of the parameters: the data's own sums
-        ck.check_content(w_all, mean_all, float(np.trace(scatter_all) if scatter_all.ndim == 2 else scatter_all.sum()))
-        if state is None:
-            ll = _dgmpr.total_loglik(stats, params.alpha, plan.n_cannot)
-            history = [ll]
-        else:
-            ll = history[-1]
-        converged = False
-        n_iter = first - 1
-        for n_iter in range(first, self.max_iter + 1):
-            new, weight = m_step(stats, params, self.reg_covar)
-            self._warn_light(weight, d)
-            alpha, _ = update_alpha(stats.class_counts, plan.n_cannot, params.alpha)
-            params = self._build(alpha, new.pi, new.means, new.covariances)
-            stats = _dgmpr.estep(arr, plan, params, self.split_every, links)
-            ll_new = _dgmpr.total_loglik(stats, params.alpha, plan.n_cannot)
-            history.append(ll_new)
-            converged = abs(ll_new - ll) <= self.tol * abs(ll_new)
-            if ck.active and not converged and n_iter < self.max_iter:
-                ck.save({"phase": "iter", "iteration": n_iter, "alpha": params.alpha, "pi": params.pi,
-                         "means": params.means, "covariances": params.covariances, "history": history,
-                         "warned": self._warned})
-            emit(ProgressEvent("GMPR", "iter", n_iter, ll_new, M * K, watch.lap()))
-            ll = ll_new
-            if converged:
-                break
+        em = _EM(self, arr, plan, links, rng, ck)
+        run = fit_loop(em, max_iter=self.max_iter, ck=ck, resume=None if state is None else state["loop"])
+        params, history = run.state["params"], run.state["history"]
         self.weights_ = params.alpha
         self.sub_weights_ = params.pi
         self.means_ = params.means
         self.covariances_ = params.covariances
-        self.log_likelihood_ = float(ll)
+        self.log_likelihood_ = float(history[-1])
         self.objective_history_ = history
-        self.n_iter_ = int(n_iter)
-        self.converged_ = bool(converged)
+        self.n_iter_ = int(len(history) - 1)
+        self.converged_ = bool(run.converged)
         self.n_must_ = int(plan.n_must)
         self.n_cannot_ = int(plan.n_cannot)
         self.n_features_in_ = d
         del self._warned
         self._warn_unconverged()
-        ck.save_done(self)
-        emit(ProgressEvent("GMPR", "done", n_iter, ll, M * K, 0.0))
-        return self
+        return finish(self, ck, n_iter=self.n_iter_, objective=self.log_likelihood_, n_clusters=M * K)
 
     def _warn_unconverged(self) -> None:
         if not self.converged_:
             h = self.objective_history_
             change = abs(h[-1] - h[-2]) / max(abs(h[-1]), 1e-300) if len(h) > 1 else float("nan")
-            warnings.warn(
-                f"GMPR did not converge in max_iter={self.max_iter} iterations (last relative change "
-                f"{change:.3g} > tol={self.tol}). Increase max_iter or tol.", ConvergenceWarning, stacklevel=3,
-            )
-
-    def _unpack(self, ck, state, d):
-        """(last iteration, parameters, log-likelihood history, warned) of a checkpoint, shapes checked."""
-        M, K = self.n_classes, self.clusters_per_class
-        cov_shape = (M, K, d) if self.covariance_type == "diag" else (M, K, d, d)
-        with ck.reading():
-            it = int(state["iteration"])
-            if state["phase"] != "iter" or not 0 < it < self.max_iter:
-                raise ValueError(f"phase {state['phase']!r} at iteration {it} (max_iter={self.max_iter})")
-            alpha = ck.require_shape("class weights", state["alpha"], (M,)).astype(np.float64)
-            pi = ck.require_shape("sub-cluster weights", state["pi"], (M, K)).astype(np.float64)
-            means = ck.require_shape("means", state["means"], (M, K, d)).astype(np.float64)
-            cov = ck.require_shape("covariances", state["covariances"], cov_shape).astype(np.float64)
-            history = [float(v) for v in state["history"]]
-            if len(history) != it + 1:
-                raise ValueError(f"a log-likelihood history of {len(history)} values at iteration {it}")
-            warned = bool(state["warned"])
-        return it, self._build(alpha, pi, means, cov), history, warned
+            warn_unconverged("GMPR", self.max_iter, note=f" (last relative change {change:.3g} > tol={self.tol})",
+                             fix="Increase max_iter or tol.")
 
     def predict_proba(self, X, constraints=None):
         """Class posteriors, shape (n_samples, n_classes).
@@ -371,6 +313,77 @@ class GMPR(ClusterMixin, BaseEstimator):
     def fit_predict(self, X, y=None, constraints=None):
         """``fit(X, constraints=constraints)`` then ``predict(X, constraints=constraints)``."""
         return self.fit(X, constraints=constraints).predict(X, constraints=constraints)
+
+
+class _EM(Step):
+    """One EM iteration of GM-PR (M-step from the last E-step's statistics, then the E-step pass of the new
+    parameters) for the fit loop. The state: ``params``, ``stats`` (of the E-step at ``params``; None right after
+    a resume: the next step recomputes them) and ``history`` (the log-likelihood at the initial parameters and
+    after every M-step)."""
+
+    name = "GMPR"
+
+    def __init__(self, est, arr, plan, links, rng, ck):
+        self.est, self.arr, self.plan, self.links, self.rng, self.ck = est, arr, plan, links, rng, ck
+        self.size = est.n_classes * est.clusters_per_class
+
+    def _estep(self, params):
+        return _dgmpr.estep(self.arr, self.plan, params, self.est.split_every, self.links)
+
+    def _first_estep(self, params):
+        """The E-step of the first pass of this process: NaN/inf checks and the data's content fingerprint."""
+        stats = self._estep(params)
+        raise_if_bad_block(stats, self.arr)
+        w_all, mean_all, scatter_all = _pooled(stats)  # independent of the parameters: the data's own sums
+        self.ck.check_content(w_all, mean_all,
+                              float(np.trace(scatter_all) if scatter_all.ndim == 2 else scatter_all.sum()))
+        return stats
+
+    def start(self) -> dict:
+        params = self.est._initial_params(self.arr, self.rng)
+        stats = self._first_estep(params)
+        return {"params": params, "stats": stats,
+                "history": [_dgmpr.total_loglik(stats, params.alpha, self.plan.n_cannot)]}
+
+    def step(self, s: dict) -> dict:
+        est, params = self.est, s["params"]
+        stats = s["stats"] if s["stats"] is not None else self._first_estep(params)
+        new, weight = m_step(stats, params, est.reg_covar)
+        est._warn_light(weight, self.arr.shape[1])
+        alpha, _ = update_alpha(stats.class_counts, self.plan.n_cannot, params.alpha)
+        params = est._build(alpha, new.pi, new.means, new.covariances)
+        stats = self._estep(params)
+        ll = _dgmpr.total_loglik(stats, params.alpha, self.plan.n_cannot)
+        return {"params": params, "stats": stats, "history": s["history"] + [ll]}
+
+    def converged(self, old: dict, new: dict) -> bool:
+        ll_old, ll = new["history"][-2], new["history"][-1]
+        return abs(ll - ll_old) <= self.est.tol * abs(ll)
+
+    def objective(self, s: dict) -> float:
+        return s["history"][-1]
+
+    def n_clusters(self, s: dict) -> int:
+        return self.size
+
+    def to_checkpoint(self, s: dict) -> dict:
+        p = s["params"]
+        return {"alpha": p.alpha, "pi": p.pi, "means": p.means, "covariances": p.covariances,
+                "history": s["history"], "warned": self.est._warned}
+
+    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+        est, d = self.est, self.arr.shape[1]
+        M, K = est.n_classes, est.clusters_per_class
+        cov_shape = (M, K, d) if est.covariance_type == "diag" else (M, K, d, d)
+        alpha = ck.require_shape("class weights", saved["alpha"], (M,)).astype(np.float64)
+        pi = ck.require_shape("sub-cluster weights", saved["pi"], (M, K)).astype(np.float64)
+        means = ck.require_shape("means", saved["means"], (M, K, d)).astype(np.float64)
+        cov = ck.require_shape("covariances", saved["covariances"], cov_shape).astype(np.float64)
+        history = [float(v) for v in saved["history"]]
+        if len(history) != iteration + 1:
+            raise ValueError(f"a log-likelihood history of {len(history)} values at iteration {iteration}")
+        est._warned = bool(saved["warned"])
+        return {"params": est._build(alpha, pi, means, cov), "stats": None, "history": history}
 
 
 def _pooled(stats):

@@ -3,16 +3,16 @@ features, every row optimised independently (fully parallel), with greedy initia
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 
-from .._dask.passes import persist_if_fits
 from .._dask.features import greedy_init, init_bits, kfeatures_pass
-from .._dask.loop import ProgressEvent, Stopwatch, emit, logger, rng_state, set_rng_state
+from .._fit import (
+    Step, best_of, finish, fit_loop, persisted, restore_finished, restore_rng, rng_state, warn_unconverged,
+)
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array
-from ..errors import ConvergenceWarning, InvalidParameterError, message
+from ..errors import InvalidParameterError, message
 from ..kernels.bpmeans import feature_means
 from ..kernels.kfeatures import MAX_EXHAUSTIVE
 from ._base import CHECKPOINT, BaseEstimator, wrap_output
@@ -39,75 +39,79 @@ def _check_exhaustive(name: str, exhaustive: bool, k: int) -> None:
         )
 
 
-def _run(arr, k, *, mean, sq_norm, n_init, exhaustive, max_iter, rng, split_every, state=None, step=None):
-    """The best of ``n_init`` K-features runs (lowest ``||X - ZA||^2``), as a dict of results.
+class _Run(Step):
+    """One K-features run with ``k`` features ([MB] eq. 14) for the fit loop: greedy initialisation (2.6), then
+    passes of step 1 (every row re-optimised) and step 2 (``A = pinv(Z'Z) Z'X``) until no bit flips.
 
-    Checkpoints: ``step(s, objective)``, when given, is called after every pass with the loop state ``s``
-    (restart, the run's features and allocation, the best run so far; when the pass ends a run, the next restart
-    with ``run`` None), or None after the last pass of the last restart. ``state`` (such an ``s``) resumes from
-    there; ``rng`` must then be the generator as it was when ``s`` was made.
+    The state: features ``A``, the greedy start ``A0``, the allocation ``Z`` (a persisted dask array), ``history``
+    (``||X - ZA||^2`` after every pass) and ``assign`` (after every assignment step); ``flips`` of the last pass.
     """
-    best, first = None, 0
-    if state is not None:
-        first, best = int(state["restart"]), state["best"]
-    for j in range(first, n_init):
-        run, state = (None if state is None else state["run"]), None
-        if run is not None:
-            A, A0, Z = run["A"], run["A0"], run["Z"]
-            history, assign = list(run["history"]), list(run["assign"])
-        else:
-            seed = int(rng.integers(2**62))
-            A, _, _ = greedy_init(arr, mean, lam=0.0, n_features=k, seed=seed, max_features=k,
-                                  split_every=split_every)
-            A0 = A.copy()
-            Z = init_bits(arr, A, True).persist()
-            history, assign = [], []
-        converged = False
-        for it in range(len(history), max_iter):
-            Z, gram = kfeatures_pass(arr, Z, A, exhaustive=exhaustive, split_every=split_every)
-            assign.append(gram.sse)
-            A = feature_means(gram.G, gram.B)
-            history.append(float(sq_norm - np.sum(gram.B * A)))
-            converged = gram.flips == 0
-            done = converged or it + 1 >= max_iter
-            if done and (best is None or history[-1] < best["history"][-1]):
-                best = dict(A=A, A0=A0, Z=Z, history=history, assign=assign, n_iter=it + 1, converged=converged)
-            if step is not None:
-                if not done:
-                    s = {"restart": j, "best": best, "run": {"A": A, "A0": A0, "Z": Z, "history": history,
-                                                             "assign": assign}}
-                else:
-                    s = {"restart": j + 1, "best": best, "run": None} if j + 1 < n_init else None
-                step(s, history[-1])
-            if done:
-                break
-    return best
 
+    unit = "passes"
 
-def _check_run_state(ck, state, arr, k, n_init, max_iter):
-    """A K-features loop state of a checkpoint (restart, run, best run so far), shapes checked (in place)."""
-    n, d = arr.shape
+    def __init__(self, est, arr, k, mean, sq_norm, rng):
+        self.name = type(est).__name__
+        self.est, self.arr, self.k, self.mean, self.sq_norm, self.rng = est, arr, k, mean, sq_norm, rng
 
-    def result(r, what):
-        r["A"] = ck.require_shape(f"{what} features", r["A"], (k, d)).astype(np.float64)
-        r["A0"] = ck.require_shape(f"{what} initial features", r["A0"], (k, d)).astype(np.float64)
+    def start(self) -> dict:
+        seed = int(self.rng.integers(2**62))
+        A, _, _ = greedy_init(self.arr, self.mean, lam=0.0, n_features=self.k, seed=seed, max_features=self.k,
+                              split_every=self.est.split_every)
+        Z = init_bits(self.arr, A, True).persist()
+        return {"A": A, "A0": A.copy(), "Z": Z, "history": [], "assign": [], "flips": -1}
+
+    def step(self, s: dict) -> dict:
+        Z, gram = kfeatures_pass(self.arr, s["Z"], s["A"], exhaustive=self.est.exhaustive,
+                                 split_every=self.est.split_every)
+        A = feature_means(gram.G, gram.B)
+        return {"A": A, "A0": s["A0"], "Z": Z, "history": s["history"] + [float(self.sq_norm - np.sum(gram.B * A))],
+                "assign": s["assign"] + [gram.sse], "flips": gram.flips}
+
+    def converged(self, old: dict, new: dict) -> bool:
+        return new["flips"] == 0
+
+    def objective(self, s: dict) -> float:
+        return s["history"][-1]
+
+    def n_clusters(self, s: dict) -> int:
+        return self.k
+
+    def to_checkpoint(self, s: dict) -> dict:
+        return {key: s[key] for key in ("A", "A0", "Z", "history", "assign")}
+
+    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+        s = self._checked(ck, saved, "the run's")
+        if len(s["history"]) != iteration:
+            raise ValueError(f"histories of {len(s['history'])} passes at pass {iteration}")
+        return {**s, "flips": -1}
+
+    def result(self, s: dict, run) -> dict:
+        return {**self.to_checkpoint(s), "n_iter": run.n_iter, "converged": run.converged}
+
+    def result_from_checkpoint(self, ck, saved: dict) -> dict:
+        return {**self._checked(ck, saved, "the best run's"), "n_iter": int(saved["n_iter"]),
+                "converged": bool(saved["converged"])}
+
+    def _checked(self, ck, r: dict, what: str) -> dict:
+        """A run of a checkpoint (features, allocation, histories), shapes checked."""
+        (n, d), k, max_iter = self.arr.shape, self.k, self.est.max_iter
+        out = {"A": ck.require_shape(f"{what} features", r["A"], (k, d)).astype(np.float64),
+               "A0": ck.require_shape(f"{what} initial features", r["A0"], (k, d)).astype(np.float64)}
         Z = r["Z"]
-        if not hasattr(Z, "chunks") or Z.shape != (n, k) or tuple(Z.chunks[0]) != tuple(arr.chunks[0]):
+        if not hasattr(Z, "chunks") or Z.shape != (n, k) or tuple(Z.chunks[0]) != tuple(self.arr.chunks[0]):
             raise ValueError(f"{what} allocation of shape {getattr(Z, 'shape', None)}, expected ({n}, {k})")
-        r["Z"] = Z.astype(np.uint8)
-        r["history"], r["assign"] = [float(v) for v in r["history"]], [float(v) for v in r["assign"]]
-        if not 0 < len(r["history"]) <= max_iter or len(r["assign"]) != len(r["history"]):
-            raise ValueError(f"{what} histories of {len(r['history'])} passes (max_iter={max_iter})")
-        return r
+        out["Z"] = Z.astype(np.uint8)
+        out["history"], out["assign"] = [float(v) for v in r["history"]], [float(v) for v in r["assign"]]
+        if not 0 < len(out["history"]) <= max_iter or len(out["assign"]) != len(out["history"]):
+            raise ValueError(f"{what} histories of {len(out['history'])} passes (max_iter={max_iter})")
+        return out
 
-    if not 0 <= int(state["restart"]) < n_init:
-        raise ValueError(f"restart {state['restart']} of n_init={n_init}")
-    if state["run"] is not None:
-        result(state["run"], "the run's")
-    if state["best"] is not None:
-        best = result(state["best"], "the best run's")
-        best["n_iter"], best["converged"] = int(best["n_iter"]), bool(best["converged"])
-    return state
+
+def _best_run(est, arr, k, mean, sq_norm, rng, ck, resume, context=None, announce=True) -> dict:
+    """The best of ``est.n_init`` K-features runs with ``k`` features (lowest ``||X - ZA||^2``)."""
+    return best_of(lambda j, rng: _Run(est, arr, k, mean, sq_norm, rng), n_init=est.n_init, max_iter=est.max_iter,
+                   rng=rng, key=lambda r: r["history"][-1], ck=ck, resume=resume, context=context,
+                   announce=announce)
 
 
 def _start(est, X, max_k):
@@ -121,30 +125,29 @@ def _start(est, X, max_k):
 
 
 def _first_pass(est, arr, info, ck):
-    """``(data, stopwatch, mean, squared norm)``: the data persisted when they fit (dask input), and their mean
-    and squared norm from one pass (which also checks that a resumed checkpoint's data are these)."""
-    if info.kind != "numpy":
-        arr = persist_if_fits(arr, est.persist, logger)
-    watch = Stopwatch()
+    """``(data, mean, squared norm)``: the data persisted when they fit (dask input), and their mean and squared
+    norm from one pass (which also checks that a resumed checkpoint's data are these)."""
+    arr = persisted(arr, info.kind, est.persist)
     mean, sq_norm, _, _ = first_pass(arr, seed=0, counts=np.zeros(len(arr.chunks[0]), np.int64),
                                      split_every=est.split_every,
                                      check_content=ck.check_content if ck.active else None)
-    return arr, watch, mean, sq_norm
+    return arr, mean, sq_norm
 
 
 def _restore(est, ck, state, info, n):
-    """Set the model of a finished fit's checkpoint (with its allocation Z) on ``est``."""
-    extra = ck.restore_attributes(est, state)
+    """The model of a finished fit's checkpoint (with its allocation Z) on ``est``, or None (no finished fit)."""
+    extra = restore_finished(est, ck, state)
+    if extra is None:
+        return None
     with ck.reading():
         Z = extra["allocation"]
         if not hasattr(Z, "chunks") or Z.shape != (n, est.n_latent_features_):
             raise ValueError(f"an allocation of shape {getattr(Z, 'shape', None)}")
     est.allocation_ = wrap_output(Z, info, "allocation")
     if not est.converged_:
-        warnings.warn(f"{type(est).__name__} did not converge in max_iter={est.max_iter} passes; increase max_iter.",
-                      ConvergenceWarning, stacklevel=3)
-    emit(ProgressEvent(type(est).__name__, "done", est.n_iter_, est.objective_, est.n_latent_features_, 0.0))
-    return est
+        warn_unconverged(type(est).__name__, est.max_iter, unit="passes", fix="Increase max_iter.")
+    return finish(est, ck, n_iter=est.n_iter_, objective=est.objective_, n_clusters=est.n_latent_features_,
+                  save=False)
 
 
 @register
@@ -212,37 +215,18 @@ class KFeatures(FeatureMixin, BaseEstimator):
     def fit(self, X, y=None) -> "KFeatures":
         """Learn ``n_features`` features from ``X`` (shape (n_samples, n_features_in))."""
         arr, info, ck, state = _start(self, X, self.n_features)
-        if state is not None and state.get("phase") == "done":
-            return _restore(self, ck, state, info, arr.shape[0])
-        rng, inner, count = as_generator(self.random_state), None, [0]
-        if state is not None:
-            with ck.reading():
-                if state["phase"] != "iter":
-                    raise ValueError(f"phase {state['phase']!r}")
-                rng, count = set_rng_state(state["rng"]), [int(state["n_passes"])]
-                inner = _check_run_state(ck, state["kfeatures"], arr, self.n_features, self.n_init, self.max_iter)
-        arr, watch, mean, sq_norm = _first_pass(self, arr, info, ck)
-
-        def step(s, objective):  # after every pass: save (when the run goes on), then announce it
-            count[0] += 1
-            if s is not None and ck.active:
-                ck.save({"phase": "iter", "rng": rng_state(rng), "n_passes": count[0], "kfeatures": s})
-            emit(ProgressEvent("KFeatures", "iter", count[0], objective, self.n_features, watch.lap()))
-
-        best = _run(arr, self.n_features, mean=mean, sq_norm=sq_norm, n_init=self.n_init,
-                    exhaustive=self.exhaustive, max_iter=self.max_iter, rng=rng, split_every=self.split_every,
-                    state=inner, step=step)
+        if _restore(self, ck, state, info, arr.shape[0]) is not None:
+            return self
+        arr, mean, sq_norm = _first_pass(self, arr, info, ck)
+        best = _best_run(self, arr, self.n_features, mean, sq_norm, as_generator(self.random_state), ck, state)
         _store(self, best, info, arr.shape[1], 0.0)
-        if ck.active:
-            ck.save_done(self, allocation=best["Z"])
-        emit(ProgressEvent("KFeatures", "done", self.n_iter_, self.objective_, self.n_features, watch.lap()))
-        return self
+        return finish(self, ck, n_iter=self.n_iter_, objective=self.objective_, n_clusters=self.n_features,
+                      allocation=best["Z"])
 
 
 def _store(est, best, info, d, lam_k):
     if not best["converged"]:
-        warnings.warn(f"{type(est).__name__} did not converge in max_iter={est.max_iter} passes; increase max_iter.",
-                      ConvergenceWarning, stacklevel=3)
+        warn_unconverged(type(est).__name__, est.max_iter, unit="passes", fix="Increase max_iter.")
     est.features_ = best["A"]
     est.n_latent_features_ = int(best["A"].shape[0])
     est.init_features_ = best["A0"]
@@ -310,67 +294,79 @@ class StepwiseKFeatures(FeatureMixin, BaseEstimator):
     def fit(self, X, y=None) -> "StepwiseKFeatures":
         """Choose K and learn the features of ``X``."""
         arr, info, ck, state = _start(self, X, self.max_features)
-        if state is not None and state.get("phase") == "done":
-            return _restore(self, ck, state, info, arr.shape[0])
-        rng, first, prev, objectives, inner = as_generator(self.random_state), 1, None, [], None
-        if state is not None:
-            rng, first, prev, objectives, inner = self._unpack(ck, state, arr)
-        arr, watch, mean, sq_norm = _first_pass(self, arr, info, ck)
-        lam = float(self.lam)
+        if _restore(self, ck, state, info, arr.shape[0]) is not None:
+            return self
+        inner = None
+        if state is not None and "outer" in state:  # inside the K-features run of a value of K
+            state, inner = state["outer"], state
+        elif state is not None:
+            state = state["loop"]
+        arr, mean, sq_norm = _first_pass(self, arr, info, ck)
+        search = _Stepwise(self, arr, mean, sq_norm, as_generator(self.random_state), ck, inner)
+        run = fit_loop(search, max_iter=self.max_features + 1, ck=ck, resume=state)
+        prev = run.state["prev"]
+        _store(self, prev, info, arr.shape[1], float(self.lam) * prev["A"].shape[0])
+        self.objectives_by_k_ = run.state["objectives"]
+        return finish(self, ck, n_iter=len(self.objectives_by_k_), objective=self.objective_,
+                      n_clusters=self.n_latent_features_, allocation=prev["Z"])
 
-        def outer(k):  # the state around the K-features run for K = k
-            return {"phase": "iter", "k": k, "objectives": objectives, "prev": prev}
 
-        for k in range(first, self.max_features + 2):
-            if k > self.max_features:
-                gain = objectives[-2] - objectives[-1]
-                raise InvalidParameterError(message(
-                    f"StepwiseKFeatures(lam={self.lam!r}, max_features={self.max_features})",
-                    f"the objective to stop decreasing by K = max_features = {self.max_features}",
-                    f"an objective that still fell by {gain:.4g} from K = {k - 2} to K = {k - 1}",
-                    f"Increase lam (each feature costs lam; a lam above about {gain:.4g} stops this step), or "
-                    f"raise max_features.",
-                ))
-            step = None
-            if ck.active:  # after every pass of the run: save when it goes on
-                step = lambda s, _, k=k: s is not None and ck.save(  # noqa: E731
-                    {**outer(k), "rng": rng_state(rng), "kfeatures": s})
-            cur = _run(arr, k, mean=mean, sq_norm=sq_norm, n_init=self.n_init, exhaustive=self.exhaustive,
-                       max_iter=self.max_iter, rng=rng, split_every=self.split_every, state=inner, step=step)
-            inner = None
-            objectives.append(cur["history"][-1] + lam * k)
-            stop = prev is not None and objectives[-1] >= objectives[-2]
-            if ck.active and not stop and k < self.max_features:
-                ck.save({**outer(k + 1), "prev": cur, "rng": rng_state(rng), "kfeatures": None})
-            emit(ProgressEvent("StepwiseKFeatures", "iter", k, objectives[-1], k, watch.lap()))
-            if stop:
-                break
-            prev = cur
-        _store(self, prev, info, arr.shape[1], lam * prev["A"].shape[0])
-        self.objectives_by_k_ = objectives
-        if ck.active:
-            ck.save_done(self, allocation=prev["Z"])
-        emit(ProgressEvent("StepwiseKFeatures", "done", len(objectives), self.objective_, self.n_latent_features_,
-                           0.0))
-        return self
+class _Stepwise(Step):
+    """The search over K of :class:`StepwiseKFeatures` for the fit loop: pass ``k`` runs K-features with K = k
+    (the best of ``n_init`` runs, checkpointed inside with this search's state as ``"outer"``) and ends the search
+    when ``J_K = ||X - ZA||^2 + lam K`` stops decreasing; then ``prev`` (the run of K - 1) is the model.
 
-    def _unpack(self, ck, state, arr):
-        """(generator, next K, best run of the last K, objectives by K, K-features state or None), checked."""
-        with ck.reading():
-            first = int(state["k"])
-            if state["phase"] != "iter" or not 1 <= first <= self.max_features:
-                raise ValueError(f"phase {state['phase']!r} at K = {first} (max_features={self.max_features})")
-            objectives = [float(v) for v in state["objectives"]]
-            if len(objectives) != first - 1:
-                raise ValueError(f"objectives for {len(objectives)} values of K before K = {first}")
-            prev = state["prev"]
-            if (prev is None) != (first == 1):
-                raise ValueError(f"a best run {'missing' if prev is None else 'present'} at K = {first}")
-            if prev is not None:
-                prev = _check_run_state(ck, {"restart": 0, "run": prev, "best": None}, arr, first - 1, 1,
-                                        self.max_iter)["run"]
-                prev["n_iter"], prev["converged"] = int(prev["n_iter"]), bool(prev["converged"])
-            inner = state["kfeatures"]
-            if inner is not None:
-                inner = _check_run_state(ck, inner, arr, first, self.n_init, self.max_iter)
-            return set_rng_state(state["rng"]), first, prev, objectives, inner
+    The state: ``objectives`` (``J_K`` for K = 1, 2, ...), ``cur`` (the best run of the last K) and ``prev``.
+    """
+
+    name = "StepwiseKFeatures"
+
+    def __init__(self, est, arr, mean, sq_norm, rng, ck, inner):
+        self.est, self.arr, self.mean, self.sq_norm, self.rng, self.ck, self.inner = (
+            est, arr, mean, sq_norm, rng, ck, inner)
+
+    def start(self) -> dict:
+        return {"objectives": [], "cur": None, "prev": None}
+
+    def step(self, s: dict) -> dict:
+        est, objectives = self.est, s["objectives"]
+        k = len(objectives) + 1
+        if k > est.max_features:
+            gain = objectives[-2] - objectives[-1]
+            raise InvalidParameterError(message(
+                f"StepwiseKFeatures(lam={est.lam!r}, max_features={est.max_features})",
+                f"the objective to stop decreasing by K = max_features = {est.max_features}",
+                f"an objective that still fell by {gain:.4g} from K = {k - 2} to K = {k - 1}",
+                f"Increase lam (each feature costs lam; a lam above about {gain:.4g} stops this step), or "
+                f"raise max_features.",
+            ))
+        outer = {"iteration": k - 1, "state": self.to_checkpoint(s)} if self.ck.active else None
+        cur = _best_run(est, self.arr, k, self.mean, self.sq_norm, self.rng, self.ck, self.inner,
+                        context=lambda: {"phase": "iter", "outer": outer}, announce=False)
+        self.inner = None
+        return {"objectives": objectives + [cur["history"][-1] + float(est.lam) * k], "cur": cur, "prev": s["cur"]}
+
+    def converged(self, old: dict, new: dict) -> bool:
+        return len(new["objectives"]) > 1 and new["objectives"][-1] >= new["objectives"][-2]
+
+    def objective(self, s: dict) -> float:
+        return s["objectives"][-1] if s["objectives"] else float("nan")
+
+    def n_clusters(self, s: dict) -> int:
+        return len(s["objectives"])
+
+    def to_checkpoint(self, s: dict) -> dict:
+        return {"objectives": s["objectives"], "last": s["cur"], "rng": rng_state(self.rng)}
+
+    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+        objectives = [float(v) for v in saved["objectives"]]
+        if len(objectives) != iteration:
+            raise ValueError(f"objectives for {len(objectives)} values of K at K = {iteration + 1}")
+        last = saved["last"]
+        if (last is None) != (iteration == 0):
+            raise ValueError(f"a best run {'missing' if last is None else 'present'} at K = {iteration + 1}")
+        if last is not None:
+            last = _Run(self.est, self.arr, iteration, self.mean, self.sq_norm, self.rng).result_from_checkpoint(
+                ck, last)
+        restore_rng(self.rng, saved["rng"])
+        return {"objectives": objectives, "cur": last, "prev": None}

@@ -1,4 +1,4 @@
-"""k-means on Dask: Lloyd iterations, one fused pass over the data per iteration."""
+"""k-means on Dask: Lloyd iterations, one fused pass over the data per iteration, run by the fit loop."""
 
 from __future__ import annotations
 
@@ -6,77 +6,96 @@ import warnings
 
 import numpy as np
 
-from .._dask.passes import persist_if_fits
 from .._dask.init import farthest_rows, kmeans_parallel, kmeans_plusplus_sample, random_rows, reduce_stats
-from .._dask.loop import ProgressEvent, Stopwatch, emit, logger, rng_state, set_rng_state
+from .._fit import Step, best_of, finish, logger, persisted, restore_finished
 from .._registry import register
 from .._validation import ARRAY, SEED, Interval, Options, as_generator, check_array, check_sample_weight
 from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
 from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
 from ._partial import kmeans_partial_fit
 
-__all__ = ["KMeans", "lloyd"]
+__all__ = ["KMeans", "Lloyd"]
 
 
-def lloyd(X, w, centres, *, max_iter: int, tol: float, split_every=None, name: str = "KMeans", state=None,
-          save=None, check_content=None):
-    """Lloyd iterations from ``centres`` until the partition repeats, the squared centre shift is <= the
-    absolute tolerance (``tol`` times the mean feature variance, as in scikit-learn), or ``max_iter``.
+class Lloyd(Step):
+    """Lloyd iterations from the centres of ``seed()`` until the partition repeats, the squared centre shift is <=
+    the absolute tolerance (``tol`` times the mean feature variance, as in scikit-learn), or ``max_iter``.
 
-    Empty clusters move to the rows farthest from their centres (one extra pass, only when it happens).
-    Returns ``(centres, inertia, n_iter, history)``; ``history`` holds the objective of every label pass.
-
-    Checkpoints: ``save(state)``, when given, is called after every iteration that does not stop the loop (before
-    its progress event) with the loop state (a dict of arrays and JSON scalars); ``state`` (such a dict) resumes
-    the loop after that iteration, ignoring ``centres``. ``check_content(weight, mean, scatter)`` receives the
-    one-cluster statistics of the data at the first pass (of the fresh or resumed loop).
+    Empty clusters move to the rows farthest from their centres (one extra pass, only when it happens). The state
+    is a dict: ``centres``, ``history`` (the objective of every label pass), ``tol_abs``, ``old_fp`` (the
+    partition fingerprint of the last pass), and after a pass ``shift`` and ``strict`` (the partition repeated).
+    ``check_content(weight, mean, scatter)`` receives the one-cluster statistics of the data at the first pass.
+    The result of a run (:meth:`result`) is ``centres``, ``inertia``, ``n_iter`` and ``history``.
     """
-    C = np.asarray(centres, dtype=np.float64).copy()
-    k = C.shape[0]
-    history: list[float] = []
-    old_fp = None
-    tol_abs = 0.0
-    start = 0
-    if state is not None:
-        start, C = int(state["iteration"]), np.array(state["centres"], dtype=np.float64)
-        history, tol_abs = [float(v) for v in state["history"]], float(state["tol_abs"])
-        old_fp = None if state["old_fp"] is None else np.asarray(state["old_fp"], dtype=np.uint64)
-    strict = False
-    watch = Stopwatch()
-    for i in range(start, max_iter):
-        stats = reduce_stats(X, w, C, split_every)
-        if i == start and check_content is not None:
-            check_content(*stats.total())
-        if i == 0:
+
+    def __init__(self, X, w, seed, *, n_clusters: int, tol: float, split_every=None, name: str = "KMeans",
+                 check_content=None):
+        self.X, self.w, self.seed, self.k, self.tol = X, w, seed, n_clusters, tol
+        self.split_every, self.name, self.check_content = split_every, name, check_content
+
+    def start(self) -> dict:
+        C = np.asarray(self.seed(), dtype=np.float64).copy()
+        return {"centres": C, "history": [], "tol_abs": 0.0, "old_fp": None}
+
+    def step(self, s: dict) -> dict:
+        X, w, C = self.X, self.w, s["centres"]
+        stats = reduce_stats(X, w, C, self.split_every)
+        if self.check_content is not None:
+            self.check_content(*stats.total())
+            self.check_content = None
+        tol_abs = s["tol_abs"]
+        if not s["history"]:
             raise_if_bad_block(stats, X)
             total_w, _, total_scatter = stats.total()
-            tol_abs = tol * total_scatter / max(total_w * X.shape[1], np.finfo(float).tiny)
+            tol_abs = self.tol * total_scatter / max(total_w * X.shape[1], np.finfo(float).tiny)
         new = np.where(stats.weight[:, None] > 0, stats.mean, C)
         empty = np.flatnonzero(stats.weight <= 0)
         if empty.size:
-            _, _, rows = farthest_rows(X, w, C, empty.size, split_every)
+            _, _, rows = farthest_rows(X, w, C, empty.size, self.split_every)
             new[empty[: len(rows)]] = rows
-            logger.info("%s: %d empty cluster(s) moved to the farthest rows", name, empty.size)
-        history.append(float(stats.cost))
-        shift = float(((new - C) ** 2).sum())
-        C = new
-        stop = (old_fp is not None and np.array_equal(stats.fingerprint, old_fp) and not empty.size)
-        if save is not None and not stop and shift > tol_abs and i + 1 < max_iter:
-            save({"iteration": i + 1, "centres": C, "history": history, "tol_abs": tol_abs,
-                  "old_fp": stats.fingerprint})
-        emit(ProgressEvent(name, "iter", i + 1, stats.cost, k, watch.lap(), {"center_shift": shift}))
-        if stop:
-            strict = True
-            break
-        if shift <= tol_abs:
-            break
-        old_fp = stats.fingerprint
-    n_iter = i + 1
-    if strict:
-        inertia = float(stats.scatter.sum())  # unchanged partition: centres are its means
-    else:
-        inertia = float(reduce_stats(X, w, C, split_every).cost)
-    return C, inertia, n_iter, history
+            logger.info("%s: %d empty cluster(s) moved to the farthest rows", self.name, empty.size)
+        strict = (s["old_fp"] is not None and np.array_equal(stats.fingerprint, s["old_fp"]) and not empty.size)
+        return {"centres": new, "history": s["history"] + [float(stats.cost)], "tol_abs": tol_abs,
+                "old_fp": stats.fingerprint, "shift": float(((new - C) ** 2).sum()), "strict": strict,
+                "scatter": float(stats.scatter.sum())}
+
+    def converged(self, old: dict, new: dict) -> bool:
+        return new["strict"] or new["shift"] <= new["tol_abs"]
+
+    def objective(self, s: dict) -> float:
+        return s["history"][-1]
+
+    def n_clusters(self, s: dict) -> int:
+        return s["centres"].shape[0]
+
+    def extra(self, s: dict) -> dict:
+        return {"center_shift": s["shift"]}
+
+    def to_checkpoint(self, s: dict) -> dict:
+        return {k: s[k] for k in ("centres", "history", "tol_abs", "old_fp")}
+
+    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+        d = self.X.shape[1]
+        C = ck.require_shape("centres", saved["centres"], (self.k, d)).astype(np.float64)
+        old_fp = saved["old_fp"]
+        if old_fp is not None:
+            old_fp = ck.require_shape("partition fingerprint", old_fp, (self.k,)).astype(np.uint64)
+        history = [float(v) for v in saved["history"]]
+        if len(history) != iteration:
+            raise ValueError(f"a history of {len(history)} passes at iteration {iteration}")
+        return {"centres": C, "history": history, "tol_abs": float(saved["tol_abs"]), "old_fp": old_fp}
+
+    def result(self, s: dict, run) -> dict:
+        if run.converged and s["strict"]:
+            inertia = s["scatter"]  # unchanged partition: the centres are its means
+        else:
+            inertia = float(reduce_stats(self.X, self.w, s["centres"], self.split_every).cost)
+        return {"centres": s["centres"], "inertia": inertia, "n_iter": run.n_iter, "history": s["history"]}
+
+    def result_from_checkpoint(self, ck, saved: dict) -> dict:
+        return {"centres": ck.require_shape("best centres", saved["centres"], (self.k, self.X.shape[1]))
+                .astype(np.float64), "inertia": float(saved["inertia"]), "n_iter": int(saved["n_iter"]),
+                "history": [float(v) for v in saved["history"]]}
 
 
 @register
@@ -210,46 +229,27 @@ class KMeans(CentroidMixin, BaseEstimator):
             )
         self._check_init(d)
         w = check_sample_weight(sample_weight, arr)
-        rng = as_generator(self.random_state)
         ck = self._checkpointer(arr, w)
         state = ck.resume()
-        if state is not None and state.get("phase") == "done":
-            ck.restore_attributes(self, state)
-            emit(ProgressEvent("KMeans", "done", self.n_iter_, self.inertia_, self.n_clusters, 0.0))
-            return self
-        first, best, inner = 0, None, None
-        if state is not None:
-            first, best, inner, rng = self._unpack(ck, state, d)
-        if info.kind != "numpy":
-            arr = persist_if_fits(arr, self.persist, logger)
-        for j in range(first, self.n_init):
-            if inner is None:
-                watch = Stopwatch()
-                c0 = self._seed(arr, w, rng)
-                emit(ProgressEvent("KMeans", "init", 0, float("nan"), self.n_clusters, watch.lap()))
-            else:
-                c0 = inner["centres"]
-            save = None
-            if ck.active:
-                outer = {"phase": "iter", "init": j, "rng": rng_state(rng), "best": _best_state(best)}
-                save = lambda s, outer=outer: ck.save({**outer, "lloyd": s})  # noqa: E731
-            result = lloyd(arr, w, c0, max_iter=self.max_iter, tol=self.tol, split_every=self.split_every,
-                           state=inner, save=save, check_content=ck.check_content if ck.active else None)
-            inner = None
-            if best is None or result[1] < best[1]:
-                best = result
-            if ck.active and j + 1 < self.n_init:
-                ck.save({"phase": "init", "init": j + 1, "rng": rng_state(rng), "best": _best_state(best)})
-        centres, inertia, n_iter, history = best
-        _warn_if_duplicate_centers(centres)
-        self.cluster_centers_ = centres
-        self.inertia_ = inertia
-        self.n_iter_ = n_iter
-        self.objective_history_ = history
+        if restore_finished(self, ck, state) is not None:
+            return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters,
+                          save=False)
+        arr = persisted(arr, info.kind, self.persist)
+        check_content = ck.check_content if ck.active else None
+
+        def make_step(j, rng):
+            return Lloyd(arr, w, lambda: self._seed(arr, w, rng), n_clusters=self.n_clusters, tol=self.tol,
+                         split_every=self.split_every, check_content=check_content)
+
+        best = best_of(make_step, n_init=self.n_init, max_iter=self.max_iter, rng=as_generator(self.random_state),
+                       key=lambda r: r["inertia"], ck=ck, resume=state)
+        _warn_if_duplicate_centers(best["centres"])
+        self.cluster_centers_ = best["centres"]
+        self.inertia_ = best["inertia"]
+        self.n_iter_ = best["n_iter"]
+        self.objective_history_ = best["history"]
         self.n_features_in_ = d
-        ck.save_done(self)
-        emit(ProgressEvent("KMeans", "done", n_iter, inertia, self.n_clusters, 0.0))
-        return self
+        return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters)
 
     def partial_fit(self, X, y=None, sample_weight=None) -> "KMeans":
         """Update the centres with one batch of a stream (mini-batch k-means; see ``dclust.cluster._partial``).
@@ -263,27 +263,6 @@ class KMeans(CentroidMixin, BaseEstimator):
         """
         return kmeans_partial_fit(self, X, sample_weight)
 
-    def _unpack(self, ck, state, d):
-        """(first init, best so far, Lloyd state or None, generator) of a checkpoint, shapes checked."""
-        k = self.n_clusters
-        with ck.reading():
-            first = int(state["init"])
-            if not 0 <= first < self.n_init or state["phase"] not in ("iter", "init"):
-                raise ValueError(f"phase {state['phase']!r} at init {first} of n_init={self.n_init}")
-            rng = set_rng_state(state["rng"])
-            best = state["best"]
-            if best is not None:
-                best = (ck.require_shape("best centres", best["centres"], (k, d)).astype(np.float64),
-                        float(best["inertia"]), int(best["n_iter"]), [float(v) for v in best["history"]])
-            inner = state.get("lloyd") if state["phase"] == "iter" else None
-            if inner is not None:
-                ck.require_shape("centres", inner["centres"], (k, d))
-                if inner["old_fp"] is not None:
-                    ck.require_shape("partition fingerprint", inner["old_fp"], (k,))
-                if not 0 < int(inner["iteration"]) < self.max_iter or len(inner["history"]) != int(inner["iteration"]):
-                    raise ValueError(f"iteration {inner['iteration']} with max_iter={self.max_iter}")
-        return first, best, inner, rng
-
 
 def _warn_if_duplicate_centers(centers: np.ndarray) -> None:
     """Warn, as scikit-learn does, when the data held fewer distinct points than clusters (duplicate centres)."""
@@ -295,8 +274,3 @@ def _warn_if_duplicate_centers(centers: np.ndarray) -> None:
             ConvergenceWarning, stacklevel=3,
         )
 
-
-def _best_state(best):
-    if best is None:
-        return None
-    return {"centres": best[0], "inertia": best[1], "n_iter": best[2], "history": best[3]}

@@ -9,7 +9,7 @@ import numpy as np
 from .._dask.passes import map_labels, persist_if_fits
 from .._dask.init import furthest_first
 from .._dask.links import build_layout
-from .._dask.loop import ProgressEvent, Stopwatch, emit, logger
+from .._fit import ProgressEvent, Stopwatch, emit, logger
 from .._dask.occ import prefix_counts
 from .._dask.rdp import extract_linked, final_labels, init_pass, rdp_pass, records_from, records_state
 from .._registry import register

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._dask.passes import block_offsets, map_labels
-from .._dask.loop import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
+from .._fit import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array
 from ..errors import DclustError, InvalidDataError, InvalidParameterError, message

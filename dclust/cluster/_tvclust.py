@@ -10,12 +10,12 @@ import numbers
 
 import numpy as np
 
-from .._dask.loop import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
+from .._fit import Step, finish, fit_loop, restore_finished, restore_rng, rng_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
-from ..kernels.kmeans import kmeans_plusplus
-from ..kernels.tvclust import GibbsState, LinkLists, NIWPrior, gaussian_logpdf, gibbs
+from ..kernels.kmeans import kmeans_plusplus, lloyd
+from ..kernels.tvclust import Gibbs, GibbsState, LinkLists, NIWPrior, gaussian_logpdf
 from ._base import CHECKPOINT, BaseEstimator, ClusterMixin, finite_rows, wrap_output
 
 __all__ = ["TVClust"]
@@ -179,10 +179,7 @@ class TVClust(ClusterMixin, BaseEstimator):
     def _initial_labels(self, X, links: LinkLists, rng) -> np.ndarray:
         n = X.shape[0]
         k = min(self.init_clusters, n)
-        C = kmeans_plusplus(X, np.ones(n), k, rng)
-        for _ in range(10):
-            z = np.argmin(((X[:, None, :] - C[None]) ** 2).sum(axis=2), axis=1)
-            C = np.array([X[z == c].mean(axis=0) if np.any(z == c) else C[c] for c in range(k)])
+        _, z, _, _, _ = lloyd(X, None, kmeans_plusplus(X, np.ones(n), k, rng), max_iter=10)
         return _consistent(z, links, hard=self.p == 1.0 and self.q == 1.0)
 
     def fit(self, X, y=None, constraints=None) -> "TVClust":
@@ -216,32 +213,17 @@ class TVClust(ClusterMixin, BaseEstimator):
         links = self._links(constraints, n)
         ck = self._checkpointer(arr, constraints=constraints)
         resume = ck.resume()
-        if resume is not None and resume.get("phase") == "done":
-            ck.restore_attributes(self, resume)
-            emit(ProgressEvent("TVClust", "done", self.n_sweeps, self.objective_history_[-1], self.n_clusters_, 0.0))
-            return self
+        if restore_finished(self, ck, resume) is not None:
+            return finish(self, ck, n_iter=self.n_sweeps, objective=self.objective_history_[-1],
+                          n_clusters=self.n_clusters_, save=False)
         diff = Xn - Xn.mean(axis=0)
         ck.check_content(float(n), Xn.mean(axis=0), float((diff * diff).sum()))
-        prior = self._prior(Xn)
-        first = 0
-        if resume is None:
-            rng = as_generator(self.random_state)
-            z0 = self._initial_labels(Xn, links, rng)
-        else:
-            first, z0, rng, resume = self._unpack(ck, resume, n, d)
-        watch = Stopwatch()
-
-        def progress(sweep, state):
-            if ck.active and sweep + 1 < self.n_sweeps:
-                ck.save({"phase": "iter", "sweep": sweep + 1, "z": state.z, "means": state.means,
-                         "covariances": state.covs, "p": state.p, "q": state.q, "rng": rng_state(rng),
-                         "n_clusters_history": state.n_clusters_trace, "objective_history": state.log_joint_trace})
-            emit(ProgressEvent("TVClust", "iter", sweep + 1, state.log_joint_trace[-1], state.n_clusters_trace[-1],
-                               watch.lap()))
-
-        state = gibbs(Xn, links, z0, alpha=float(self.alpha), prior=prior, p=self.p, q=self.q,
-                      p_prior=tuple(map(float, self.p_prior)), q_prior=tuple(map(float, self.q_prior)),
-                      n_sweeps=self.n_sweeps, rng=rng, callback=progress, resume=resume, first_sweep=first)
+        rng = as_generator(self.random_state)
+        chain = Gibbs(Xn, links, alpha=float(self.alpha), prior=self._prior(Xn), p=self.p, q=self.q,
+                      p_prior=tuple(map(float, self.p_prior)), q_prior=tuple(map(float, self.q_prior)), rng=rng)
+        run = fit_loop(_Sweeps(self, chain, links), max_iter=self.n_sweeps, ck=ck,
+                       resume=None if resume is None else resume["loop"])
+        state = run.state
         # number clusters by first appearance so that equal samples give equal attributes
         _, first = np.unique(state.z, return_index=True)
         order = np.argsort(first)
@@ -256,28 +238,8 @@ class TVClust(ClusterMixin, BaseEstimator):
         self.n_clusters_history_ = [int(k) for k in state.n_clusters_trace]
         self.objective_history_ = [float(v) for v in state.log_joint_trace]
         self.n_features_in_ = d
-        ck.save_done(self)
-        emit(ProgressEvent("TVClust", "done", self.n_sweeps, self.objective_history_[-1], self.n_clusters_, 0.0))
-        return self
-
-    def _unpack(self, ck, state, n, d):
-        """(first sweep, labels, generator, chain state) of a checkpoint, shapes checked."""
-        with ck.reading():
-            first = int(state["sweep"])
-            if state["phase"] != "iter" or not 0 < first < self.n_sweeps:
-                raise ValueError(f"phase {state['phase']!r} at sweep {first} (n_sweeps={self.n_sweeps})")
-            z = ck.require_shape("labels", state["z"], (n,)).astype(np.int64)
-            means = ck.require_shape("cluster means", state["means"], (None, d)).astype(np.float64)
-            covs = ck.require_shape("covariances", state["covariances"], (means.shape[0], d, d)).astype(np.float64)
-            if z.min() < 0 or z.max() != means.shape[0] - 1 or np.unique(z).size != means.shape[0]:
-                raise ValueError(f"labels that are not 0..{means.shape[0] - 1}, each used")
-            counts = [int(v) for v in state["n_clusters_history"]]
-            trace = [float(v) for v in state["objective_history"]]
-            if len(counts) != first or len(trace) != first:
-                raise ValueError(f"traces of {len(counts)} and {len(trace)} sweeps at sweep {first}")
-            rng = set_rng_state(state["rng"])
-            chain = GibbsState(z, means, covs, float(state["p"]), float(state["q"]), counts, trace)
-        return first, z, rng, chain
+        return finish(self, ck, n_iter=self.n_sweeps, objective=self.objective_history_[-1],
+                      n_clusters=self.n_clusters_)
 
     def predict(self, X):
         """Most probable cluster of new rows under the last sample (``argmax_k log n_k + log N(x|μ_k, Σ_k)``),
@@ -297,6 +259,52 @@ class TVClust(ClusterMixin, BaseEstimator):
     def fit_predict(self, X, y=None, constraints=None):
         """``fit(X, constraints=constraints)`` and return ``labels_``."""
         return self.fit(X, constraints=constraints).labels_
+
+
+class _Sweeps(Step):
+    """The TVClust chain for the fit loop: ``start`` draws the initial labels (k-means++ and Lloyd steps, made
+    consistent with the links) and the first sample, every step is one Gibbs sweep. A sampler runs all its
+    ``n_sweeps`` (it never "converges"). The generator's exact state is saved with every sample."""
+
+    name = "TVClust"
+    unit = "sweeps"
+
+    def __init__(self, est, chain: Gibbs, links: LinkLists):
+        self.est, self.chain, self.links = est, chain, links
+
+    def start(self) -> GibbsState:
+        return self.chain.start(self.est._initial_labels(self.chain.X, self.links, self.chain.rng))
+
+    def step(self, state: GibbsState) -> GibbsState:
+        return self.chain.sweep(state)
+
+    def converged(self, old, new) -> bool:
+        return False
+
+    def objective(self, state: GibbsState) -> float:
+        return state.log_joint_trace[-1] if state.log_joint_trace else float("nan")
+
+    def n_clusters(self, state: GibbsState) -> int:
+        return int(state.means.shape[0])
+
+    def to_checkpoint(self, state: GibbsState) -> dict:
+        return {"z": state.z, "means": state.means, "covariances": state.covs, "p": state.p, "q": state.q,
+                "rng": rng_state(self.chain.rng), "n_clusters_history": state.n_clusters_trace,
+                "objective_history": state.log_joint_trace}
+
+    def from_checkpoint(self, ck, saved: dict, iteration: int) -> GibbsState:
+        n, d = self.chain.X.shape
+        z = ck.require_shape("labels", saved["z"], (n,)).astype(np.int64)
+        means = ck.require_shape("cluster means", saved["means"], (None, d)).astype(np.float64)
+        covs = ck.require_shape("covariances", saved["covariances"], (means.shape[0], d, d)).astype(np.float64)
+        if z.min() < 0 or z.max() != means.shape[0] - 1 or np.unique(z).size != means.shape[0]:
+            raise ValueError(f"labels that are not 0..{means.shape[0] - 1}, each used")
+        counts = [int(v) for v in saved["n_clusters_history"]]
+        trace = [float(v) for v in saved["objective_history"]]
+        if len(counts) != iteration or len(trace) != iteration:
+            raise ValueError(f"traces of {len(counts)} and {len(trace)} sweeps at sweep {iteration}")
+        restore_rng(self.chain.rng, saved["rng"])
+        return GibbsState(z, means, covs, float(saved["p"]), float(saved["q"]), counts, trace)
 
 
 def _consistent(z: np.ndarray, links: LinkLists, hard: bool) -> np.ndarray:

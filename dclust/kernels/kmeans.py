@@ -1,12 +1,14 @@
-"""In-memory pieces of k-means initialisation: weighted k-means++, and per-block generators."""
+"""In-memory k-means pieces: weighted k-means++, per-block generators, and THE in-memory Lloyd iteration
+(:func:`lloyd_pass`, :func:`lloyd`) used wherever points fit in memory (k-means|| candidates, the reference spectral
+clustering, TVClust's start, the video palettes)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .distances import nearest
+from .distances import assign_stats, nearest
 
-__all__ = ["kmeans_plusplus", "block_rng"]
+__all__ = ["kmeans_plusplus", "block_rng", "lloyd_pass", "lloyd"]
 
 
 def block_rng(seed: int, *keys: int) -> np.random.Generator:
@@ -43,3 +45,42 @@ def kmeans_plusplus(
         centres.append(P[cand[best]])
         closest = new_closest[best]
     return np.array(centres)
+
+
+def lloyd_pass(P: np.ndarray, w, C: np.ndarray):
+    """One in-memory Lloyd iteration with the fused kernel: ``(labels, centres, cost)`` -- every point of ``P``
+    (m, D) assigned to its nearest centre of ``C`` (lowest index on ties), the centres moved to the (``w``-weighted;
+    None: unweighted) means of their points (an empty cluster keeps its centre), and the weighted squared-distance
+    cost of the assignment."""
+    C = np.asarray(C, dtype=np.float64)
+    stats, labels, _ = assign_stats(P, C, w)
+    return labels.astype(np.int64), np.where((stats.weight > 0)[:, None], stats.mean, C), float(stats.cost)
+
+
+def lloyd(P: np.ndarray, w, C: np.ndarray, *, max_iter: int, rtol: float = 0.0):
+    """In-memory Lloyd iterations (:func:`lloyd_pass`) from ``C`` until the partition repeats, the squared centre
+    shift is at most ``rtol * max(1, ||C||^2)`` (when ``rtol > 0``), or ``max_iter`` iterations.
+
+    Returns ``(centres, labels, n_iter, converged, history)``: ``labels`` of the last assignment (the centres are
+    their means), ``history`` the cost of every assignment.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dclust.kernels.kmeans import lloyd
+    >>> P = np.array([[0.0], [1.0], [10.0], [11.0]])
+    >>> C, labels, n_iter, converged, _ = lloyd(P, None, np.array([[0.0], [1.0]]), max_iter=10)
+    >>> C.ravel().tolist(), labels.tolist(), converged
+    ([0.5, 10.5], [0, 0, 1, 1], True)
+    """
+    C = np.asarray(C, dtype=np.float64)
+    labels, history = None, []
+    for it in range(1, max_iter + 1):
+        new_labels, new, cost = lloyd_pass(P, w, C)
+        history.append(cost)
+        shift = float(((new - C) ** 2).sum())
+        repeated = labels is not None and np.array_equal(new_labels, labels)
+        C, labels = new, new_labels
+        if repeated or (rtol > 0 and shift <= rtol * max(1.0, float((C * C).sum()))):
+            return C, labels, it, True, history
+    return C, labels, max_iter, False, history

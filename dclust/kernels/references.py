@@ -24,8 +24,7 @@ from scipy.sparse.linalg import eigsh
 from scipy.spatial import cKDTree
 from scipy.special import gammaln
 
-from .distances import nearest
-from .kmeans import kmeans_plusplus
+from .kmeans import kmeans_plusplus, lloyd_pass
 
 __all__ = [
     "dpmm_sweep",
@@ -311,16 +310,11 @@ def kmeans_lloyd(P, k, rng, *, n_init=10, max_iter=300, state=None, step=None):
             C, history, labels = kmeans_plusplus(P, w, k, rng), [], None
         state = None
         for _ in range(len(history), max_iter):
-            new, dist = nearest(P, C)
-            new = new.astype(np.int64)
-            history.append(float(dist.sum()))
+            new, moved, cost = lloyd_pass(P, None, C)
+            history.append(cost)
             done = labels is not None and np.array_equal(new, labels)
             if not done:
-                labels = new
-                cnt = np.bincount(labels, minlength=k).astype(np.float64)
-                S = np.zeros_like(C)
-                np.add.at(S, labels, P)
-                C = np.where(cnt[:, None] > 0, S / np.maximum(cnt, 1.0)[:, None], C)
+                labels, C = new, moved
                 done = len(history) >= max_iter
             if done and (best is None or history[-1] < best[2]):
                 best = (labels, C, history[-1], history)

@@ -24,7 +24,7 @@ from scipy.special import gammaln
 from scipy.stats import invwishart
 
 __all__ = [
-    "NIWPrior", "LinkLists", "GibbsState", "gaussian_logpdf", "log_predictive", "sample_niw", "gibbs",
+    "NIWPrior", "LinkLists", "GibbsState", "gaussian_logpdf", "log_predictive", "sample_niw", "Gibbs",
     "option_log_weights",
 ]
 
@@ -240,65 +240,62 @@ def _log_joint(LL, z, links: LinkLists, p, q) -> float:
     return out
 
 
-def gibbs(
-    X: np.ndarray,
-    links: LinkLists,
-    z0: np.ndarray,
-    *,
-    alpha: float,
-    prior: NIWPrior,
-    p: float | None,
-    q: float | None,
-    p_prior: tuple[float, float],
-    q_prior: tuple[float, float],
-    n_sweeps: int,
-    rng: np.random.Generator,
-    callback=None,
-    resume: GibbsState | None = None,
-    first_sweep: int = 0,
-) -> GibbsState:
-    """Run ``n_sweeps`` sweeps of the TVClust sampler from labels ``z0``.
+class Gibbs:
+    """The TVClust sampler (one chain): :meth:`start` draws the first sample from labels ``z0``, every
+    :meth:`sweep` one more. The fit loop drives it (``TVClust.fit``).
 
     Each sweep visits the points in a fresh random order and samples ``z_i`` from eq. 13 (with E-TV1/E-TV2),
     then draws every cluster's ``(μ, Σ)`` from its NIW posterior and, when ``p`` / ``q`` are None, the link
     probabilities from their Beta posteriors. ``z0`` must satisfy every hard constraint (``p = 1``: no
-    cannot-link inside a cluster; ``q = 1``: no must-link across clusters).
-
-    ``callback(sweep, state)`` runs after every sweep with ``state`` holding that sweep's sample (labels, cluster
-    parameters, ``p``, ``q``, traces). ``resume``, such a state (with ``rng`` in the state it had then),
-    continues the chain at sweep ``first_sweep`` exactly as if it had not stopped (``z0`` is then ignored).
-
-    Returns
-    -------
-    GibbsState
-        The last sample, with the number of clusters and the log joint (data + links) after every sweep.
+    cannot-link inside a cluster; ``q = 1``: no must-link across clusters). All randomness comes from ``rng``:
+    a chain resumed from a :class:`GibbsState` with ``rng`` in the state it had then continues exactly as if it
+    had not stopped.
     """
-    X = np.asarray(X, dtype=np.float64)
-    n, D = X.shape
-    if resume is not None:
-        z = np.asarray(resume.z, dtype=np.int64).copy()
-        K = int(z.max()) + 1
-        cur_p, cur_q = float(resume.p), float(resume.q)
-        thetas = [(np.asarray(m, dtype=np.float64), np.asarray(c, dtype=np.float64))
-                  for m, c in zip(resume.means, resume.covs)]
-        state = GibbsState(z, np.empty((0, D)), np.empty((0, D, D)), cur_p, cur_q,
-                           list(resume.n_clusters_trace), list(resume.log_joint_trace))
-    else:
+
+    def __init__(self, X: np.ndarray, links: LinkLists, *, alpha: float, prior: NIWPrior, p: float | None,
+                 q: float | None, p_prior: tuple[float, float], q_prior: tuple[float, float],
+                 rng: np.random.Generator) -> None:
+        self.X = np.asarray(X, dtype=np.float64)
+        self.links, self.prior, self.p, self.q = links, prior, p, q
+        self.p_prior, self.q_prior, self.rng = p_prior, q_prior, rng
+        self.log_new = np.log(alpha) + log_predictive(self.X, prior)
+        self.indptr = links.indptr.astype(np.int64)
+        self.nbr, self.must = links.nbr.astype(np.int64), links.must.astype(np.bool_)
+
+    def _links_p_q(self, z, cur_p, cur_q):
+        if self.p is None or self.q is None:
+            sp, sq = _resample_links(z, self.links, self.p_prior, self.q_prior, self.rng)
+            cur_p = sp if self.p is None else cur_p
+            cur_q = sq if self.q is None else cur_q
+        return cur_p, cur_q
+
+    def _state(self, z, thetas, cur_p, cur_q, n_clusters_trace, log_joint_trace) -> GibbsState:
+        return GibbsState(z, np.array([t[0] for t in thetas]), np.array([t[1] for t in thetas]), cur_p, cur_q,
+                          n_clusters_trace, log_joint_trace)
+
+    def start(self, z0: np.ndarray) -> GibbsState:
+        """The sample before the first sweep: labels ``z0`` (renumbered), link probabilities and cluster
+        parameters drawn given them; empty traces."""
+        X, prior = self.X, self.prior
         _, z = np.unique(np.asarray(z0), return_inverse=True)
         z = z.astype(np.int64)
         K = int(z.max()) + 1
-        cur_p = 0.9 if p is None else float(p)
-        cur_q = 0.9 if q is None else float(q)
-        if p is None or q is None:
-            sp, sq = _resample_links(z, links, p_prior, q_prior, rng)
-            cur_p = sp if p is None else cur_p
-            cur_q = sq if q is None else cur_q
-        thetas = [sample_niw(_cluster_post(X, np.flatnonzero(z == k), prior), rng) for k in range(K)]
-        state = GibbsState(z, np.empty((0, D)), np.empty((0, D, D)), cur_p, cur_q)
-    log_new = np.log(alpha) + log_predictive(X, prior)
-    indptr = links.indptr.astype(np.int64)
-    nbr, must = links.nbr.astype(np.int64), links.must.astype(np.bool_)
-    for sweep in range(first_sweep, n_sweeps):
+        cur_p, cur_q = self._links_p_q(z, 0.9 if self.p is None else float(self.p),
+                                       0.9 if self.q is None else float(self.q))
+        thetas = [sample_niw(_cluster_post(X, np.flatnonzero(z == k), prior), self.rng) for k in range(K)]
+        return self._state(z, thetas, cur_p, cur_q, [], [])
+
+    def sweep(self, state: GibbsState) -> GibbsState:
+        """One sweep from ``state``: the next sample, its number of clusters and log joint (data + links)
+        appended to the traces."""
+        X, prior, rng = self.X, self.prior, self.rng
+        n, D = X.shape
+        z = np.asarray(state.z, dtype=np.int64).copy()
+        K = int(z.max()) + 1
+        cur_p, cur_q = float(state.p), float(state.q)
+        thetas = [(np.asarray(m, dtype=np.float64), np.asarray(c, dtype=np.float64))
+                  for m, c in zip(state.means, state.covs)]
+        indptr, nbr, must, log_new = self.indptr, self.nbr, self.must, self.log_new
         cap = max(16, 2 * K)
         LL = np.empty((n, cap))  # LL[:, k] = log N(x | θ_k)
         for k, (m, c) in enumerate(thetas):
@@ -339,20 +336,7 @@ def gibbs(
         z[:] = remap[z]
         K = int(live.size)
         thetas = [sample_niw(_cluster_post(X, np.flatnonzero(z == k), prior), rng) for k in range(K)]
-        if p is None or q is None:
-            sp, sq = _resample_links(z, links, p_prior, q_prior, rng)
-            cur_p = sp if p is None else cur_p
-            cur_q = sq if q is None else cur_q
+        cur_p, cur_q = self._links_p_q(z, cur_p, cur_q)
         LLk = np.stack([gaussian_logpdf(X, m, c) for m, c in thetas], axis=1)
-        state.n_clusters_trace.append(K)
-        state.log_joint_trace.append(_log_joint(LLk, z, links, cur_p, cur_q))
-        if callback is not None:
-            state.means = np.array([t[0] for t in thetas])
-            state.covs = np.array([t[1] for t in thetas])
-            state.p, state.q = cur_p, cur_q
-            callback(sweep, state)
-    state.z = z
-    state.means = np.array([t[0] for t in thetas])
-    state.covs = np.array([t[1] for t in thetas])
-    state.p, state.q = cur_p, cur_q
-    return state
+        return self._state(z, thetas, cur_p, cur_q, list(state.n_clusters_trace) + [K],
+                           list(state.log_joint_trace) + [_log_joint(LLk, z, self.links, cur_p, cur_q)])

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._dask.passes import block_offsets, map_labels
 from .._dask.dmeans import occ_step
-from .._dask.loop import ProgressEvent, Stopwatch, emit
+from .._fit import ProgressEvent, Stopwatch, emit
 from .._validation import as_generator, check_array, check_sample_weight
 from ..cluster._base import BaseEstimator, finite_rows, raise_if_bad_block, wrap_output
 from ..errors import ConvergenceWarning, InvalidDataError, NotFittedError, message

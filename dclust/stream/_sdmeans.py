@@ -11,7 +11,7 @@ import numpy as np
 from scipy.linalg import eigvalsh
 
 from .._dask.gram import pairwise_matrix
-from .._dask.loop import ProgressEvent, emit
+from .._fit import ProgressEvent, emit
 from .._registry import register
 from .._validation import CALLABLE, SEED, Interval, Options, check_array, validate_params
 from ..cluster._base import CHECKPOINT, BaseEstimator

@@ -300,7 +300,7 @@ def test_mismatched_shapes_are_refused(data, kmeans_ck):
     ck = kmeans_ck
     make = lambda: dclust.KMeans(**KM, checkpoint=ck)  # noqa: E731
     attrs = _attrs(ck)["attributes"]
-    tag = attrs["dclust_checkpoint"]["state"]["lloyd"]["centres"]
+    tag = attrs["dclust_checkpoint"]["state"]["loop"]["state"]["centres"]
     assert tag["__dclust__"] == "inline_array" and tag["shape"] == [6, 3] and len(tag["data"]) == 18
 
     # the data does not fit the shape its tag says

@@ -223,7 +223,7 @@ def test_tvclust_chain_resumes_bit_for_bit(tv_data, tmp_path):
     ref = make().fit(X, constraints=G)
 
     def check(state):  # the generator's exact state, as JSON (no pickle), and the sweep to continue at
-        assert json.loads(state["rng"])["bit_generator"] == "PCG64" and state["sweep"] == k
+        assert json.loads(state["loop"]["state"]["rng"])["bit_generator"] == "PCG64" and state["loop"]["iteration"] == k
 
     for k in (1, 5):
         ck = tmp_path / f"ck{k}"
@@ -273,14 +273,16 @@ def test_copkmeans_resumes_inside_a_run_and_between_runs(tmp_path):
     params = dict(n_clusters=3, n_init=3, random_state=0)
     make = lambda ck=None: COPKMeans(**params, checkpoint=ck)  # noqa: E731
     ref, events = fit_events(make, X, G)
-    runs = [e.extra["init"] for e in events]
-    total, in_first = len(events), runs.count(0)
+    runs = [e.extra["init"] for e in events if e.phase == "iter"]
+    total, in_first = len(runs), runs.count(0)
     assert in_first >= 2 and runs.count(2) >= 2
+    assert [e.phase for e in events].count("init") == 3  # one per run
     for k in (1, in_first + 1):  # inside the first run; in the second, after one of its sweeps
         ck = tmp_path / f"ck{k}"
         interrupted(lambda: make(ck), X, G, k)
         model, events = fit_events(lambda: make(ck), X, G)
-        assert len(events) == total - k
+        assert sum(e.phase == "iter" for e in events) == total - k
+        assert [e.phase for e in events].count("init") == (2 if k == 1 else 1)  # runs not started yet
         same_model(model, ref)
     again, events = fit_events(lambda: make(ck), X, G)
     assert events == []

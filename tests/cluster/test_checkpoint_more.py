@@ -257,7 +257,7 @@ def test_stepwise_kfeatures_resumes_between_and_inside_values_of_k(kf_data, tmp_
         m.setattr(Checkpointer, "save", dying_save)
         with pytest.raises(Stop):
             dclust.StepwiseKFeatures(**SW, checkpoint=ck).fit(X)
-    assert saves[-1]["kfeatures"] is not None  # inside a run, not between two values of K
+    assert "outer" in saves[-1] and saves[-1]["loop"] is not None  # inside a run, not between two values of K
     same_model(dclust.StepwiseKFeatures(**SW, checkpoint=ck).fit(X), ref)
     again, events = fit_with_events(lambda: dclust.StepwiseKFeatures(**SW, checkpoint=ck), X)
     assert [e.phase for e in events] == ["done"]
