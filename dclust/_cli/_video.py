@@ -174,8 +174,16 @@ def quantize(
                 "flicker median |f-1|": summ["flicker_median_abs_dev"], "births": summ["births"],
                 "deaths": summ["deaths"], "frames / s": round(doc["frames_per_second"], 2),
                 "resumed after": doc["resumed_frames"], "codec": doc["codec"], "output": output}
+        if method == Method.kmeans:
+            fewer = summ["frames_fewer_colors"]
+            rows[f"frames with < {k} colours"] = (f"{len(fewer)} (frames {_frame_list(fewer)})" if fewer else 0)
         if palette_png:
             rows["palette"] = palette_png
         if report:
             rows["report"] = report
         s.report(result, "video quantize", rows)
+
+
+def _frame_list(frames: list[int], shown: int = 6) -> str:
+    """``0, 1, 2, ... (12 in all)``: the first frames of a list."""
+    return ", ".join(map(str, frames[:shown])) + (f", ... ({len(frames)} in all)" if len(frames) > shown else "")
