@@ -17,11 +17,13 @@ from ._cluster import SCHEDULER_ENV, TlsCaOpt, TlsCertOpt, TlsKeyOpt
 from ._session import _command, _usage
 
 
-def _bounded(low: float, inclusive: bool) -> Callable[[float | None], float | None]:
+def _bounded(low: float, inclusive: bool) -> Callable[..., float | None]:
     """An option callback: the value (if given) is a finite number > ``low`` (>= with ``inclusive``)."""
-    def check(value: float | None) -> float | None:
+    def check(param: typer.CallbackParam, value: float | None) -> float | None:
         if value is not None and not (math.isfinite(value) and (value >= low if inclusive else value > low)):
-            raise typer.BadParameter(f"{value} is not a finite number {'>=' if inclusive else '>'} {low:g}.")
+            bound = f"{'>=' if inclusive else '>'} {low:g}"
+            raise _usage(message(param.opts[0], f"a finite number {bound}", repr(value),
+                                 f"Pass a value {bound}."))
         return value
 
     return check

@@ -36,8 +36,35 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def _given(args: list[str], opts: list[str]) -> str | None:
+    """The last value given on the command line for the option spelled ``opts`` (``--k 0`` or ``--k=0``)."""
+    value = None
+    for i, arg in enumerate(args):
+        for opt in opts:
+            if arg == opt and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(opt + "="):
+                value = arg[len(opt) + 1:]
+    return value
+
+
+def _text(exc: Any, args: list[str]) -> str:
+    """The message of a usage error; a value refused by the option's type names the option, what it expects (the
+    type's words) and what it received."""
+    text = _one_line(exc.format_message())
+    param = getattr(exc, "param", None)
+    opts = [o for o in getattr(param, "opts", []) if o.startswith("-")]
+    if type(exc) is not typer.BadParameter or not opts or getattr(param, "callback", None) is not None:
+        return text  # dclust's own checks (option callbacks) already say expected / received / fix
+    detail = exc.message.replace("Value error, ", "").rstrip(".")
+    detail = detail[0].lower() + detail[1:] if detail else detail
+    given = _given(args, opts)
+    received = f"; received {given!r}" if given is not None and repr(given) not in detail else ""
+    return f"{opts[0]}: {detail}{received}."
+
+
 @contextlib.contextmanager
-def _usage_errors_on_one_line() -> Iterator[None]:
+def _usage_errors_on_one_line(args: list[str]) -> Iterator[None]:
     try:
         yield
     except _UsageError as exc:
@@ -45,7 +72,7 @@ def _usage_errors_on_one_line() -> Iterator[None]:
             raise
         ctx = getattr(exc, "ctx", None)
         where = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
-        sys.stderr.write(f"dclust: error: {_one_line(exc.format_message())}{where}\n")
+        sys.stderr.write(f"dclust: error: {_text(exc, args)}{where}\n")
         sys.stderr.flush()
         raise typer.Exit(2) from None
 
@@ -53,12 +80,15 @@ def _usage_errors_on_one_line() -> Iterator[None]:
 class OneLineErrorsGroup(TyperGroup):
     """The root group: usage errors of every sub-command print one ``dclust: error:`` line (exit code 2)."""
 
+    _args: list[str] = []
+
     def make_context(self, info_name: Any, args: Any, parent: Any = None, **extra: Any) -> Any:
-        with _usage_errors_on_one_line():
+        self._args = [str(a) for a in args]
+        with _usage_errors_on_one_line(self._args):
             return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx: Any) -> Any:
-        with _usage_errors_on_one_line():
+        with _usage_errors_on_one_line(self._args):
             return super().invoke(ctx)
 
 
