@@ -19,6 +19,12 @@ Every cluster first runs one iteration on a few chunks (numba compiles its kerne
     ``--memory-limit 1GiB`` each: completes, peak worker RSS (kernel VmHWM, see ``_common.WorkerPeakMemory``),
     and the count of memory warnings (spill / pause / "memory use is high") in the worker logs.
 
+(e) The terabyte case simulated (``_scale_sim.py``): arrays of ``--sim-chunks`` chunks of ``--sim-chunk-rows`` rows
+    generated inside the tasks (no disk) on a real ``dask scheduler`` + 2 ``dask worker`` processes: KMeans seconds
+    per iteration and per chunk against a plain ``X.sum(0).compute()`` over the same chunks (target <= 0.5 x), the
+    same model with and without task grouping, graph bytes per pass, "large graph" warnings, initialisation cost in
+    passes and scheduler CPU per pass. ``--only simulate`` runs (e) alone and updates the JSON in place.
+
 Results: ``benchmarks/results/bench_scale.json``. Full size: ``.venv/bin/python
 benchmarks/bench_scale.py``; validation run (< 1 min of fitting): ``--quick``.
 """
@@ -59,9 +65,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="2M / 4M rows, 4 iterations, 1 repeat")
     p.add_argument("--data-dir", type=Path, default=HERE / "data", help="where stores are written/reused")
     p.add_argument("--out", type=Path, default=HERE / "results" / "bench_scale.json")
+    p.add_argument("--only", choices=("all", "cluster", "simulate"), default="all",
+                   help="sections (a)-(d) ('cluster'), (e) ('simulate') or both")
+    p.add_argument("--sim-chunks", type=int, nargs="+", default=[1_000, 4_000, 32_000, 100_000],
+                   help="chunk counts of the simulated arrays")
+    p.add_argument("--sim-chunk-rows", type=int, default=200, help="rows per simulated chunk")
+    p.add_argument("--sim-sum-max", type=int, default=32_000,
+                   help="largest chunk count for the (one task per chunk) X.sum comparison")
+    p.add_argument("--sim-ungrouped-max", type=int, default=4_000,
+                   help="largest chunk count for the KMeans fits without task grouping (one task per chunk)")
     a = p.parse_args(argv)
     if a.quick:
         a.n, a.n_large, a.iters, a.repeats = 2_000_000, 4_000_000, 4, 1
+        a.sim_chunks, a.sim_sum_max, a.sim_ungrouped_max = [500, 2_000], 2_000, 2_000
         if a.out == HERE / "results" / "bench_scale.json":  # a validation run does not replace the results
             a.out = Path(tempfile.gettempdir()) / "bench_scale.quick.json"
     return a
@@ -209,6 +225,46 @@ def main(argv=None) -> dict:
 
 
 def run(args: argparse.Namespace, work: Path) -> dict:
+    if args.only == "simulate":
+        result = json.loads(args.out.read_text()) if args.out.exists() else {"benchmark": "bench_scale"}
+        result["machine"] = machine_info()
+        result["simulation"] = simulation(args, work)
+        write_json(result, args.out)
+        print(f"wrote {args.out}")
+        return result
+    result = run_cluster(args, work)
+    if args.only == "all":
+        result["simulation"] = simulation(args, work)
+        write_json(result, args.out)
+    return result
+
+
+def simulation(args: argparse.Namespace, work: Path) -> dict:
+    """Section (e): the terabyte case simulated on a real scheduler + 2 single-threaded workers."""
+    from _scale_sim import simulate
+
+    print(f"(e) simulated arrays of {args.sim_chunks} chunks x {args.sim_chunk_rows} rows", flush=True)
+    with ProcessCluster(2, 1, "4GiB", work) as cluster:
+        rows = simulate(cluster.client, args.sim_chunks, args.sim_chunk_rows, sum_max_chunks=args.sim_sum_max,
+                        ungrouped_max_chunks=args.sim_ungrouped_max,
+                        log=lambda m: print(m, flush=True))
+    table = [[f"{r['n_chunks']:,}", f"{r['kmeans_s_per_iter']:.3f}", f"{r['kmeans_per_chunk_ms']:.3f}",
+              "-" if r["dask_sum_s"] is None else f"{r['dask_sum_s']:.3f}",
+              "-" if r["ratio_kmeans_to_sum"] is None else f"{r['ratio_kmeans_to_sum']:.2f}",
+              "-" if r["ungrouped_kmeans_s_per_iter"] is None else f"{r['ungrouped_kmeans_s_per_iter']:.3f}",
+              f"{r['dclust_pass_graph_bytes']:,}",
+              "-" if r["dask_sum_graph_bytes"] is None else f"{r['dask_sum_graph_bytes']:,}",
+              str(r["large_graph_warnings"]), str(r["init_passes_kmeans||"]), f"{r['scheduler_cpu_s_per_pass']:.3f}"]
+             for r in rows]
+    print_table(table, ["chunks", "KMeans s/iter", "ms/chunk", "X.sum s", "KMeans/X.sum (<= 0.5)",
+                        "ungrouped s/iter", "dclust graph B", "X.sum graph B", "large-graph warnings",
+                        "init passes", "scheduler CPU s/pass"],
+                title=f"(e) simulated arrays, {args.sim_chunk_rows}-row chunks, 2 worker processes x 1 thread")
+    return {"chunk_rows": args.sim_chunk_rows, "target_ratio_to_sum": 0.5, "rows": rows,
+            "cluster": "dask scheduler + 2 dask worker --nthreads 1 --no-nanny on 127.0.0.1"}
+
+
+def run_cluster(args: argparse.Namespace, work: Path) -> dict:
     store = ensure_store(args.n, 8, K, CHUNK_ROWS, 0, "none", args.data_dir)
     init = fixed_init(store["path"])
     print(f"store {Path(store['path']).name}: {fmt_bytes(store['bytes'])}; {args.iters} iterations per fit", flush=True)

@@ -37,3 +37,47 @@ def client(local_cluster):
 
     with Client(local_cluster) as c:
         yield c
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a real S3-compatible server (moto's server mode) on 127.0.0.1, for the object-storage tests
+# ---------------------------------------------------------------------------------------------------------------
+
+S3_CREDENTIALS = {"key": "dclust-test", "secret": "dclust-test-secret"}
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """The endpoint URL of an S3 server (moto, in a thread of this process) on a free port of 127.0.0.1; stopped at
+    the end of the session. Worker processes reach it over HTTP like any S3 endpoint."""
+    import socket
+
+    import moto.server
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = moto.server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3(s3_endpoint):
+    """A fresh bucket on the S3 server: ``(url "s3://bucket", storage_options, s3fs filesystem)``; removed after."""
+    import secrets
+
+    import s3fs
+
+    options = {"endpoint_url": s3_endpoint, **S3_CREDENTIALS}
+    fs = s3fs.S3FileSystem(**options)
+    bucket = f"dclust-{secrets.token_hex(4)}"
+    fs.mkdir(bucket)
+    try:
+        yield f"s3://{bucket}", options, fs
+    finally:
+        fs.rm(bucket, recursive=True)
+        s3fs.S3FileSystem.clear_instance_cache()

@@ -18,7 +18,6 @@ fitted mixture for the rows of IN, using the links (linked rows get their pair p
 from __future__ import annotations
 
 import csv
-import os
 import time
 from enum import Enum
 from typing import Annotated, Any, NamedTuple, Optional
@@ -31,6 +30,7 @@ from dclust.errors import InvalidDataError, message
 
 from ._display import learned_attributes
 from ._options import (
+    _location,
     ConstraintsOpt,
     FitCheckpointOpt,
     InputArg,
@@ -171,11 +171,13 @@ def constraints_import(
     ],
     out: Annotated[str, typer.Argument(metavar="OUT.zarr", help="New Zarr store for the constraint graph.")],
     chunks_like: Annotated[
-        str, typer.Option("--chunks-like", metavar="IN.zarr", help="Data whose row count and row chunks to align to.")
+        str,
+        typer.Option("--chunks-like", metavar="IN", help="Data whose row count and row chunks to align to (any input "
+                                                         "format)."),
     ],
     n_samples: Annotated[
         Optional[int],
-        typer.Option("--n-samples", min=1, help="Number of rows the links refer to (checked against IN.zarr)."),
+        typer.Option("--n-samples", min=1, help="Number of rows the links refer to (checked against IN)."),
     ] = None,
     check_feasible: Annotated[
         bool,
@@ -183,7 +185,7 @@ def constraints_import(
                      help="Reject cannot-links inside a must-link component (off: noisy links, for RDP-means)."),
     ] = True,
 ) -> None:
-    """Turn a CSV of must-/cannot-links into a ConstraintGraph aligned to the row chunks of IN.zarr."""
+    """Turn a CSV of must-/cannot-links into a ConstraintGraph aligned to the row chunks of IN."""
     s.check_outputs({"OUT.zarr": out}, (pairs_csv, chunks_like))
     X, n, _ = s.open_input(chunks_like)  # metadata only
     if n_samples is not None and n_samples != n:
@@ -202,8 +204,8 @@ def constraints_import(
             G.to_zarr(out, overwrite=s.overwrite)
         seconds = time.perf_counter() - t
     result = {
-        "command": "constraints import", "input": os.path.abspath(pairs_csv),
-        "chunks_like": os.path.abspath(chunks_like), "component": s.component, "output": os.path.abspath(out),
+        "command": "constraints import", "input": _location(pairs_csv),
+        "chunks_like": _location(chunks_like), "component": s.component, "output": _location(out),
         "n_samples": n, "n_row_blocks": len(X.chunks[0]), "n_pairs_read": int(pairs.i.size),
         "n_must": G.n_must, "n_cannot": G.n_cannot, "n_links": G.n_links, "n_blocks": G.n_blocks,
         "weighted": pairs.weight is not None, "check_feasible": check_feasible, "nbytes": G.nbytes,
@@ -261,12 +263,12 @@ def fit_gmpr(
     scalars, _ = learned_attributes(estimator)
     n_must, n_cannot = (G.n_must, G.n_cannot) if G is not None else (0, 0)
     result = {
-        "command": "fit gmpr", "estimator": "GMPR", "input": os.path.abspath(input_path),
+        "command": "fit gmpr", "estimator": "GMPR", "input": _location(input_path),
         "component": s.component, "n_samples": n, "n_features": d,
-        "constraints": os.path.abspath(constraints) if constraints else None, "n_must": n_must,
-        "n_cannot": n_cannot, "labels": os.path.abspath(labels), "model": os.path.abspath(model),
+        "constraints": _location(constraints), "n_must": n_must,
+        "n_cannot": n_cannot, "labels": _location(labels), "model": _location(model),
         "params": estimator.get_params(), "n_classes": classes, "clusters_per_class": clusters_per_class,
-        "checkpoint": os.path.abspath(checkpoint) if checkpoint else None, "resumed": resume,
+        "checkpoint": _location(checkpoint), "resumed": resume,
         "class_weights": np.asarray(estimator.weights_).tolist(), "learned": scalars,
         "objective_history": list(estimator.objective_history_),
         "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
@@ -277,7 +279,8 @@ def fit_gmpr(
         "classes": classes, "clusters per class": clusters_per_class, "covariance": covariance.value,
         "log-likelihood": estimator.log_likelihood_, "iterations": estimator.n_iter_,
         "converged": estimator.converged_, "fit seconds": round(fit_seconds, 2),
-        "seconds / iteration": round(fit_seconds / iters, 3), "labels": labels, "model": model,
+        "seconds / iteration": round(s.display.seconds_per_iteration() or fit_seconds / iters, 3),
+        "labels": labels, "model": model,
         **_checkpoint_row(checkpoint, resume),
     }
     s.report(result, "fit GMPR", rows)

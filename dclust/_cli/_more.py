@@ -18,7 +18,6 @@ and optionally weight; see :mod:`dclust._cli._links`), and writes the labels of 
 
 from __future__ import annotations
 
-import os
 import time
 from enum import Enum
 from typing import Annotated, Any, Optional
@@ -30,6 +29,7 @@ import dclust
 from . import _links  # the links CSV reader (a module import: _links imports main, which imports this module)
 from ._display import learned_attributes
 from ._options import (
+    _location,
     ClusterLamOpt,
     ConstraintsOpt,
     FitCheckpointOpt,
@@ -107,11 +107,11 @@ def fit_bpmeans(
     scalars, _ = learned_attributes(estimator)
     k = int(estimator.n_latent_features_)
     result = {
-        "command": "fit bpmeans", "estimator": "BPMeans", "input": os.path.abspath(input_path),
-        "component": s.component, "n_samples": n, "n_features": d, "features": os.path.abspath(features),
-        "allocation": os.path.abspath(allocation) if allocation else None,
-        "model": os.path.abspath(model) if model else None, "params": estimator.get_params(),
-        "checkpoint": os.path.abspath(checkpoint) if checkpoint else None, "resumed": resume,
+        "command": "fit bpmeans", "estimator": "BPMeans", "input": _location(input_path),
+        "component": s.component, "n_samples": n, "n_features": d, "features": _location(features),
+        "allocation": _location(allocation),
+        "model": _location(model), "params": estimator.get_params(),
+        "checkpoint": _location(checkpoint), "resumed": resume,
         "n_latent_features": k, "learned": scalars, "objective_history": list(estimator.objective_history_),
         "seconds": {key: round(v, 3) for key, v in seconds.items()},
     }
@@ -162,11 +162,11 @@ def fit_rdpmeans(
     scalars, _ = learned_attributes(estimator)
     must_split, cannot_joined = estimator.n_violated_
     result = {
-        "command": "fit rdpmeans", "estimator": "RDPMeans", "input": os.path.abspath(input_path),
-        "component": s.component, "n_samples": n, "n_features": d, "constraints": os.path.abspath(constraints),
-        "n_must": G.n_must, "n_cannot": G.n_cannot, "labels": os.path.abspath(labels),
-        "model": os.path.abspath(model), "params": estimator.get_params(), "n_clusters": estimator.n_clusters_,
-        "checkpoint": os.path.abspath(checkpoint) if checkpoint else None, "resumed": resume,
+        "command": "fit rdpmeans", "estimator": "RDPMeans", "input": _location(input_path),
+        "component": s.component, "n_samples": n, "n_features": d, "constraints": _location(constraints),
+        "n_must": G.n_must, "n_cannot": G.n_cannot, "labels": _location(labels),
+        "model": _location(model), "params": estimator.get_params(), "n_clusters": estimator.n_clusters_,
+        "checkpoint": _location(checkpoint), "resumed": resume,
         "learned": scalars, "violated": {"must_links_split": must_split, "cannot_links_joined": cannot_joined},
         "objective_history": list(estimator.objective_history_), "xi_history": list(estimator.xi_history_),
         "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},

@@ -4,10 +4,13 @@ parameters; and :func:`shared_options`, the decorator that adds the options ever
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import json
 import math
-from typing import Annotated, Any, Callable, Optional
+import os
+from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
@@ -115,14 +118,46 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show the Dask libra
 ComponentOpt = Annotated[
     Optional[str],
     typer.Option("--component", metavar="NAME", callback=_check_component,
-                 help="Array inside the input Zarr group (e.g. 'X', or 'sub/X')."),
+                 help="Array inside the input Zarr group (e.g. 'X'), or variable of a NetCDF/HDF5 input "
+                      "('group/var')."),
+]
+ColumnsOpt = Annotated[
+    Optional[str],
+    typer.Option("--columns", metavar="A,B,...",
+                 help="Parquet/CSV input: the (numeric) columns to use, comma-separated. Default: every column."),
+]
+SampleDimOpt = Annotated[
+    Optional[str],
+    typer.Option("--sample-dim", metavar="DIM",
+                 help="NetCDF/HDF5 input: the sample dimension (default: the first); the others become features."),
+]
+
+
+def _key_value(values: Optional[list[str]]) -> Optional[list[str]]:
+    """An option callback: every value is KEY=VALUE with a non-empty KEY."""
+    for value in values or []:
+        if "=" not in value or not value.split("=", 1)[0].strip():
+            raise typer.BadParameter(f"{value!r} is not KEY=VALUE (e.g. endpoint_url=http://127.0.0.1:9000).")
+    return values
+
+
+StorageOptionOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--storage-option", metavar="KEY=VALUE", callback=_key_value,
+                 help="An argument of the filesystem of the command's URLs (repeatable), e.g. "
+                      "endpoint_url=http://host:9000, anon=true, client_kwargs.region_name=eu-west-1. S3 also reads "
+                      "the AWS_* environment."),
 ]
 
 # ---------------------------------------------------------------------------------------------------------------
 # options of the fit and stream commands
 # ---------------------------------------------------------------------------------------------------------------
 
-InputArg = Annotated[str, typer.Argument(metavar="IN.zarr", help="Input Zarr store (N x D points).")]
+InputArg = Annotated[
+    str,
+    typer.Argument(metavar="IN", help="Input points (N x D): a Zarr store, Parquet, CSV or NetCDF/HDF5 file; a local "
+                                      "path or a URL (s3://bucket/points.zarr)."),
+]
 LabelsOpt = Annotated[str, typer.Option("--labels", metavar="OUT.zarr", help="Where to write the labels (Zarr).")]
 ModelOpt = Annotated[str, typer.Option("--model", metavar="MODEL.zarr", help="Where to save the fitted model.")]
 SeedOpt = Annotated[Optional[int], typer.Option("--seed", min=0, help="random_state (reproducible runs).")]
@@ -162,6 +197,61 @@ def _exactly_one_of_k_and_lam(k: int | None, lam: float | None) -> None:
         raise _usage("give exactly one of --k (target number of clusters) and --lam (penalty per cluster).")
 
 
+def _location(path: str | None) -> str | None:
+    """A path as reports show it: URLs stay URLs, local paths (and file:// URLs) become absolute paths."""
+    if path is None:
+        return None
+    protocol, sep, rest = path.partition("://")
+    if sep and protocol not in ("file", "local"):
+        return path
+    return os.path.abspath(os.path.expanduser(rest if sep else path))
+
+
+def _storage_options(values: list[str] | None) -> dict[str, Any] | None:
+    """``--storage-option KEY=VALUE`` values as fsspec storage options: a VALUE that reads as JSON (``true``,
+    ``3``, ``{"a": 1}``) is that value, any other VALUE a string; dotted keys nest (``client_kwargs.region_name``)."""
+    if not values:
+        return None
+    options: dict[str, Any] = {}
+    for item in values:
+        key, _, raw = item.partition("=")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        *parents, last = key.strip().split(".")
+        node = options
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return options
+
+
+@contextlib.contextmanager
+def _filesystem_defaults(storage_options: dict[str, Any] | None, arguments: list[str]) -> Iterator[None]:
+    """For the duration of a command, make ``storage_options`` fsspec's defaults for the protocols of the URLs
+    among ``arguments`` (outputs, models, checkpoints: every location the command reads or writes on that
+    filesystem, not only the input). Filesystems made meanwhile carry them, also to the workers they are pickled
+    to. The previous defaults are restored afterwards."""
+    if not storage_options:
+        yield
+        return
+    import fsspec.config
+
+    protocols = {a.split("://", 1)[0] for a in arguments if "://" in a} - {"file", "local"}
+    saved = {p: fsspec.config.conf.get(p) for p in protocols}
+    try:
+        for p in protocols:
+            fsspec.config.conf[p] = {**(saved[p] or {}), **storage_options}
+        yield
+    finally:
+        for p, old in saved.items():
+            if old is None:
+                fsspec.config.conf.pop(p, None)
+            else:
+                fsspec.config.conf[p] = old
+
+
 def _checkpoint_row(checkpoint: str | None, resume: bool) -> dict[str, str]:
     """The table row of ``--checkpoint`` (none without it)."""
     return {"checkpoint": f"{checkpoint} ({'resumed' if resume else 'new'})"} if checkpoint else {}
@@ -172,7 +262,8 @@ def _checkpoint_row(checkpoint: str | None, resume: bool) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------------------
 
 # (name, annotation, default), in the order --help lists them after a command's own options
-_COMPONENT = [("component", ComponentOpt, None)]
+_COMPONENT = [("component", ComponentOpt, None), ("columns", ColumnsOpt, None), ("sample_dim", SampleDimOpt, None),
+              ("storage_option", StorageOptionOpt, None)]
 _OVERWRITE = [("overwrite", OverwriteOpt, False)]
 _SCHEDULER = [("scheduler", SchedulerOpt, None)]
 _TLS = [("tls_ca", TlsCaOpt, None), ("tls_cert", TlsCertOpt, None), ("tls_key", TlsKeyOpt, None)]
@@ -182,10 +273,10 @@ _OUTPUT = [("json_out", JsonOpt, False), ("quiet", QuietOpt, False), ("verbose",
 
 
 def shared_options(*, component: bool = True, cluster: bool = True, tls: bool = True) -> Callable:
-    """Make ``body(s, <own options>)`` a command taking its own options, then ``--component`` (with
-    ``component``), ``--overwrite``, ``--scheduler``, ``--tls-*`` (with ``tls``) and ``--memory-limit`` (with
-    ``cluster``), ``--json``, ``--quiet``, ``--verbose`` and ``--debug``. The body runs inside :func:`_command`; ``s`` is the
-    session, which holds the shared values (``s.overwrite``, ``s.component``, ``s.scheduler``, ...). The TLS
+    """Make ``body(s, <own options>)`` a command taking its own options, then the input options ``--component
+    --columns --sample-dim --storage-option`` (with ``component``), ``--overwrite``, ``--scheduler``, ``--tls-*``
+    (with ``tls``) and ``--memory-limit`` (with ``cluster``), ``--json``, ``--quiet``, ``--verbose`` and
+    ``--debug``. The body runs inside :func:`_command`; ``s`` is the session, which holds the shared values (``s.overwrite``, ``s.component``, ``s.scheduler``, ...). The TLS
     values reach the cluster through the click context (:func:`dclust._cli._cluster.tls_from_context`)."""
     shared = ((_COMPONENT if component else []) + _OVERWRITE
               + ((_SCHEDULER + (_TLS if tls else []) + _MEMORY_LIMIT) if cluster else []) + _OUTPUT)
@@ -200,7 +291,11 @@ def shared_options(*, component: bool = True, cluster: bool = True, tls: bool = 
             options = {name: kwargs.pop(name) for name, _, _ in shared}
             for name, _, _ in _TLS:
                 options.pop(name, None)
-            with _command(options.pop("json_out"), options.pop("quiet"), options.pop("debug"), **options) as s:
+            if "storage_option" in options:
+                options["storage_options"] = _storage_options(options.pop("storage_option"))
+            urls = [v for v in kwargs.values() if isinstance(v, str)]
+            with _filesystem_defaults(options.get("storage_options"), urls), \
+                    _command(options.pop("json_out"), options.pop("quiet"), options.pop("debug"), **options) as s:
                 body(s, **kwargs)
 
         command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]

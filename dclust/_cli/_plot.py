@@ -21,14 +21,13 @@ stream). ``links``: satisfied and violated links of stored labels. The format fo
 from __future__ import annotations
 
 import json
-import os
 from typing import Annotated, Any, Optional
 
 import typer
 
 import dclust
 
-from ._options import ConstraintsOpt, SeedOpt, shared_options
+from ._options import ConstraintsOpt, InputArg, SeedOpt, _location, shared_options
 from ._session import _Session, _usage
 
 __all__ = ["plot_app"]
@@ -74,7 +73,7 @@ def _done(s: _Session, plotting: Any, fig: Any, out: str, command: str, info: di
 @shared_options()
 def plot_clusters(
     s: _Session,
-    input_path: Annotated[str, typer.Argument(metavar="IN.zarr", help="The points (N x D).")],
+    input_path: InputArg,
     out: OutOpt,
     model: Annotated[Optional[str], typer.Option("--model", metavar="MODEL.zarr", help="A saved model.")] = None,
     labels: Annotated[Optional[str], typer.Option("--labels", metavar="LABELS.zarr", help="Stored labels.")] = None,
@@ -93,7 +92,7 @@ def plot_clusters(
             fig = plotting.plot_clusters(X, y, model=estimator, sample_size=sample_size,
                                          random_state=0 if seed is None else seed)
     info = {"n_samples": n, "n_features": d, "sample_size": min(n, sample_size),
-            "model": os.path.abspath(model) if model else None, "labels": os.path.abspath(labels) if labels else None}
+            "model": _location(model), "labels": _location(labels)}
     _done(s, plotting, fig, out, "clusters", info)
 
 

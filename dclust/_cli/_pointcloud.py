@@ -41,32 +41,24 @@ class Kernel(str, Enum):
 
 
 class _FrameProgress:
-    """A rich task showing frames done, frames/s, points/s and the segments of the last frame."""
+    """Frames done, frames/s, points/s and the segments of the last frame, on a :meth:`Display.counter`."""
 
-    def __init__(self, display, description: str) -> None:
-        self.progress = getattr(display, "_progress", None)
-        self.task = None
-        self.description = description
+    def __init__(self, update) -> None:
+        self.update = update
         self.t0 = time.perf_counter()
         self.points = 0
 
     def __call__(self, event) -> None:
-        if event.estimator != "PointCloudTracker" or event.phase != "frame" or self.progress is None:
+        if event.estimator != "PointCloudTracker" or event.phase != "frame":
             return
         total = int(event.extra["n_frames"])
-        if self.task is None:
-            self.task = self.progress.add_task(self.description, total=total, status="")
         self.points += int(event.extra["n_points"])
         dt = max(time.perf_counter() - self.t0, 1e-9)
-        status = (f"frame {event.iteration}/{total}  {event.iteration / dt:.1f} frames/s  "
-                  f"{self.points / dt:,.0f} points/s  segments {event.n_clusters}  "
-                  f"births {event.extra['births']}  revivals {event.extra['revivals']}  "
-                  f"deaths {event.extra['deaths']}")
-        self.progress.update(self.task, completed=event.iteration, status=status)
-
-    def close(self) -> None:
-        if self.task is not None and self.progress is not None:
-            self.progress.stop_task(self.task)
+        self.update(event.iteration, total,
+                    f"frame {event.iteration}/{total}  {event.iteration / dt:.1f} frames/s  "
+                    f"{self.points / dt:,.0f} points/s  segments {event.n_clusters}  "
+                    f"births {event.extra['births']}  revivals {event.extra['revivals']}  "
+                    f"deaths {event.extra['deaths']}")
 
 
 @pointcloud_app.command("track")
@@ -120,15 +112,12 @@ def pointcloud_track(
     with s.live(cluster=s.scheduler is not None) as display:
         from dclust import on_progress
 
-        bar = _FrameProgress(display, f"{'SD-Means' if spectral else 'D-Means'} tracking {input_path}")
-        try:
-            with on_progress(bar):
+        with display.counter(f"{'SD-Means' if spectral else 'D-Means'} tracking {input_path}") as update:
+            with on_progress(_FrameProgress(update)):
                 r = track(input_path, out, lam=lam, T_Q=T_Q, k_tau=k_tau, spectral=spectral,
                           kernel=kernel.value, bandwidth=bandwidth, features=features,
                           feature_weights=feature_weights, fit_sample=fit_sample, tracks=tracks, plot=plot,
                           plot_frames=plot_frames, overwrite=s.overwrite, n_restarts=n_restarts, random_state=seed)
-        finally:
-            bar.close()
     h = r.history
     totals = {k: int(sum(h.get(k, []))) for k in ("births", "deaths", "revivals")}
     result = {

@@ -58,18 +58,23 @@ def _usage(message: str) -> Exception:
 
 
 class _Session:
-    """The run of one command, with the options every command shares (``--overwrite``, ``--component``,
-    ``--scheduler``, ``--memory-limit``, ``--json``, ``--quiet``, ``--verbose``, ``--debug``)."""
+    """The run of one command, with the options every command shares (``--overwrite``, the input options
+    ``--component --columns --sample-dim --storage-option``, ``--scheduler``, ``--memory-limit``, ``--json``,
+    ``--quiet``, ``--verbose``, ``--debug``)."""
 
     def __init__(self, json_out: bool, quiet: bool, debug: bool, *, overwrite: bool = False,
-                 component: str | None = None, scheduler: str | None = None, memory_limit: str = "auto",
-                 verbose: bool = False) -> None:
+                 component: str | None = None, columns: str | None = None, sample_dim: str | None = None,
+                 storage_options: dict[str, Any] | None = None, scheduler: str | None = None,
+                 memory_limit: str = "auto", verbose: bool = False) -> None:
         self.json = json_out
         self.verbose = verbose
         self.quiet = quiet
         self.debug = debug
         self.overwrite = overwrite
         self.component = component
+        self.columns = [c.strip() for c in columns.split(",")] if columns else None
+        self.sample_dim = sample_dim
+        self.storage_options = storage_options
         self.scheduler = scheduler
         self.memory_limit = memory_limit
         self.out = Console(highlight=False, soft_wrap=True)
@@ -111,8 +116,13 @@ class _Session:
         return resume
 
     def open_input(self, path: str, **kwargs: Any) -> tuple[Any, int, int]:
-        """The points of ``path`` (``--component``), lazily, with their row and feature counts."""
-        X = dclust.open_array(path, component=self.component, **kwargs)
+        """The points of ``path`` (any format :func:`dclust.open_array` opens; ``--component``, ``--columns``,
+        ``--sample-dim``, ``--storage-option`` given only where set), lazily, as a dask array, with their row and
+        feature counts."""
+        given = {"component": self.component, "columns": self.columns, "sample_dim": self.sample_dim,
+                 "storage_options": self.storage_options}
+        X = dclust.open_array(path, **{k: v for k, v in given.items() if v is not None}, **kwargs)
+        X = getattr(X, "data", X) if hasattr(X, "dims") else X  # NetCDF/xarray: the dask array inside
         return X, X.shape[0], (X.shape[1] if X.ndim > 1 else 1)
 
     def fit(self, display: Display, estimator: Any, X: Any, description: str, *, resumed_from: str | None = None,

@@ -38,7 +38,16 @@ from dclust.errors import StorageError
 from dclust.stream._checkpoint import save_state
 
 from ._display import learned_attributes
-from ._options import InputArg, LabelsOpt, SeedOpt, _bounded, _estimator_params, _positive, shared_options
+from ._options import (
+    InputArg,
+    LabelsOpt,
+    SeedOpt,
+    _bounded,
+    _estimator_params,
+    _location,
+    _positive,
+    shared_options,
+)
 from ._session import _Session, _usage
 
 __all__ = ["stream_app"]
@@ -189,11 +198,11 @@ def stream_dmeans(
     totals = _totals(history)
     scalars, _ = learned_attributes(model)
     result = {
-        "command": "stream dmeans", "estimator": "DynamicMeans", "input": os.path.abspath(input_path),
+        "command": "stream dmeans", "estimator": "DynamicMeans", "input": _location(input_path),
         "component": s.component, "n_samples": n, "n_features": d, "batch_rows": batch_rows,
         "n_batches": n_batches, "resumed_batches": done, "labels": local,
-        "checkpoint": os.path.abspath(checkpoint) if checkpoint else None,
-        "model": os.path.abspath(model_path) if model_path else None, "params": model.get_params(),
+        "checkpoint": _location(checkpoint),
+        "model": _location(model_path), "params": model.get_params(),
         "n_clusters": int(model.n_clusters_), "n_tracked": int(model.cluster_ids_.shape[0]),
         "cluster_ids": model.cluster_ids_, "learned": scalars, "history": history, **totals,
         "points_per_second": round((n - sum(history["n_samples"][:done])) / max(seconds, 1e-9), 1),
@@ -305,11 +314,11 @@ def stream_anytime_dpmeans(
     scalars, _ = learned_attributes(model)
     new_points = int(model.n_seen_) - int(sum(history["n_samples"][:done]))
     result = {
-        "command": "stream anytime-dpmeans", "estimator": "AnytimeDPMeans", "input": os.path.abspath(input_path),
+        "command": "stream anytime-dpmeans", "estimator": "AnytimeDPMeans", "input": _location(input_path),
         "component": s.component, "n_samples": n, "n_features": d, "batch_rows": batch_rows,
         "n_batches": n_batches, "batches_done": int(model.n_batches_), "resumed_batches": done,
-        "stopped": stopped, "n_seen": int(model.n_seen_), "labels": os.path.abspath(labels),
-        "model": os.path.abspath(model_path), "checkpoint": os.path.abspath(checkpoint) if checkpoint else None,
+        "stopped": stopped, "n_seen": int(model.n_seen_), "labels": _location(labels),
+        "model": _location(model_path), "checkpoint": _location(checkpoint),
         "params": model.get_params(), "n_clusters": int(model.n_clusters_), "objective": model.objective_,
         "learned": scalars, "history": history,
         "points_per_second": round(new_points / max(fit_seconds, 1e-9), 1),

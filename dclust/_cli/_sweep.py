@@ -16,7 +16,6 @@ it; ``--json`` prints the same figures as one object (``sweep``, ``suggested_lam
 from __future__ import annotations
 
 import math
-import os
 from typing import Annotated, Optional
 
 import typer
@@ -26,7 +25,7 @@ import dclust.model_selection as model_selection
 from dclust.errors import message
 
 from ._display import fmt_number
-from ._options import InputArg, SeedOpt, shared_options
+from ._options import InputArg, SeedOpt, _location, shared_options
 from ._session import _Session, _usage
 
 __all__ = ["sweep_app"]
@@ -102,10 +101,10 @@ def sweep_dpmeans(
     if plot:
         plotting.save_figure(plotting.plot_sweep(sw), plot, overwrite=s.overwrite)
     result = {
-        "command": "sweep dpmeans", "input": os.path.abspath(input_path), "component": s.component,
+        "command": "sweep dpmeans", "input": _location(input_path), "component": s.component,
         "n_samples": n, "n_features": d, "sweep": sw.to_dict(), "suggested_lam": sw.suggested_lam,
         "suggested_n_clusters": sw.suggested_n_clusters, "rule": sw.rule, "n_passes": sw.n_passes,
-        "plot": os.path.abspath(plot) if plot else None,
+        "plot": _location(plot),
     }
     rows = {"data": f"{n:,} x {d}", "candidates": len(sw.lam), "passes over the data": sw.n_passes,
             "suggested lam": sw.suggested_lam, "suggested K": sw.suggested_n_clusters, "rule": sw.rule,

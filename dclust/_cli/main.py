@@ -15,6 +15,13 @@ Commands::
     dclust sweep dpmeans IN.zarr [--plot PNG]  (dclust._cli._sweep)
     dclust plot clusters / history / sweep / palette / tracks / links ...  (dclust._cli._plot)
 
+IN (the input points of fit, predict, stream, sweep, plot clusters, constraints import) is anything
+:func:`dclust.open_array` opens: a Zarr store, a Parquet file or directory, a CSV/TSV file or glob, a NetCDF/HDF5 file,
+as a local path or an fsspec URL (``s3://bucket/points.parquet``). ``--component`` names the array of a Zarr group
+or the variable of a NetCDF/HDF5 file, ``--columns a,b,c`` the columns of a table, ``--sample-dim`` the sample
+dimension of a NetCDF variable; ``--storage-option KEY=VALUE`` (repeatable) passes arguments to the input URL's
+filesystem (for S3 the ``AWS_*`` environment works too). Reports (``--json``) show URLs as given.
+
 Every command that computes runs on a Dask cluster: a ``distributed.LocalCluster`` (one single-threaded worker
 per core, ``--memory-limit`` each) unless ``--scheduler ADDRESS`` or ``$DCLUST_SCHEDULER`` names a running one
 (see :mod:`dclust._cli._cluster`). Progress and the dashboard link go to stderr; results go to stdout (a table, or
@@ -34,7 +41,6 @@ log goes to a file (``$DCLUST_LOG_FILE``, default ``dclust-PID.log`` in the temp
 
 from __future__ import annotations
 
-import os
 import time
 from enum import Enum
 from typing import Annotated, Any, Optional
@@ -45,6 +51,7 @@ import dclust
 
 from ._display import key_value_table, learned_attributes
 from ._options import (
+    _location,
     ClusterLamOpt,
     DebugOpt,
     FitCheckpointOpt,
@@ -142,7 +149,7 @@ def generate_blobs(
             with display.step(f"writing ground-truth labels to {truth}"):
                 dclust.write_labels(blobs.labels, truth, overwrite=s.overwrite)
     result = {
-        "command": "generate blobs", "output": os.path.abspath(out), "truth": os.path.abspath(truth) if truth else None,
+        "command": "generate blobs", "output": _location(out), "truth": _location(truth),
         "n_samples": n, "n_features": d, "n_centers": k, "chunk_rows": chunk_rows, "seed": seed,
         "cluster_std": std, "dtype": dtype.value, "codec": codec.value,
     }
@@ -168,17 +175,19 @@ def _fit(s: _Session, estimator: Any, input_path: str, labels: str, model: str, 
     n_clusters = int(estimator.cluster_centers_.shape[0])
     history = list(getattr(estimator, "objective_history_", []))
     result = {
-        "command": f"fit {name.lower()}", "estimator": name, "input": os.path.abspath(input_path),
-        "component": s.component, "n_samples": n, "n_features": d, "labels": os.path.abspath(labels),
-        "model": os.path.abspath(model), "params": estimator.get_params(), "n_clusters": n_clusters,
-        "checkpoint": os.path.abspath(checkpoint) if checkpoint else None, "resumed": resume,
+        "command": f"fit {name.lower()}", "estimator": name, "input": _location(input_path),
+        "component": s.component, "n_samples": n, "n_features": d, "labels": _location(labels),
+        "model": _location(model), "params": estimator.get_params(), "n_clusters": n_clusters,
+        "checkpoint": _location(checkpoint), "resumed": resume,
         "learned": scalars, "objective_history": history,
         "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
     }
     rows: dict[str, Any] = {"estimator": name, "data": f"{n:,} x {d}", "clusters (K)": n_clusters}
     rows.update({k: v for k, v in scalars.items() if k not in ("n_clusters_", "n_features_in_")})
     iters = max(1, int(scalars.get("n_iter_", 1)))
-    rows.update({"fit seconds": round(fit_seconds, 2), "seconds / iteration": round(fit_seconds / iters, 3),
+    per_iteration = s.display.seconds_per_iteration() or fit_seconds / iters  # the live line's figure
+    result["seconds"]["per_iteration"] = round(per_iteration, 3)
+    rows.update({"fit seconds": round(fit_seconds, 2), "seconds / iteration": round(per_iteration, 3),
                  "labels": labels, "model": model, **_checkpoint_row(checkpoint, resume)})
     s.report(result, f"fit {name}", rows)
 
@@ -233,7 +242,7 @@ ModelArg = Annotated[str, typer.Argument(metavar="MODEL.zarr", help="A model sav
 @app.command("predict")
 @shared_options()
 def predict(s: _Session, model: ModelArg, input_path: InputArg, labels: LabelsOpt) -> None:
-    """Label every point of IN.zarr with its nearest cluster of a saved model."""
+    """Label every point of IN with its nearest cluster of a saved model."""
     s.check_outputs({"--labels": labels}, (input_path, model))
     estimator = dclust.load(model)
     X, n, _ = s.open_input(input_path)
@@ -246,9 +255,9 @@ def predict(s: _Session, model: ModelArg, input_path: InputArg, labels: LabelsOp
     name = type(estimator).__name__
     n_clusters = int(estimator.cluster_centers_.shape[0])
     result = {
-        "command": "predict", "estimator": name, "model": os.path.abspath(model),
-        "input": os.path.abspath(input_path), "component": s.component, "n_samples": n,
-        "n_clusters": n_clusters, "labels": os.path.abspath(labels), "seconds": {"predict": round(seconds, 3)},
+        "command": "predict", "estimator": name, "model": _location(model),
+        "input": _location(input_path), "component": s.component, "n_samples": n,
+        "n_clusters": n_clusters, "labels": _location(labels), "seconds": {"predict": round(seconds, 3)},
     }
     rows = {"model": f"{model} ({name}, K={n_clusters})", "points": n, "labels": labels,
             "seconds": round(seconds, 2)}
@@ -263,7 +272,7 @@ def info(model: ModelArg, json_out: JsonOpt = False, debug: DebugOpt = False) ->
         name = type(estimator).__name__
         params = estimator.get_params()
         scalars, shapes = learned_attributes(estimator)
-        result = {"command": "info", "model": os.path.abspath(model), "estimator": name, "params": params,
+        result = {"command": "info", "model": _location(model), "estimator": name, "params": params,
                   "learned": scalars, "arrays": shapes}
         if s.json:
             s.report(result, name, {})

@@ -9,8 +9,8 @@ import functools
 import numpy as np
 import dask.array as da
 
-from ..kernels.distances import block_stats, nearest
-from ..kernels.kmeans import block_rng, kmeans_plusplus, oversample_block
+from ..kernels.distances import block_stats, nearest, order_keys, seed_mix
+from ..kernels.kmeans import kmeans_plusplus
 from ..kernels.stats import ClusterStats
 from .passes import map_reduce
 
@@ -74,48 +74,81 @@ def kmeans_plusplus_sample(X: da.Array, w, k: int, rng, sample_size: int = 10_00
     return kmeans_plusplus(P, pw, k, rng)
 
 
-def _oversample_partial(Xb, wb, *, offset, block_index, centres, oversampling, phi, seed, round_):
-    rows, _, pot = oversample_block(Xb, wb, centres, oversampling, phi, block_rng(seed, round_, block_index))
-    return rows, pot
+def _sample_partial(Xb, wb, *, offset, block_index, mix, threshold):
+    """The finite, positively weighted rows of a block whose key (seed, global row index) is below ``threshold``."""
+    keys = order_keys(mix, np.arange(offset, offset + Xb.shape[0]))
+    keep = keys < np.uint64(threshold)
+    rows = np.asarray(Xb[keep], dtype=np.float64)
+    w = np.ones(rows.shape[0]) if wb is None else np.asarray(wb, dtype=np.float64)[keep]
+    ok = np.isfinite(rows).all(axis=1) & (w > 0)
+    return rows[ok], w[ok]
 
 
-def _merge_samples(parts):
-    return np.concatenate([p[0] for p in parts]), float(sum(p[1] for p in parts))
+def _round_partial(Xb, wb, *, offset, block_index, centres, oversampling, phi, mix):
+    """One k-means|| round on a block: the weight of the rows nearest to every centre, the rows kept with
+    probability ``min(1, l * w * D(x)^2 / phi)`` (uniforms from the row keys) with their weights, the potential."""
+    labels, dist = nearest(Xb, centres)
+    w = np.ones(Xb.shape[0]) if wb is None else np.asarray(wb, dtype=np.float64)
+    finite = np.isfinite(dist) & (w > 0)
+    counts = np.bincount(labels[finite], weights=w[finite], minlength=centres.shape[0])
+    pot = np.where(finite, w * np.where(finite, dist, 0.0), 0.0)
+    u = order_keys(mix, np.arange(offset, offset + Xb.shape[0])).astype(np.float64) / 2.0**64
+    keep = np.flatnonzero(u < np.minimum(1.0, oversampling * pot / phi)) if phi > 0 else np.empty(0, np.int64)
+    return counts, np.asarray(Xb[keep], dtype=np.float64), w[keep], float(pot.sum())
+
+
+def _merge_sample(parts):
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def _merge_round(parts):
+    return (sum(p[0] for p in parts), np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]),
+            float(sum(p[3] for p in parts)))
 
 
 def kmeans_parallel(
-    X: da.Array, w, k: int, rng: np.random.Generator, *, oversampling_factor: float = 2.0, rounds: int = 5,
-    split_every=None,
+    X: da.Array, w, k: int, rng: np.random.Generator, *, oversampling_factor: float = 2.0, rounds: int = 1,
+    sample_size: int = 10_000, split_every=None,
 ) -> np.ndarray:
-    """k-means|| (Bahmani et al. 2012): ``rounds`` passes each oversampling about ``oversampling_factor * k``
-    candidates with probability proportional to ``w D(x)^2``, a weighting pass, then weighted k-means++ and Lloyd on
-    the candidates in memory.
+    """Scalable k-means|| seeding (Bahmani et al. 2012) in ``1 + rounds`` passes over the data.
 
-    To keep one pass per round, round r draws with the potential measured in round r-1 (which is at least the
-    current one), so a round keeps at most ``l`` points in expectation rather than exactly ``l``.
+    Pass 1 draws a uniform sample of about ``sample_size`` rows (a row is taken when the key of its global index is
+    small); k-means++ and Lloyd on the sample give ``k`` first candidates. Each of the ``rounds`` passes then
+    weighs the candidates (the weight of the rows nearest to each) and oversamples about ``oversampling_factor * k``
+    rows with probability proportional to ``w D(x)^2`` (the far rows a sample misses: small or distant clusters);
+    rows kept in the last round weigh their own weight. Weighted k-means++ and Lloyd on the candidates, in memory,
+    give the ``k`` centres. Every draw is a function of ``rng`` and the global row index, so the seeding does not
+    depend on the chunking or the scheduler.
     """
     n = X.shape[0]
     seed = int(rng.integers(2**62))
-    C = take_rows(X, [int(rng.integers(n))])
-    phi = reduce_stats(X, w, C, split_every).cost
-    ell = oversampling_factor * k
+    m = min(n, max(int(sample_size), 4 * k))
+    threshold = 2**64 - 1 if m >= n else int(2.0**64 * m / n)
+    S, Sw = map_reduce(_sample_partial, _merge_sample, X, w, split_every=split_every, mix=seed_mix(seed),
+                       threshold=threshold).compute()[()]
+    if np.unique(S, axis=0).shape[0] < k:  # too few distinct sampled rows (tiny or degenerate data)
+        S = np.vstack([S, random_rows(X, k, rng)])
+        Sw = np.concatenate([Sw, np.ones(k)])
+    C = _local_lloyd(S, Sw, kmeans_plusplus(S, Sw, k, rng))
+    _, dist = nearest(S, C)
+    phi = float((Sw * dist).sum()) * n / max(S.shape[0], 1)
+    weights = np.ones(C.shape[0])
     for r in range(rounds):
-        rows, phi_now = map_reduce(
-            _oversample_partial, _merge_samples, X, w, split_every=split_every, centres=C, oversampling=ell, phi=phi,
-            seed=seed, round_=r,
+        counts, rows, row_w, phi_now = map_reduce(
+            _round_partial, _merge_round, X, w, split_every=split_every, centres=C,
+            oversampling=oversampling_factor * k, phi=phi, mix=seed_mix(seed + 1 + r),
         ).compute()[()]
         C = np.vstack([C, rows])
+        weights = np.concatenate([counts, row_w])
         phi = phi_now
         if phi <= 0:
             break
-    stats = reduce_stats(X, w, C, split_every)
-    weights = stats.weight
-    if C.shape[0] < k or np.count_nonzero(weights) < k:
-        extra = random_rows(X, k, rng)
-        C = np.vstack([C, extra])
-        weights = np.concatenate([weights, np.ones(k)])
-    centres = kmeans_plusplus(C, weights, k, rng)
-    return _local_lloyd(C, weights, centres)
+    keep = weights > 0
+    if np.count_nonzero(keep) < k:  # every row sits on fewer than k candidates: keep them all
+        keep[:] = True
+        weights = np.maximum(weights, np.finfo(float).tiny)
+    C, weights = C[keep], weights[keep]
+    return _local_lloyd(C, weights, kmeans_plusplus(C, weights, k, rng))
 
 
 def _farthest_partial(Xb, wb, *, offset, block_index, centres, m):

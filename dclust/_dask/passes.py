@@ -7,7 +7,8 @@ computed array), runs the kernel block by block and returns only what the reduct
 pass (centres, thresholds) are one key of the graph, sent once per worker, not embedded in every task. No block
 is concatenated or copied on the way.
 
-How many tasks: a store read is grouped into about ``TASKS_PER_THREAD`` tasks per thread of the cluster, so the
+How many tasks (``dask.config.set({"dclust.pass-grouping": False})`` keeps one task per block, for comparisons): a
+store read is grouped into about ``TASKS_PER_THREAD`` tasks per thread of the cluster, so the
 scheduling cost of a pass follows the cluster's cores, not the store's chunk count; blocks held in worker memory
 are grouped per worker (never moved between workers); blocks computed by other tasks keep one task per block, so
 Dask fuses the task that makes a block into the one that uses it. Results never depend on the grouping except
@@ -19,6 +20,7 @@ per block (proposal steps that need them block by block); :func:`map_labels` giv
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import uuid
@@ -132,6 +134,7 @@ class _Reader:
     index: tuple  # per block: the getter's index
     asarray: bool
     lock: Any
+    canonical: bool  # index[b] is the block's whole row range and every column (rebuilt in the task, not shipped)
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,11 @@ def _reader_of(X: da.Array) -> _Reader | None:
             index.append(idx.value if isinstance(idx, DataNode) else idx)
         else:
             if source is not None:
-                reader = _Reader(getter, source, tuple(index), bool(asarray) if asarray is not None else True, lock)
+                offsets = block_offsets(X.chunks[0])
+                canonical = all(idx == _whole_rows(int(off), int(size), X.shape[1:])
+                                for idx, off, size in zip(index, offsets, X.chunks[0]))
+                reader = _Reader(getter, source, tuple(index), bool(asarray) if asarray is not None else True, lock,
+                                 canonical)
     if len(_reader_cache) > 256:
         _reader_cache.clear()
     _reader_cache[X.name] = reader
@@ -254,15 +261,55 @@ def _worker_groups(X: da.Array, todo: list[int]) -> list[list[int]] | None:
 # ---------------------------------------------------------------------------------------------------- the task
 
 
-def _run_group(params, blocks, offsets, sizes, source, data, extra, *aligned):
+def _whole_rows(first: int, size: int, tail: tuple) -> tuple:
+    """The getter index of rows ``first .. first + size - 1`` with every column."""
+    return (slice(first, first + size, None),) + tuple(slice(0, int(n), None) for n in tail)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The row blocks of a pass as run-length ``(size, count)`` pairs, shipped once with the pass's parameters
+    (not per task), so a task's arguments do not grow with the number of blocks it reads."""
+
+    runs: tuple
+    tail: tuple
+
+    @staticmethod
+    def of(chunks: tuple[int, ...], tail: tuple) -> "_Layout":
+        runs: list[list[int]] = []
+        for c in chunks:
+            if runs and runs[-1][0] == c:
+                runs[-1][1] += 1
+            else:
+                runs.append([int(c), 1])
+        return _Layout(tuple((a, b) for a, b in runs), tuple(int(n) for n in tail))
+
+    def blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(offsets, sizes)`` of every block (computed once per process)."""
+        return _layout_arrays(self.runs)
+
+
+@functools.lru_cache(maxsize=16)
+def _layout_arrays(runs: tuple) -> tuple[np.ndarray, np.ndarray]:
+    sizes = np.repeat([r[0] for r in runs], [r[1] for r in runs]).astype(np.int64)
+    return block_offsets(tuple(sizes)), sizes
+
+
+def _run_group(params, blocks, source, data, extra, *aligned):
     """Run ``fn`` on every block of the group, reading the blocks from ``source`` (``data`` are then the getter's
-    indices) or taking them from ``data``; merge the results (``merge``) or return them in a list. ``extra`` holds
-    the group's per-block arguments (or is None)."""
-    fn, merge, kwargs, reader = params
+    indices, or None for whole-row reads) or taking them from ``data``; merge the results (``merge``) or return them
+    in a list. ``extra`` holds the group's per-block arguments (or is None)."""
+    fn, merge, kwargs, reader, layout = params
     _reuse_chunk_buffers()
+    offsets, sizes = layout.blocks()
     out = []
-    for i, (b, off, size) in enumerate(zip(blocks, offsets, sizes)):
-        Xb = data[i] if reader is None else _read(reader, source, data[i], b, off, size)
+    for i, b in enumerate(blocks):
+        off, size = int(offsets[b]), int(sizes[b])
+        if reader is None:
+            Xb = data[i]
+        else:
+            index = _whole_rows(off, size, layout.tail) if data is None else data[i]
+            Xb = _read(reader, source, index, b, off, size)
         others = [None if a is None else a[i] for a in aligned]
         if extra is not None:
             others.append(extra[i])
@@ -271,6 +318,13 @@ def _run_group(params, blocks, offsets, sizes, source, data, extra, *aligned):
     if merge is None:
         return out
     return merge(out) if len(out) > 1 else out[0]
+
+
+def _compact(blocks: list[int]):
+    """A ``range`` for consecutive block indices (a few bytes in the graph), else the list."""
+    if blocks and blocks == list(range(blocks[0], blocks[0] + len(blocks))):
+        return range(blocks[0], blocks[0] + len(blocks))
+    return list(blocks)
 
 
 def _boxed_list(parts: list) -> np.ndarray:
@@ -302,19 +356,18 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
     name, params_key = f"dclust-{kind}-{token}", f"dclust-params-{token}"
     reader = _reader_of(X)
     getter = None if reader is None else _Getter(reader.getter, reader.asarray, reader.lock)
-    offsets, sizes = block_offsets(X.chunks[0]), X.chunks[0]
-    layer: dict = {params_key: DataNode(params_key, (fn, merge, kwargs, getter))}
+    layout = _Layout.of(X.chunks[0], X.shape[1:])
+    layer: dict = {params_key: DataNode(params_key, (fn, merge, kwargs, getter, layout))}
     for g, blocks in enumerate(groups):
         if reader is None:
             source, data = None, List(*[TaskRef(_block_key(X, b)) for b in blocks])
         else:
-            source, data = reader.source, [reader.index[b] for b in blocks]
+            source, data = reader.source, None if reader.canonical else [reader.index[b] for b in blocks]
         others = [None if a is None else List(*[TaskRef(_block_key(a, b if m is None else m[b])) for b in blocks])
                   for a, m in zip(aligned, where)]
         extra = None if block_args is None else [block_args[b] for b in blocks]
         layer[(name, g)] = Task(
-            (name, g), _run_group, TaskRef(params_key), list(blocks), [int(offsets[b]) for b in blocks],
-            [int(sizes[b]) for b in blocks], source, data, extra, *others,
+            (name, g), _run_group, TaskRef(params_key), _compact(blocks), source, data, extra, *others,
         )
     deps = [X] + [a for a in aligned if a is not None]
     return HighLevelGraph.from_collections(name, layer, dependencies=deps), name
@@ -322,7 +375,7 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
 
 def _groups_for(X: da.Array, blocks, grouped: bool) -> list[list[int]]:
     todo = list(range(X.numblocks[0])) if blocks is None else [int(b) for b in blocks]
-    if not grouped:
+    if not grouped or not dask.config.get("dclust.pass-grouping", True):
         return [[b] for b in todo]
     if _reader_of(X) is not None:
         return block_groups(X.numblocks[0], todo)

@@ -86,7 +86,7 @@ class KMeans(CentroidMixin, BaseEstimator):
     ----------
     n_clusters : int, default 8
     init : {"k-means||", "k-means++", "random"} or array of shape (n_clusters, n_features), default "k-means||"
-        "k-means||" is the scalable oversampling seeding (a few passes); "k-means++" runs greedy k-means++ on a
+        "k-means||" is the scalable oversampling seeding (two passes by default); "k-means++" runs greedy k-means++ on a
         uniform sample of ``init_sample_size`` rows; "random" takes distinct random rows.
     n_init : int, default 1
         Number of seedings; the run with the lowest inertia is kept. Must be 1 with an explicit init array.
@@ -96,10 +96,11 @@ class KMeans(CentroidMixin, BaseEstimator):
     random_state : int, Generator or None
     oversampling_factor : float, default 2.0
         k-means|| draws about ``oversampling_factor * n_clusters`` candidates per round.
-    init_rounds : int, default 5
-        Rounds (passes) of k-means||.
+    init_rounds : int, default 1
+        Oversampling rounds of k-means||: its seeding reads the data ``1 + init_rounds`` times (a uniform sample,
+        then one pass per round).
     init_sample_size : int, default 10000
-        Sample size for "k-means++".
+        Sample size for "k-means++", and of the first pass of "k-means||".
     persist : {"auto", True, False}, default "auto"
         Keep the data in (cluster) memory between iterations; "auto" does it when it fits comfortably.
     split_every : int or None
@@ -148,7 +149,7 @@ class KMeans(CentroidMixin, BaseEstimator):
 
     def __init__(
         self, *, n_clusters=8, init="k-means||", n_init=1, max_iter=300, tol=1e-4, random_state=None,
-        oversampling_factor=2.0, init_rounds=5, init_sample_size=10_000, persist="auto", split_every=None,
+        oversampling_factor=2.0, init_rounds=1, init_sample_size=10_000, persist="auto", split_every=None,
         checkpoint=None,
     ):
         self.n_clusters = n_clusters
@@ -192,6 +193,7 @@ class KMeans(CentroidMixin, BaseEstimator):
             return kmeans_plusplus_sample(X, w, k, rng, self.init_sample_size)
         return kmeans_parallel(
             X, w, k, rng, oversampling_factor=self.oversampling_factor, rounds=self.init_rounds,
+            sample_size=self.init_sample_size,
             split_every=self.split_every,
         )
 

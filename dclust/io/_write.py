@@ -104,12 +104,13 @@ def _is_zarr_dir(local: str) -> bool:
     )
 
 
-def _url_fs(url: str) -> tuple[Any, str]:
-    """``(filesystem, path)`` of an fsspec URL; a missing backend raises an error naming the extra."""
+def _url_fs(url: str, storage_options: dict | None = None) -> tuple[Any, str]:
+    """``(filesystem, path)`` of an fsspec URL (``storage_options``: the filesystem's arguments); a missing backend
+    raises an error naming the extra."""
     import fsspec
 
     try:
-        fs, root = fsspec.core.url_to_fs(url)
+        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
     except (ImportError, ValueError) as exc:
         raise StorageError(
             message("storage URL", "an fsspec URL whose backend is installed", f"{url!r} ({exc})",

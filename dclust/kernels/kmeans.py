@@ -1,4 +1,4 @@
-"""In-memory pieces of k-means initialisation: weighted k-means++ and the k-means|| oversampling step."""
+"""In-memory pieces of k-means initialisation: weighted k-means++, and per-block generators."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 from .distances import nearest
 
-__all__ = ["kmeans_plusplus", "oversample_block", "block_rng"]
+__all__ = ["kmeans_plusplus", "block_rng"]
 
 
 def block_rng(seed: int, *keys: int) -> np.random.Generator:
@@ -43,16 +43,3 @@ def kmeans_plusplus(
         centres.append(P[cand[best]])
         closest = new_closest[best]
     return np.array(centres)
-
-
-def oversample_block(Xb, wb, centres, oversampling, phi, rng):
-    """One k-means|| round on a block: keep each row with probability ``min(1, l * w * D(x)^2 / phi)``.
-
-    Returns the kept rows (float64), their local indices and the block's potential ``sum w D(x)^2``.
-    """
-    _, dist = nearest(Xb, centres)
-    w = np.ones(Xb.shape[0]) if wb is None else np.asarray(wb, dtype=np.float64)
-    pot = w * dist
-    prob = np.minimum(1.0, oversampling * pot / phi) if phi > 0 else np.zeros_like(pot)
-    keep = np.flatnonzero(rng.random(Xb.shape[0]) < prob)
-    return np.asarray(Xb[keep], dtype=np.float64), keep, float(np.nansum(pot))

@@ -102,3 +102,33 @@ def test_fewer_distinct_points_than_clusters_warns_with_the_count():
     with pytest.warns(dclust.errors.ConvergenceWarning, match="found 2 distinct cluster"):
         km = dclust.KMeans(n_clusters=5, random_state=0).fit(X)
     assert np.unique(km.cluster_centers_, axis=0).shape[0] == 2
+
+
+def _passes_of(fit) -> int:
+    """dclust passes (graphs with a ``dclust-pass-`` key) computed by ``fit()`` on the threaded scheduler."""
+    from dask.callbacks import Callback
+
+    seen: list[str] = []
+
+    class Count(Callback):
+        def _start(self, dsk):
+            names = {k[0] if isinstance(k, tuple) else str(k) for k in dsk}
+            seen.extend(n for n in names if str(n).startswith("dclust-pass-"))
+
+    with Count():
+        fit()
+    return len(set(seen))
+
+
+def test_kmeans_parallel_seeding_takes_two_passes_and_ignores_the_chunking(blobs):
+    X, y = blobs
+    fits = {}
+    for rows in (97, 700, len(X)):
+        Xd = da.from_array(X, chunks=(rows, -1))
+        km = dclust.KMeans(n_clusters=5, random_state=3, max_iter=1, tol=0)
+        # seeding (2 passes) + one Lloyd pass + the inertia pass
+        assert _passes_of(lambda: km.fit(Xd)) == 4
+        fits[rows] = dclust.KMeans(n_clusters=5, random_state=3).fit(Xd)
+    for rows in (97, 700):
+        np.testing.assert_allclose(fits[rows].cluster_centers_, fits[len(X)].cluster_centers_, rtol=1e-10)
+    assert dclust.metrics.adjusted_rand_score(y, fits[700].predict(X)) > 0.95

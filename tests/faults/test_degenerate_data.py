@@ -30,7 +30,8 @@ def test_kmeans_on_constant_rows_warns_on_every_input_path(path, tmp_path):
     X = np.ones((500, 3))
     store = tmp_path / "x.zarr"
     dclust.write_array(da.from_array(X, chunks=(70, 3)), store)
-    data = {"numpy": lambda: X, "dask": lambda: da.from_array(X, chunks=(70, 3))}.get(path, lambda: dclust.open_array(store))
+    data = {"numpy": lambda: X, "dask": lambda: da.from_array(X, chunks=(70, 3))}.get(
+        path, lambda: dclust.open_array(store))
     persist = {"zarr-persisted": True, "zarr-streamed": False}.get(path, "auto")
     km, messages = _distinct_warnings(lambda: dclust.KMeans(n_clusters=5, random_state=0, persist=persist).fit(data()))
     assert messages == ["KMeans found 1 distinct cluster(s), fewer than n_clusters=5: the data holds fewer distinct "

@@ -1,0 +1,55 @@
+"""The pass engine: grouped store reads give the model of one task per chunk, and a pass's graph does not grow
+with the number of chunks it reads."""
+
+from __future__ import annotations
+
+import cloudpickle
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+import dclust
+from dclust._dask.init import _stats_partial
+from dclust._dask.passes import map_reduce
+from dclust.kernels.stats import ClusterStats
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    X = np.random.default_rng(0).normal(size=(8_000, 3)).astype(np.float32)
+    path = str(tmp_path_factory.mktemp("passes") / "x.zarr")
+    dclust.write_array(da.from_array(X, chunks=(10, 3)), path)  # 800 chunks
+    return X, path
+
+
+def _graph_bytes(X) -> int:
+    parts = map_reduce(_stats_partial, ClusterStats.merge_all, X, None, centres=np.zeros((4, X.shape[1])))
+    (optimized,) = dask.optimize(parts)  # what compute() ships: culled to the keys the pass needs
+    return len(cloudpickle.dumps(dict(optimized.__dask_graph__())))
+
+
+def test_a_store_pass_graph_does_not_grow_with_the_chunk_count(store):
+    _, path = store
+    X = dclust.open_array(path)
+    few, many = X.rechunk({0: 800}), X  # 10 and 800 chunks of the same store (the rechunked one is not a read)
+    assert X.numblocks[0] == 800
+    grouped = _graph_bytes(many)
+    with dask.config.set({"dclust.pass-grouping": False}):
+        ungrouped = _graph_bytes(many)
+    assert grouped < 40_000  # a few tasks, no per-chunk index
+    assert ungrouped > 5 * grouped
+    assert few.numblocks[0] == 10
+
+
+@pytest.mark.parametrize("rows", [7, 10, 333])
+def test_grouped_and_ungrouped_passes_agree(store, rows):
+    X, path = store
+    Xd = dclust.open_array(path) if rows == 10 else da.from_array(X, chunks=(rows, 3))
+    C = X[:4].astype(np.float64)
+    grouped = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centres=C).compute()[()]
+    with dask.config.set({"dclust.pass-grouping": False}):
+        single = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centres=C).compute()[()]
+    np.testing.assert_array_equal(grouped.weight, single.weight)
+    np.testing.assert_allclose(grouped.mean, single.mean, rtol=1e-10)
+    np.testing.assert_allclose(grouped.scatter, single.scatter, rtol=1e-10)
