@@ -220,16 +220,40 @@ def dask_client(
             cluster.close()
             raise
         where = f"local Dask cluster ({workers} worker{'s' if workers != 1 else ''} x 1 thread)"
+    scheduler_address = client.scheduler.address
     try:
         if announce is not None:
             link = client.dashboard_link if _has_dashboard(client) else "no dashboard"
             announce(f"{where}; dashboard: {link}")
-        yield client
+        try:
+            yield client
+        except Exception as exc:
+            if client.status == "running" and not _connection_lost(exc):
+                raise
+            from ._quiet import log_file_note
+
+            raise ConnectionError(
+                f"lost the connection to the Dask scheduler at {scheduler_address} during the run (the scheduler "
+                f"stopped or the network failed; distributed raised {type(exc).__name__}). Outputs not yet complete "
+                f"were not written. Restart the scheduler (or drop --scheduler) and rerun; a fit with --checkpoint "
+                f"resumes.{log_file_note()}"
+            ) from exc
     finally:
         # Explicit close, client first: much faster than the context managers' shutdown path.
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (or its cause) is distributed's report of a lost scheduler connection."""
+    from distributed.comm import CommClosedError
+
+    while exc is not None:
+        if isinstance(exc, CommClosedError) or "scheduler-connection-lost" in str(exc):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 def _has_dashboard(client) -> bool:

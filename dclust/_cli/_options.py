@@ -14,21 +14,80 @@ from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
+from dclust.errors import message
+
 from ._cluster import SCHEDULER_ENV, TlsCaOpt, TlsCertOpt, TlsKeyOpt
 from ._session import _command, _usage
 
 
-def _bounded(low: float, inclusive: bool) -> Callable[[float | None], float | None]:
+def _bounded(low: float, inclusive: bool) -> Callable[..., float | None]:
     """An option callback: the value (if given) is a finite number > ``low`` (>= with ``inclusive``)."""
-    def check(value: float | None) -> float | None:
+    def check(param: typer.CallbackParam, value: float | None) -> float | None:
         if value is not None and not (math.isfinite(value) and (value >= low if inclusive else value > low)):
-            raise typer.BadParameter(f"{value} is not a finite number {'>=' if inclusive else '>'} {low:g}.")
+            bound = f"{'>=' if inclusive else '>'} {low:g}"
+            raise _usage(message(param.opts[0], f"a finite number {bound}", repr(value),
+                                 f"Pass a value {bound}."))
         return value
 
     return check
 
 
 _positive = _bounded(0.0, False)
+
+
+def _check_scheduler(value: str | None) -> str | None:
+    """``--scheduler`` / ``$DCLUST_SCHEDULER``: empty (a local cluster) or ``[scheme://]host:port``."""
+    if value is None or not value.strip():
+        return value
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(value.strip())
+        if scheme in ("tcp", "tls", "ws", "wss"):
+            host, port = parse_host_port(location)
+            if not host or not 0 < int(port) < 65536:
+                raise ValueError(value)
+        elif scheme != "inproc":
+            raise ValueError(scheme)
+    except (ValueError, TypeError):
+        raise _usage(message(
+            "--scheduler", "the address of a running Dask scheduler, scheme://host:port (e.g. tcp://10.0.0.5:8786)",
+            repr(value), "Pass the address 'dask scheduler' printed, or drop --scheduler (and unset "
+            f"${SCHEDULER_ENV}) to start a local cluster.")) from None
+    return value
+
+
+def _check_memory_limit(value: str) -> str:
+    """``--memory-limit``: ``auto``, a byte size (``4GB``, ``512MiB``, a count of bytes) or a fraction of the
+    machine's memory in (0, 1]."""
+    from dask.utils import parse_bytes
+
+    text = value.strip()
+    try:
+        ok = text == "auto" or 0 < float(text) <= 1 or parse_bytes(text) >= 2**20
+    except (ValueError, TypeError):
+        try:
+            ok = parse_bytes(text) >= 2**20
+        except (ValueError, TypeError):
+            ok = False
+    if not ok:
+        raise _usage(message(
+            "--memory-limit", "'auto', a size per worker of at least 1 MiB ('4GB', '512MiB', bytes) or a fraction "
+            "of the machine's memory in (0, 1]", repr(value), "Pass e.g. --memory-limit 4GB."))
+    return text
+
+
+def _check_component(value: str | None) -> str | None:
+    """``--component``: the path of an array inside the input group (``X``, ``data/X``), never outside it."""
+    if value is None:
+        return value
+    parts = value.replace("\\", "/").split("/")
+    if not value.strip() or value.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise _usage(message(
+            "--component", "the name of an array inside the input Zarr group ('X', or 'sub/X' in a subgroup), "
+            "without '..', '.' or a leading '/'", repr(value),
+            "Name an array of the group (zarr.open_group(IN).tree() lists them), or give its store as IN."))
+    return value
 
 # ---------------------------------------------------------------------------------------------------------------
 # the options every computing command ends with (added by shared_options)
@@ -40,20 +99,25 @@ SchedulerOpt = Annotated[
         "--scheduler",
         envvar=SCHEDULER_ENV,
         metavar="ADDRESS",
+        callback=_check_scheduler,
         help="Address of a running Dask scheduler (tcp://host:8786). Default: start a local cluster.",
     ),
 ]
 MemoryLimitOpt = Annotated[
     str,
-    typer.Option("--memory-limit", help='Memory limit per worker of the local cluster ("4GB", or "auto").'),
+    typer.Option("--memory-limit", callback=_check_memory_limit,
+                 help='Memory limit per worker of the local cluster ("4GB", "512MiB", a fraction of the memory '
+                 'such as 0.5, or "auto").'),
 ]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace existing output stores.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object with the results on stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress display and no dashboard link.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the full traceback of errors.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show the Dask libraries' own log on stderr (default: "
+                                          "a log file, $DCLUST_LOG_FILE or dclust-PID.log in the temp directory).")]
 ComponentOpt = Annotated[
     Optional[str],
-    typer.Option("--component", metavar="NAME",
+    typer.Option("--component", metavar="NAME", callback=_check_component,
                  help="Array inside the input Zarr group (e.g. 'X'), or variable of a NetCDF/HDF5 input "
                       "('group/var')."),
 ]
@@ -204,15 +268,15 @@ _OVERWRITE = [("overwrite", OverwriteOpt, False)]
 _SCHEDULER = [("scheduler", SchedulerOpt, None)]
 _TLS = [("tls_ca", TlsCaOpt, None), ("tls_cert", TlsCertOpt, None), ("tls_key", TlsKeyOpt, None)]
 _MEMORY_LIMIT = [("memory_limit", MemoryLimitOpt, "auto")]
-_OUTPUT = [("json_out", JsonOpt, False), ("quiet", QuietOpt, False), ("debug", DebugOpt, False)]
+_OUTPUT = [("json_out", JsonOpt, False), ("quiet", QuietOpt, False), ("verbose", VerboseOpt, False),
+           ("debug", DebugOpt, False)]
 
 
 def shared_options(*, component: bool = True, cluster: bool = True, tls: bool = True) -> Callable:
     """Make ``body(s, <own options>)`` a command taking its own options, then the input options ``--component
     --columns --sample-dim --storage-option`` (with ``component``), ``--overwrite``, ``--scheduler``, ``--tls-*``
-    (with ``tls``) and ``--memory-limit`` (with
-    ``cluster``), ``--json``, ``--quiet`` and ``--debug``. The body runs inside :func:`_command`; ``s`` is the
-    session, which holds the shared values (``s.overwrite``, ``s.component``, ``s.scheduler``, ...). The TLS
+    (with ``tls``) and ``--memory-limit`` (with ``cluster``), ``--json``, ``--quiet``, ``--verbose`` and
+    ``--debug``. The body runs inside :func:`_command`; ``s`` is the session, which holds the shared values (``s.overwrite``, ``s.component``, ``s.scheduler``, ...). The TLS
     values reach the cluster through the click context (:func:`dclust._cli._cluster.tls_from_context`)."""
     shared = ((_COMPONENT if component else []) + _OVERWRITE
               + ((_SCHEDULER + (_TLS if tls else []) + _MEMORY_LIMIT) if cluster else []) + _OUTPUT)

@@ -21,6 +21,7 @@ from dclust.errors import InvalidParameterError, StorageError
 
 from ._cluster import dask_client, tls_from_context
 from ._display import Display, key_value_table, to_jsonable
+from ._quiet import library_logs
 
 
 # typer >= 0.2x vendors click (typer._click) and no longer depends on it; older typer re-exports click's classes.
@@ -59,13 +60,14 @@ def _usage(message: str) -> Exception:
 class _Session:
     """The run of one command, with the options every command shares (``--overwrite``, the input options
     ``--component --columns --sample-dim --storage-option``, ``--scheduler``, ``--memory-limit``, ``--json``,
-    ``--quiet``, ``--debug``)."""
+    ``--quiet``, ``--verbose``, ``--debug``)."""
 
     def __init__(self, json_out: bool, quiet: bool, debug: bool, *, overwrite: bool = False,
                  component: str | None = None, columns: str | None = None, sample_dim: str | None = None,
                  storage_options: dict[str, Any] | None = None, scheduler: str | None = None,
-                 memory_limit: str = "auto") -> None:
+                 memory_limit: str = "auto", verbose: bool = False) -> None:
         self.json = json_out
+        self.verbose = verbose
         self.quiet = quiet
         self.debug = debug
         self.overwrite = overwrite
@@ -197,7 +199,7 @@ def _command(json_out: bool, quiet: bool, debug: bool, **options: Any) -> Iterat
     ``options``: the other shared options, kept on the session (see :class:`_Session`)."""
     session = _Session(json_out, quiet, debug, **options)
     try:
-        with warnings.catch_warnings(record=True) as recorded:
+        with library_logs(session.verbose), warnings.catch_warnings(record=True) as recorded:
             warnings.simplefilter("default")
             session.recorded = recorded
             try:

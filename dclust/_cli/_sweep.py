@@ -15,12 +15,14 @@ it; ``--json`` prints the same figures as one object (``sweep``, ``suggested_lam
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
 import dclust.model_selection as model_selection
+from dclust.errors import message
 
 from ._display import fmt_number
 from ._options import InputArg, SeedOpt, _location, shared_options
@@ -43,9 +45,10 @@ def _lams(text: Optional[str]) -> Optional[list[float]]:
     try:
         values = [float(v) for v in text.replace(" ", "").split(",") if v]
     except ValueError:
-        raise _usage(f"--lams expects comma-separated numbers, e.g. --lams 1,10,100; got {text!r}.") from None
-    if not values:
-        raise _usage("--lams expects at least one number, e.g. --lams 1,10,100.")
+        values = []
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise _usage(message("--lams", "comma-separated finite penalties > 0", repr(text),
+                             "Pass e.g. --lams 1,10,100, or drop --lams for candidates from the data."))
     return values
 
 

@@ -27,7 +27,17 @@ from dclust import on_progress
 
 from ._cluster import TlsCaOpt, TlsCertOpt, TlsKeyOpt, dask_client, tls_from_context
 from ._display import fmt_number
-from ._options import DebugOpt, JsonOpt, MemoryLimitOpt, OverwriteOpt, QuietOpt, SchedulerOpt, _bounded, _positive
+from ._options import (
+    DebugOpt,
+    JsonOpt,
+    MemoryLimitOpt,
+    OverwriteOpt,
+    QuietOpt,
+    SchedulerOpt,
+    VerboseOpt,
+    _bounded,
+    _positive,
+)
 from ._session import _command, _memory_limit, _usage
 
 __all__ = ["video_app"]
@@ -131,6 +141,7 @@ def quantize(
     memory_limit: MemoryLimitOpt = "auto",
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
     debug: DebugOpt = False,
 ) -> None:
     """Quantise the colours of every frame; write the video, and optionally the palette PNG and a JSON report."""
@@ -140,7 +151,7 @@ def quantize(
         raise _usage(f"--k is for --method kmeans; --method {method.value} takes --lam.")
     if (Q is not None or tau is not None) and (T_Q is not None or k_tau is not None or Q is None or tau is None):
         raise _usage("give D-Means' temporal parameters as one pair: --T-Q and --k-tau, or --Q and --tau.")
-    with _command(json_out, quiet, debug) as s:
+    with _command(json_out, quiet, debug, verbose=verbose) as s:
         from dclust.apps.video import quantize_video
         from dclust.io._video import is_zarr_path
 
@@ -174,8 +185,16 @@ def quantize(
                 "flicker median |f-1|": summ["flicker_median_abs_dev"], "births": summ["births"],
                 "deaths": summ["deaths"], "frames / s": round(doc["frames_per_second"], 2),
                 "resumed after": doc["resumed_frames"], "codec": doc["codec"], "output": output}
+        if method == Method.kmeans:
+            fewer = summ["frames_fewer_colors"]
+            rows[f"frames with < {k} colours"] = (f"{len(fewer)} (frames {_frame_list(fewer)})" if fewer else 0)
         if palette_png:
             rows["palette"] = palette_png
         if report:
             rows["report"] = report
         s.report(result, "video quantize", rows)
+
+
+def _frame_list(frames: list[int], shown: int = 6) -> str:
+    """``0, 1, 2, ... (12 in all)``: the first frames of a list."""
+    return ", ".join(map(str, frames[:shown])) + (f", ... ({len(frames)} in all)" if len(frames) > shown else "")

@@ -33,8 +33,10 @@ model. The labels and the model are written after the fit, each under a temporar
 complete.
 
 Exit codes: 0 success; 2 usage error (bad or conflicting options, including dclust's InvalidParameterError);
-1 data or runtime error (missing input, existing output without ``--overwrite``, invalid data, ...), reported as
-one line on stderr (``--debug`` adds the traceback). Outputs are checked before any work starts.
+1 data or runtime error (missing input, existing output without ``--overwrite``, invalid data, a lost scheduler,
+...). Every failure is reported as one line on stderr (``--debug`` adds the traceback); the Dask libraries' own
+log goes to a file (``$DCLUST_LOG_FILE``, default ``dclust-PID.log`` in the temporary directory) unless
+``--verbose``. Option values and outputs are checked before any work starts.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from ._options import (
     _exactly_one_of_k_and_lam,
     shared_options,
 )
+from ._quiet import OneLineErrorsGroup
 from ._session import _command, _Session, _usage
 
 __all__ = ["app"]
@@ -75,6 +78,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineErrorsGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 generate_app = typer.Typer(help="Generate synthetic data sets into Zarr stores.", no_args_is_help=True)

@@ -177,7 +177,13 @@ class _DMeansFitter:
 
 
 class _KMeansFitter:
-    """Per-frame Lloyd iterations on the sample, K fixed, warm-started from the previous frame's centres."""
+    """Per-frame Lloyd iterations on the sample, K fixed, warm-started from the previous frame's centres.
+
+    A frame whose fit sample holds ``m < k`` distinct colours (a black frame of a fade-in) is quantised with
+    exactly those ``m`` colours (its palette has ``m`` entries; the report counts such frames); the next frame with
+    at least ``k`` colours is seeded afresh (k-means++ on its distinct colours), and the frames after it warm-start
+    again.
+    """
 
     def __init__(self, p: dict) -> None:
         self.p = p
@@ -185,20 +191,20 @@ class _KMeansFitter:
 
     def fit(self, t: int, X: np.ndarray, prev: Palette | None) -> Palette:
         k = self.p["k"]
-        births = 0
-        if self.centres is None:
-            rng = np.random.default_rng([self.p["seed"], t, 1])
-            uniq = np.unique(X, axis=0)
-            if uniq.shape[0] < k:
-                raise InvalidDataError(message(f"frame {t}", f"at least k={k} distinct colours in the fit sample",
-                                               f"{uniq.shape[0]}", "Use a smaller --k or a larger --fit-sample."))
-            C = kmeans_plusplus(uniq, np.ones(uniq.shape[0]), k, rng)
-            births = k
+        births = deaths = 0
+        uniq = np.unique(X, axis=0)
+        if uniq.shape[0] < k:  # every colour of the sample is a centre: nothing to fit
+            self.centres = uniq
+            return Palette(np.arange(uniq.shape[0], dtype=np.int64), uniq, palette_rgb(uniq, self.p["colorspace"]),
+                           uniq.shape[0], 0 if prev is None else int(prev.ids.size), 0, 0, True)
+        if self.centres is None or self.centres.shape[0] < k:  # first frame, or after a frame of fewer colours
+            births, deaths = k, 0 if prev is None else int(prev.ids.size)
+            C = kmeans_plusplus(uniq, np.ones(uniq.shape[0]), k, np.random.default_rng([self.p["seed"], t, 1]))
         else:
             C = self.centres.copy()
         C, _, n_iter, converged, _ = lloyd(X, None, C, max_iter=self.p["max_iter"], rtol=1e-8)
         self.centres = C
-        return Palette(np.arange(k, dtype=np.int64), C, palette_rgb(C, self.p["colorspace"]), births, 0, 0,
+        return Palette(np.arange(k, dtype=np.int64), C, palette_rgb(C, self.p["colorspace"]), births, deaths, 0,
                        n_iter, converged)
 
     def save(self, directory: str, n: int) -> None:
@@ -474,7 +480,9 @@ def quantize_video(
     method : {"dmeans", "kmeans", "dpmeans"}
         D-Means with persistent palette ids (``lam`` and ``T_Q``, ``k_tau``; [DM] 10.2 used 800, 15, 1.1 on RGB in
         [0, 255], the defaults); per-frame k-means with ``k`` colours warm-started from the previous frame; or
-        per-frame DP-means with penalty ``lam``.
+        per-frame DP-means with penalty ``lam``. A frame with fewer distinct colours than ``k`` in its fit sample
+        (a black frame of a fade-in) is quantised with the colours it has; the report's summary lists those frames
+        (``frames_fewer_colors``) and each frame's ``k`` is its number of colours.
     Q, tau : float, optional
         D-Means' revival cost per frame unseen and transition variance, in place of ``T_Q`` and ``k_tau`` (eq. 30:
         ``Q = lam/T_Q``, ``tau >= 1/(T_Q-1)``). A smaller ``tau`` holds the palette more firmly (less flicker,
@@ -757,6 +765,8 @@ def _report(src, out, p, records, palettes, seconds, resumed, codec) -> dict:
             "births": int(sum(r["births"] for r in records)), "deaths": int(sum(r["deaths"] for r in records)),
             "revivals": int(sum(r["revivals"] for r in records)),
             "frames_not_converged": int(sum(not r["converged"] for r in records)),
+            "frames_fewer_colors": ([r["t"] for r in records if r["k"] < p["k"]] if p["method"] == "kmeans"
+                                    else []),
         },
         "flicker": flick,
         "frames": records,

@@ -232,6 +232,7 @@ class KMeans(CentroidMixin, BaseEstimator):
         ck = self._checkpointer(arr, w)
         state = ck.resume()
         if restore_finished(self, ck, state) is not None:
+            _warn_if_duplicate_centers(self.cluster_centers_)
             return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters,
                           save=False)
         arr = persisted(arr, info.kind, self.persist)
@@ -265,12 +266,25 @@ class KMeans(CentroidMixin, BaseEstimator):
 
 
 def _warn_if_duplicate_centers(centers: np.ndarray) -> None:
-    """Warn, as scikit-learn does, when the data held fewer distinct points than clusters (duplicate centres)."""
-    distinct = np.unique(centers, axis=0).shape[0]
-    if distinct < centers.shape[0]:
-        warnings.warn(
-            f"KMeans found {distinct} distinct cluster(s), fewer than n_clusters={centers.shape[0]}: the data holds "
-            f"fewer distinct points than clusters (duplicate rows). Lower n_clusters to {distinct}.",
-            ConvergenceWarning, stacklevel=3,
-        )
+    """Warn, as scikit-learn does, when the data held fewer distinct points than clusters (duplicate centres).
+
+    Centres closer than summation rounding (``1e-9`` of the largest coordinate, per coordinate) count as one: the
+    means of one set of identical rows differ in their last bits when summed in other chunk orders.
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial import cKDTree
+
+    k = centers.shape[0]
+    radius = 1e-9 * max(float(np.abs(centers).max(initial=0.0)), np.finfo(float).tiny)
+    pairs = cKDTree(centers).query_pairs(radius, p=np.inf, output_type="ndarray")
+    if not pairs.size:
+        return
+    same = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(k, k))
+    distinct = connected_components(same, directed=False)[0]
+    warnings.warn(
+        f"KMeans found {distinct} distinct cluster(s), fewer than n_clusters={k}: the data holds "
+        f"fewer distinct points than clusters (duplicate rows). Lower n_clusters to {distinct}.",
+        ConvergenceWarning, stacklevel=3,
+    )
 

@@ -11,7 +11,7 @@ from scipy.sparse.csgraph import breadth_first_order, connected_components
 
 from ..errors import InfeasibleConstraintsError, message
 
-__all__ = ["must_link_components", "check_closure", "conflict_error", "MAX_CHAIN_SHOWN"]
+__all__ = ["must_link_components", "check_closure", "conflict_error", "self_link_error", "MAX_CHAIN_SHOWN"]
 
 #: Longest must-link chain spelled out in an error message (longer chains are elided in the middle).
 MAX_CHAIN_SHOWN = 12
@@ -106,5 +106,18 @@ def conflict_error(i: np.ndarray, j: np.ndarray) -> InfeasibleConstraintsError:
             "every pair to be either a must-link or a cannot-link",
             f"the pair ({a}, {b}) as both ({i.size} such pair(s) in all)",
             "Drop one of the two links for each such pair (decide which observation to trust).",
+        )
+    )
+
+
+def self_link_error(rows: np.ndarray) -> InfeasibleConstraintsError:
+    """The error for cannot-links from a row to itself (``rows``: those rows, sorted): no clustering satisfies one."""
+    shown = ", ".join(f"({r}, {r})" for r in rows[:5].tolist()) + (", ..." if rows.size > 5 else "")
+    return InfeasibleConstraintsError(
+        message(
+            "ConstraintGraph",
+            "cannot-links between two different rows (a row is always in its own cluster)",
+            f"the cannot-link(s) {shown} from a row to itself ({rows.size} in all)",
+            "Drop those links, or fix the row indices they were built from (an off-by-one or a bad join).",
         )
     )

@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import ChunkingError, InvalidDataError, InvalidParameterError, message
-from ._feasibility import check_closure, conflict_error
+from ._feasibility import check_closure, conflict_error, self_link_error
 
 __all__ = ["ConstraintGraph", "normalize_chunks"]
 
@@ -60,7 +60,8 @@ def _as_index(a: Any, name: str) -> np.ndarray:
 class ConstraintGraph:
     """Must-link / cannot-link pairs over the rows of X, stored block-sparse and aligned to X's row chunks.
 
-    Pairs are canonical: ``i < j``, no self-pairs, duplicates merged. The pairs whose endpoints fall in row
+    Pairs are canonical: ``i < j``, no self-pairs (a self must-link is dropped, a self cannot-link refused),
+    duplicates merged. The pairs whose endpoints fall in row
     blocks ``(bi, bj)`` (``bi <= bj``) form one sparse matrix of shape ``(n_bi, n_bj)`` in local row
     coordinates, holding ``+w`` for a must-link and ``-w`` for a cannot-link (``w = 1`` unless weights were
     given). Only non-empty block pairs are stored, each as its sorted (row, column, value) triplets, so memory
@@ -132,7 +133,8 @@ class ConstraintGraph:
         check_feasible : bool, default True
             Reject cannot-links inside a must-link component (found with the union-find closure of the
             must-links). Pass False for noisy links, which RDP-means treats softly. A pair given as both a
-            must-link and a cannot-link is always rejected.
+            must-link and a cannot-link, and a cannot-link from a row to itself, are always rejected (a
+            must-link from a row to itself always holds and is dropped).
 
         Returns
         -------
@@ -143,8 +145,15 @@ class ConstraintGraph:
         InvalidDataError
             Indices out of range, mismatched lengths, non-positive weights.
         InfeasibleConstraintsError
-            A pair is both must and cannot, or (``check_feasible``) a cannot-link lies inside a must-link
-            component; the message names the pair and the must-link chain.
+            A pair is both must and cannot, a cannot-link joins a row to itself, or (``check_feasible``) a
+            cannot-link lies inside a must-link component; the message names the pair and the must-link chain.
+
+        Examples
+        --------
+        >>> ConstraintGraph.from_pairs([3], [3], [False], n_samples=5)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        dclust.errors.InfeasibleConstraintsError: ConstraintGraph: expected cannot-links between two different rows ...
         """
         n = _check_n(n_samples)
         ii, jj = _as_index(i, "i"), _as_index(j, "j")
@@ -172,6 +181,8 @@ class ConstraintGraph:
         sign = np.where(ml.astype(bool), 1.0, -1.0)
         a, b = np.minimum(ii, jj), np.maximum(ii, jj)
         keep = a != b
+        if (~keep & (sign < 0)).any():  # a must-link to itself always holds (dropped); a cannot-link never does
+            raise self_link_error(np.unique(a[~keep & (sign < 0)]))
         a, b, sign, w = a[keep], b[keep], sign[keep], w[keep]
         # canonical order (i, j), duplicates merged, conflicts detected
         order = np.lexsort((sign, b, a))

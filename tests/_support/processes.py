@@ -17,7 +17,7 @@ BIN = Path(sys.executable).parent
 
 def wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not path.exists() or path.stat().st_size == 0:  # the scheduler creates the file, then writes it
         if proc.poll() is not None:
             raise RuntimeError(f"{proc.args[:2]} exited with {proc.returncode}")
         if time.monotonic() > deadline:

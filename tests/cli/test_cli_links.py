@@ -107,6 +107,7 @@ def test_constraints_import_weights_and_noisy_links(data, tmp_path):
         (["i", "j", "type"], [(0, 600, "must")], "[0, 600)"),
         (["i", "j", "type"], [(-1, 3, "must")], "[0, 600)"),
         (["i", "j", "type"], [(0, 1, "must"), (1, 0, "cannot")], "both"),
+        (["i", "j", "type"], [(0, 1, "must"), (3, 3, "cannot")], "(3, 3) from a row to itself"),
         (["i", "j", "type"], [(0, 1, "must"), (1, 2, "must"), (2, 0, "cannot")], "0 -> 1 -> 2"),
         (["i", "j", "type", "weight"], [(0, 1, "must", 0)], "weight"),
         (["i", "j", "type", "weight"], [(0, 1, "must", "high")], "weight"),

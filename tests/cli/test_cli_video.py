@@ -64,6 +64,32 @@ def test_kmeans_and_dpmeans_methods_to_zarr(video, tmp_path):
     assert r.exit_code == 2 and "--k" in r.output
 
 
+def test_kmeans_quantises_a_fade_in_from_black_with_the_colours_each_frame_has(tmp_path):
+    """A real clip (PyAV, H.264) fading in from black: frame 0 is all black, the next frames hold few colours."""
+    full = np.stack(list(synthetic_frames(T, W, H, seed=7)))
+    fade = (full * (np.arange(T) / (T - 1))[:, None, None, None] ** 3).round().astype(np.uint8)
+    clip = tmp_path / "fade.mp4"
+    write_video(fade, clip, fps=12)
+    decoded = np.stack(list(open_frames(clip).frames()))
+    distinct = [len(np.unique(f.reshape(-1, 3), axis=0)) for f in decoded]
+    assert distinct[0] < 20 <= max(distinct)
+    out = tmp_path / "q.zarr"
+    r = run(["video", "quantize", clip, out, "--method", "kmeans", "--k", 20, "--fit-sample", W * H, "--json",
+             "-q"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    ks = [min(d, 20) for d in distinct]  # every pixel is in the fit sample: a frame of m < 20 colours has m
+    fewer = [t for t, d in enumerate(distinct) if d < 20]
+    assert res["summary"]["frames_fewer_colors"] == fewer and res["summary"]["k_max"] == 20
+    q = zarr.open_array(str(out))[...]
+    for t in fewer:  # quantised exactly: the palette is the frame's own colours
+        np.testing.assert_array_equal(q[t], decoded[t])
+    assert all(len(np.unique(q[t].reshape(-1, 3), axis=0)) <= k for t, k in enumerate(ks))
+    # the table names the frames
+    r = run(["video", "quantize", clip, tmp_path / "t.zarr", "--method", "kmeans", "--k", 20, "--quiet"])
+    assert r.exit_code == 0 and "frames with < 20 colours" in r.stdout and f"{len(fewer)} (frames 0" in r.stdout
+
+
 def test_Q_and_tau_replace_T_Q_and_k_tau(video, tmp_path):
     r = run(["video", "quantize", video, tmp_path / "f.zarr", "--Q", 53.3, "--tau", 0.01, "--fit-sample", 500,
              "--json", "-q"])

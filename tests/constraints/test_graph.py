@@ -134,6 +134,26 @@ def test_a_pair_both_must_and_cannot_is_rejected_even_for_noisy_links():
             ConstraintGraph.from_pairs([1, 4, 0], [4, 1, 2], [True, False, True], n_samples=5, check_feasible=check)
 
 
+def test_a_cannot_link_from_a_row_to_itself_is_rejected_by_every_constructor(tmp_path):
+    # no clustering puts a row apart from itself: refused with or without the feasibility check, in any pair order
+    for check in (True, False):
+        with pytest.raises(InfeasibleConstraintsError, match=r"\(3, 3\) from a row to itself \(1 in all\)"):
+            ConstraintGraph.from_pairs([3], [3], [False], n_samples=10, chunks=5, check_feasible=check)
+    with pytest.raises(InfeasibleConstraintsError, match=r"\(2, 2\), \(7, 7\) from a row to itself \(2 in all\)"):
+        ConstraintGraph.from_pairs([0, 7, 2, 2], [1, 7, 2, 2], [False, False, False, False], n_samples=10,
+                                   weight=[1.0, 2.0, 0.5, 1.0], check_feasible=False)
+    # a must-link to itself always holds: dropped, the rest kept
+    G = ConstraintGraph.from_pairs([3, 0], [3, 1], [True, False], n_samples=10)
+    assert (G.n_must, G.n_cannot) == (0, 1)
+    # a store holding a self-pair (written by hand: to_zarr only writes canonical pairs) is refused as corrupt
+    from dclust.io._constraints import write_constraints
+
+    doc = {"n_samples": 10, "chunks": [10], "n_must": 0, "n_cannot": 1, "weighted": False}
+    write_constraints(tmp_path / "self.zarr", doc, np.array([3]), np.array([3]), np.array([-1.0]))
+    with pytest.raises(StorageError, match="canonical pairs"):
+        ConstraintGraph.from_zarr(tmp_path / "self.zarr")
+
+
 def test_contradiction_through_the_must_link_closure_names_the_chain():
     # 2 - 7 - 4 - 9 must-linked, cannot (2, 9)
     i, j, ml = [7, 4, 9, 2, 0], [2, 7, 4, 9, 1], [True, True, True, False, False]
