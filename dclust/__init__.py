@@ -24,10 +24,13 @@ from .cluster import (
     IBPGibbs,
     KFeatures,
     KMeans,
+    LCVQE,
+    MPCKMeans,
     RDPMeans,
     SpectralClustering,
     StepwiseKFeatures,
     TVClust,
+    TVClustVariational,
 )
 from .constraints import ConstraintGraph
 from .stream import AnytimeDPMeans, DynamicMeans, SpectralDynamicMeans
@@ -49,6 +52,9 @@ __all__ = [
     "RDPMeans",
     "GMPR",
     "TVClust",
+    "TVClustVariational",
+    "MPCKMeans",
+    "LCVQE",
     "DPMMGibbs",
     "IBPGibbs",
     "SpectralClustering",
