@@ -18,6 +18,7 @@ from ..errors import (
 from ..kernels.gmpr import MixtureParams, m_step, update_alpha
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import CHECKPOINT, BaseEstimator, raise_if_bad_block, wrap_output
+from ._gmpr_init import chunklet_centers
 
 __all__ = ["GMPR"]
 
@@ -74,10 +75,12 @@ class GMPR(BaseEstimator):
         Maximum number of EM iterations (M-steps).
     tol : float, default 1e-6
         Stop when ``|ℓ_t − ℓ_{t−1}| <= tol |ℓ_t|``.
-    init : {"k-means++", "random"}, default "k-means++"
+    init : {"chunklets", "k-means++", "random"}, default "chunklets"
         Class seeds (and each class's sub-cluster seeds) by D² sampling with one local trial, or uniformly, on
         a uniform sample of ``init_sample_size`` rows; then one pass assigns every row to its nearest seed and
-        gives the initial means and covariances (ALGORITHMS.md 6.5). ``α = 1/M``, ``π = 1/m_K``.
+        gives the initial means and covariances (ALGORITHMS.md 6.5). ``α = 1/M``, ``π = 1/m_K``. "chunklets"
+        (the link-aware variant of 6.5) seeds the classes from the must-link components and the sample by a
+        constrained k-means that keeps cannot-linked chunklets apart; without links it is "k-means++".
     init_sample_size : int, default 10000
     random_state : int, Generator or None
     persist : {"auto", True, False}, default "auto"
@@ -127,7 +130,7 @@ class GMPR(BaseEstimator):
         "reg_covar": [Interval("real", 0, None)],
         "max_iter": [Interval("int", 1, None)],
         "tol": [Interval("real", 0, None)],
-        "init": [Options(("k-means++", "random"))],
+        "init": [Options(("chunklets", "k-means++", "random"))],
         "init_sample_size": [Interval("int", 1, None)],
         "random_state": [SEED],
         "persist": [Options(("auto", True, False))],
@@ -137,7 +140,7 @@ class GMPR(BaseEstimator):
 
     def __init__(
         self, *, n_classes=2, clusters_per_class=1, covariance_type="full", reg_covar=1e-6, max_iter=200, tol=1e-6,
-        init="k-means++", init_sample_size=10_000, random_state=None, persist="auto", split_every=None,
+        init="chunklets", init_sample_size=10_000, random_state=None, persist="auto", split_every=None,
         checkpoint=None,
     ):
         self.n_classes = n_classes
@@ -169,7 +172,7 @@ class GMPR(BaseEstimator):
                         "clusters_per_class, or remove duplicated points.")
             ) from None
 
-    def _seeds(self, arr, rng):
+    def _seeds(self, arr, rng, constraints=None):
         n, d = arr.shape
         M, K = self.n_classes, self.clusters_per_class
         idx = np.sort(rng.choice(n, size=min(n, max(self.init_sample_size, M * K)), replace=False))
@@ -178,7 +181,10 @@ class GMPR(BaseEstimator):
             bad = int(idx[np.flatnonzero(~np.isfinite(P).all(axis=1))[0]])
             raise InvalidDataError(message("X", "finite values", f"NaN or infinity in row {bad}",
                                            "Drop or impute those rows and fit again."))
-        classes = self._pick(P, M, rng)
+        if self.init == "chunklets" and constraints is not None and constraints.n_links:
+            classes = chunklet_centers(arr, constraints, P, M, rng)
+        else:
+            classes = self._pick(P, M, rng)
         d2 = ((P[:, None, :] - classes[None]) ** 2).sum(axis=2)
         lab = np.argmin(d2, axis=1)
         subs = np.empty((M, K, d))
@@ -196,10 +202,10 @@ class GMPR(BaseEstimator):
             return P[np.sort(rng.choice(P.shape[0], size=k, replace=False))]
         return kmeans_plusplus(P, np.ones(P.shape[0]), k, rng, n_local_trials=1)
 
-    def _initial_params(self, arr, rng) -> MixtureParams:
+    def _initial_params(self, arr, rng, constraints=None) -> MixtureParams:
         M, K, d = self.n_classes, self.clusters_per_class, arr.shape[1]
         diag = self.covariance_type == "diag"
-        classes, subs = self._seeds(arr, rng)
+        classes, subs = self._seeds(arr, rng, constraints)
         stats = _dgmpr.init_stats(arr, classes, subs, diag, self.split_every)
         raise_if_bad_block(stats, arr)
         N = stats.weight.reshape(M, K)
@@ -270,7 +276,7 @@ class GMPR(BaseEstimator):
         watch = Stopwatch()
         if state is None:
             first = 1
-            params = self._initial_params(arr, rng)
+            params = self._initial_params(arr, rng, constraints)
             emit(ProgressEvent("GMPR", "init", 0, float("nan"), M * K, watch.lap()))
         else:
             first, params, history, self._warned = self._unpack(ck, state, d)

@@ -53,7 +53,9 @@ class TVClustVariational(_InMemory):
     p_prior, q_prior : tuple (a, b), default (9.0, 1.0)
         Beta priors of ``p`` and ``q``.
     prior_kappa, prior_dof, prior_scale
-        The NIW prior, as in :class:`dclust.TVClust`.
+        The NIW prior, as in :class:`dclust.TVClust`, except that ``prior_scale=None`` expects a tenth of each
+        feature's own variance (a diagonal scale; the Gibbs reference uses the mean variance for every feature,
+        which on raw features such as wine's makes one cluster of everything).
     init_clusters : int, default 3
         Clusters of the starting labels.
     n_components : int, default 20
@@ -157,7 +159,11 @@ class TVClustVariational(_InMemory):
         n, d = Xn.shape
         T = max(self.n_components, min(self.init_clusters, n))
         i, j, must = link_arrays("TVClustVariational", constraints, n)
-        prior = TVClust._prior(self, Xn)  # the Gibbs reference's NIW prior (same parameters)
+        prior = TVClust._prior(self, Xn)  # the Gibbs reference's NIW prior (same parameters) ...
+        if self.prior_scale is None:  # ... but scaled per feature: raw UCI features differ by orders of magnitude
+            var = np.where(Xn.var(axis=0) > 0, Xn.var(axis=0), 1.0) if n > 1 else np.ones(d)
+            factor = prior.dof - d - 1 if prior.dof > d + 1 else 1.0
+            prior = NIWPrior(prior.mean, prior.kappa, prior.dof, np.diag(0.1 * var * factor))
         rng = as_generator(self.random_state)
         z0 = TVClust._initial_labels(self, Xn, TVClust._links(self, constraints, n), rng)
         _, z0 = np.unique(z0, return_inverse=True)
