@@ -25,6 +25,7 @@ from .cluster import (
     KFeatures,
     KMeans,
     LCVQE,
+    MahalanobisKMeans,
     MPCKMeans,
     RDPMeans,
     SpectralClustering,
@@ -42,6 +43,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "KMeans",
+    "MahalanobisKMeans",
     "DPMeans",
     "BPMeans",
     "CollapsedDPMeans",

@@ -7,6 +7,7 @@ from ._gmpr import GMPR
 from ._kfeatures import KFeatures, StepwiseKFeatures
 from ._kmeans import KMeans
 from ._lcvqe import LCVQE
+from ._mahalanobis import MahalanobisKMeans
 from ._mpckmeans import MPCKMeans
 from ._rdpmeans import RDPMeans
 from ._references import DPMMGibbs, IBPGibbs, SpectralClustering
@@ -25,6 +26,7 @@ __all__ = [
     "KFeatures",
     "KMeans",
     "LCVQE",
+    "MahalanobisKMeans",
     "MPCKMeans",
     "RDPMeans",
     "SpectralClustering",

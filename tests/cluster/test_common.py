@@ -33,6 +33,7 @@ CONFIGS = {
     "TVClustVariational": dict(random_state=0, max_iter=10),
     "MPCKMeans": dict(n_clusters=5, random_state=0, max_iter=10),
     "LCVQE": dict(n_clusters=5, random_state=0, max_iter=20),
+    "MahalanobisKMeans": dict(n_clusters=5, lam=100.0, random_state=0, max_iter=30),
     "CollapsedDPMeans": dict(lam=30.0, random_state=0),
     "CappedDPMeans": dict(lam=30.0, max_clusters=4, random_state=0),
     "CollapsedBPMeans": dict(lam=150.0, random_state=0, max_iter=2),
