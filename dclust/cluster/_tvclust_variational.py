@@ -13,11 +13,11 @@ from scipy.special import digamma, logsumexp
 
 from .._dask.loop import ProgressEvent, Stopwatch, emit
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator
+from .._validation import SEED, Interval, as_generator
 from ..kernels.tvclust import NIWPrior
 from ._mpckmeans import link_arrays
 from ._references import _InMemory
-from ._tvclust import BETA_PAIR, TVClust
+from ._tvclust import TVClust
 
 __all__ = ["TVClustVariational"]
 
@@ -102,15 +102,8 @@ class TVClustVariational(_InMemory):
 
     _cost_note = "an in-memory reference with O(N K D^2) work per iteration"
     _parameter_constraints = {
-        "alpha": [Interval("real", 0, None, "neither")],
-        "p": [Interval("real", 0, 1, "right"), Options((None,))],
-        "q": [Interval("real", 0, 1, "right"), Options((None,))],
-        "p_prior": [BETA_PAIR],
-        "q_prior": [BETA_PAIR],
-        "prior_kappa": [Interval("real", 0, None, "neither")],
-        "prior_dof": [Interval("real", 0, None, "neither"), Options((None,))],
-        "prior_scale": [Interval("real", 0, None, "neither"), Options((None,))],
-        "init_clusters": [Interval("int", 1, None)],
+        **{name: TVClust._parameter_constraints[name] for name in (
+            "alpha", "p", "q", "p_prior", "q_prior", "prior_kappa", "prior_dof", "prior_scale", "init_clusters")},
         "n_components": [Interval("int", 1, None)],
         "max_iter": [Interval("int", 1, None)],
         "tol": [Interval("real", 0, None, "left")],
