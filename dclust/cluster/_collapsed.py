@@ -14,7 +14,7 @@ import numpy as np
 from .._dask.loop import ProgressEvent, Stopwatch, emit
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator
-from ..errors import ConvergenceWarning
+from ..errors import ConvergenceWarning, InvalidParameterError, message
 from ..kernels import collapsed as K
 from ..kernels.bpmeans import feature_means
 from ._base import CHECKPOINT, CentroidMixin
@@ -29,6 +29,16 @@ def _processing_order(n: int, shuffle: bool, random_state) -> np.ndarray:
     if not shuffle:
         return np.arange(n, dtype=np.int64)
     return as_generator(random_state).permutation(n).astype(np.int64)
+
+
+def _restart_orders(n: int, random_state, n_init: int) -> list[np.ndarray]:
+    """Processing orders of restarts 1..n_init-1: independent streams spawned from ``random_state``."""
+    if n_init <= 1:
+        return []
+    base = (int(random_state) if isinstance(random_state, (int, np.integer))
+            else int(as_generator(random_state).integers(2**63)))
+    return [np.random.default_rng(np.random.SeedSequence(base, spawn_key=(r,))).permutation(n).astype(np.int64)
+            for r in range(1, n_init)]
 
 
 def _resume(ck, state, n: int, max_iter: int):
@@ -347,6 +357,12 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
         Maximum number of passes.
     shuffle : bool, default True
         Visit the rows in a random permutation drawn from ``random_state``; False uses the row order.
+    n_init : int, default 1
+        Restarts, each from the empty allocation with its own processing order (the first is the order of a single
+        fit; the others come from independent streams spawned from ``random_state``); the lowest ``J_CBP`` is kept.
+        The descent is greedy, and one order can stop far above the generating model's objective (measured on the
+        tabletop-style generator: one of three seeds at 1.58x), so [MB] restarts it. ``n_init > 1`` needs
+        ``shuffle=True`` and no ``checkpoint``.
     random_state : int, Generator or None
     max_samples : int, default 5000
         Largest number of rows accepted.
@@ -379,23 +395,32 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
         "lam": [Interval("real", 0, None, "left")],
         "max_iter": [Interval("int", 1, None)],
         "shuffle": [Options((True, False))],
+        "n_init": [Interval("int", 1, None)],
         "random_state": [SEED],
         "max_samples": [Interval("int", 1, None)],
         "checkpoint": [CHECKPOINT],
     }
     _cost_note = "a serial in-memory descent that re-solves a K x K system per candidate move"
 
-    def __init__(self, *, lam=1.0, max_iter=100, shuffle=True, random_state=None, max_samples=5000,
+    def __init__(self, *, lam=1.0, max_iter=100, shuffle=True, n_init=1, random_state=None, max_samples=5000,
                  checkpoint=None):
         self.lam = lam
         self.max_iter = max_iter
         self.shuffle = shuffle
+        self.n_init = n_init
         self.random_state = random_state
         self.max_samples = max_samples
         self.checkpoint = checkpoint
 
     def fit(self, X, y=None) -> "CollapsedBPMeans":
         """Learn a binary feature allocation of ``X`` (numpy, dask, zarr or xarray)."""
+        self._validate_params()
+        if self.n_init > 1 and (self.checkpoint is not None or not self.shuffle):
+            raise InvalidParameterError(
+                message("CollapsedBPMeans(n_init=...)", "n_init=1 with checkpoint= or shuffle=False",
+                        f"n_init={self.n_init}, shuffle={self.shuffle}, checkpoint={self.checkpoint!r}",
+                        "Use n_init=1, or shuffle=True without a checkpoint (restarts differ by their order).")
+            )
         started = _start(self, X)
         if started is None:
             return self
@@ -408,15 +433,22 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
         else:
             with ck.reading():
                 Z = ck.require_shape("Z", state["Z"], (n, None)).astype(np.uint8)
-        converged = False
         watch = Stopwatch()
-        for it in range(first, self.max_iter):
-            Z, moves, J = K.collapsed_bp_pass(X, order, Z, lam, sq_norm)
-            history.append(J)
-            _after_pass(self, ck, watch, it, order, history, moves != 0, Z.shape[1], {"Z": Z}, {"moves": moves})
-            if moves == 0:
-                converged = True
-                break
+        best = None
+        for order in [order] + _restart_orders(n, self.random_state, self.n_init):
+            converged = False
+            for it in range(first, self.max_iter):
+                Z, moves, J = K.collapsed_bp_pass(X, order, Z, lam, sq_norm)
+                history.append(J)
+                _after_pass(self, ck, watch, it, order, history, moves != 0, Z.shape[1], {"Z": Z},
+                            {"moves": moves})
+                if moves == 0:
+                    converged = True
+                    break
+            if best is None or history[-1] < best[1][-1]:
+                best = (Z, history, it, converged, order)
+            Z, history, first = np.zeros((n, 0), np.uint8), [], 0
+        Z, history, it, converged, order = best
         Zf = Z.astype(np.float64)
         self.features_ = feature_means(Zf.T @ Zf, Zf.T @ X)
         self.n_latent_features_ = int(Z.shape[1])
