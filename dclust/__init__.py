@@ -24,10 +24,14 @@ from .cluster import (
     IBPGibbs,
     KFeatures,
     KMeans,
+    LCVQE,
+    MahalanobisKMeans,
+    MPCKMeans,
     RDPMeans,
     SpectralClustering,
     StepwiseKFeatures,
     TVClust,
+    TVClustVariational,
 )
 from .constraints import ConstraintGraph
 from .stream import AnytimeDPMeans, DynamicMeans, SpectralDynamicMeans
@@ -39,6 +43,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "KMeans",
+    "MahalanobisKMeans",
     "DPMeans",
     "BPMeans",
     "CollapsedDPMeans",
@@ -49,6 +54,9 @@ __all__ = [
     "RDPMeans",
     "GMPR",
     "TVClust",
+    "TVClustVariational",
+    "MPCKMeans",
+    "LCVQE",
     "DPMMGibbs",
     "IBPGibbs",
     "SpectralClustering",

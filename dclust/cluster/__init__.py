@@ -6,9 +6,13 @@ from ._dpmeans import DPMeans
 from ._gmpr import GMPR
 from ._kfeatures import KFeatures, StepwiseKFeatures
 from ._kmeans import KMeans
+from ._lcvqe import LCVQE
+from ._mahalanobis import MahalanobisKMeans
+from ._mpckmeans import MPCKMeans
 from ._rdpmeans import RDPMeans
 from ._references import DPMMGibbs, IBPGibbs, SpectralClustering
 from ._tvclust import TVClust
+from ._tvclust_variational import TVClustVariational
 
 __all__ = [
     "BPMeans",
@@ -21,8 +25,12 @@ __all__ = [
     "IBPGibbs",
     "KFeatures",
     "KMeans",
+    "LCVQE",
+    "MahalanobisKMeans",
+    "MPCKMeans",
     "RDPMeans",
     "SpectralClustering",
     "StepwiseKFeatures",
     "TVClust",
+    "TVClustVariational",
 ]

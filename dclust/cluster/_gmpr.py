@@ -17,6 +17,7 @@ from ..errors import (
 from ..kernels.gmpr import MixtureParams, m_step, update_alpha
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import CHECKPOINT, BaseEstimator, ClusterMixin, finite_rows, raise_if_bad_block, wrap_output
+from ._gmpr_init import chunklet_centers
 
 __all__ = ["GMPR"]
 
@@ -73,10 +74,12 @@ class GMPR(ClusterMixin, BaseEstimator):
         Maximum number of EM iterations (M-steps).
     tol : float, default 1e-6
         Stop when ``|ℓ_t − ℓ_{t−1}| <= tol |ℓ_t|``.
-    init : {"k-means++", "random"}, default "k-means++"
+    init : {"chunklets", "k-means++", "random"}, default "chunklets"
         Class seeds (and each class's sub-cluster seeds) by D² sampling with one local trial, or uniformly, on
         a uniform sample of ``init_sample_size`` rows; then one pass assigns every row to its nearest seed and
-        gives the initial means and covariances (ALGORITHMS.md 6.5). ``α = 1/M``, ``π = 1/m_K``.
+        gives the initial means and covariances (ALGORITHMS.md 6.5). ``α = 1/M``, ``π = 1/m_K``. "chunklets"
+        (the link-aware variant of 6.5) seeds the classes from the must-link components and the sample by a
+        constrained k-means that keeps cannot-linked chunklets apart; without links it is "k-means++".
     init_sample_size : int, default 10000
     random_state : int, Generator or None
     persist : {"auto", True, False}, default "auto"
@@ -126,7 +129,7 @@ class GMPR(ClusterMixin, BaseEstimator):
         "reg_covar": [Interval("real", 0, None)],
         "max_iter": [Interval("int", 1, None)],
         "tol": [Interval("real", 0, None)],
-        "init": [Options(("k-means++", "random"))],
+        "init": [Options(("chunklets", "k-means++", "random"))],
         "init_sample_size": [Interval("int", 1, None)],
         "random_state": [SEED],
         "persist": [Options(("auto", True, False))],
@@ -136,7 +139,7 @@ class GMPR(ClusterMixin, BaseEstimator):
 
     def __init__(
         self, *, n_classes=2, clusters_per_class=1, covariance_type="full", reg_covar=1e-6, max_iter=200, tol=1e-6,
-        init="k-means++", init_sample_size=10_000, random_state=None, persist="auto", split_every=None,
+        init="chunklets", init_sample_size=10_000, random_state=None, persist="auto", split_every=None,
         checkpoint=None,
     ):
         self.n_classes = n_classes
@@ -168,7 +171,7 @@ class GMPR(ClusterMixin, BaseEstimator):
                         "clusters_per_class, or remove duplicated points.")
             ) from None
 
-    def _seeds(self, arr, rng):
+    def _seeds(self, arr, rng, constraints=None):
         n, d = arr.shape
         M, K = self.n_classes, self.clusters_per_class
         idx = np.sort(rng.choice(n, size=min(n, max(self.init_sample_size, M * K)), replace=False))
@@ -177,7 +180,10 @@ class GMPR(ClusterMixin, BaseEstimator):
             bad = int(idx[np.flatnonzero(~np.isfinite(P).all(axis=1))[0]])
             raise InvalidDataError(message("X", "finite values", f"NaN or infinity in row {bad}",
                                            "Drop or impute those rows and fit again."))
-        classes = self._pick(P, M, rng)
+        if self.init == "chunklets" and constraints is not None and constraints.n_links:
+            classes = chunklet_centers(arr, constraints, P, M, rng)
+        else:
+            classes = self._pick(P, M, rng)
         d2 = ((P[:, None, :] - classes[None]) ** 2).sum(axis=2)
         lab = np.argmin(d2, axis=1)
         subs = np.empty((M, K, d))
@@ -195,10 +201,10 @@ class GMPR(ClusterMixin, BaseEstimator):
             return P[np.sort(rng.choice(P.shape[0], size=k, replace=False))]
         return kmeans_plusplus(P, np.ones(P.shape[0]), k, rng, n_local_trials=1)
 
-    def _initial_params(self, arr, rng) -> MixtureParams:
+    def _initial_params(self, arr, rng, constraints=None) -> MixtureParams:
         M, K, d = self.n_classes, self.clusters_per_class, arr.shape[1]
         diag = self.covariance_type == "diag"
-        classes, subs = self._seeds(arr, rng)
+        classes, subs = self._seeds(arr, rng, constraints)
         stats = _dgmpr.init_stats(arr, classes, subs, diag, self.split_every)
         raise_if_bad_block(stats, arr)
         N = stats.weight.reshape(M, K)
@@ -264,7 +270,7 @@ class GMPR(ClusterMixin, BaseEstimator):
         links = _dgmpr.link_payload(arr, plan)
         if links is not None:
             links = links.persist()  # O(links · D) floats on the cluster, gathered once
-        em = _EM(self, arr, plan, links, rng, ck)
+        em = _EM(self, arr, plan, links, rng, ck, constraints)
         run = fit_loop(em, max_iter=self.max_iter, ck=ck, resume=None if state is None else state["loop"])
         params, history = run.state["params"], run.state["history"]
         self.weights_ = params.alpha
@@ -323,8 +329,9 @@ class _EM(Step):
 
     name = "GMPR"
 
-    def __init__(self, est, arr, plan, links, rng, ck):
+    def __init__(self, est, arr, plan, links, rng, ck, constraints=None):
         self.est, self.arr, self.plan, self.links, self.rng, self.ck = est, arr, plan, links, rng, ck
+        self.constraints = constraints
         self.size = est.n_classes * est.clusters_per_class
 
     def _estep(self, params):
@@ -340,7 +347,7 @@ class _EM(Step):
         return stats
 
     def start(self) -> dict:
-        params = self.est._initial_params(self.arr, self.rng)
+        params = self.est._initial_params(self.arr, self.rng, self.constraints)
         stats = self._first_estep(params)
         return {"params": params, "stats": stats,
                 "history": [_dgmpr.total_loglik(stats, params.alpha, self.plan.n_cannot)]}
