@@ -9,15 +9,15 @@ from every centre. The pass is equivalent to serial DP-means on the permutation 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
-import dask
 import numpy as np
 
-from ..kernels.dpmeans import block_permutation, dp_block, serial_assign
+from ..kernels.distances import block_stats, epoch_stats, order_keys
+from ..kernels.dpmeans import block_permutation, serial_assign
+from ..kernels.dynmeans import dm_propose, label_pass
 from ..kernels.stats import ClusterStats
-from ..kernels.distances import block_stats
-from .passes import block_offsets, map_partials, map_reduce
-from .reduce import tree_reduce
+from .passes import block_offsets, map_reduce
 
 __all__ = ["EpochRecord", "PassRecord", "gather_prefix", "occ_pass", "prefix_counts", "records_state", "records_from"]
 
@@ -83,61 +83,6 @@ def gather_prefix(X, w, *, seed: int, counts: np.ndarray, split_every=None):
     return stats, idx[order], rows[order], pw[order]
 
 
-def _epoch_partial(Xb, wb, *, offset, block_index, starts, **kwargs):
-    return dp_block(Xb, wb, offset=offset, block_index=block_index, start=int(starts[block_index]), **kwargs)
-
-
-def _stats_of(parts):
-    out = np.empty(len(parts), dtype=object)
-    out[:] = [p.stats for p in parts]
-    return out
-
-
-def _proposals_of(parts):
-    out = np.empty(len(parts), dtype=object)
-    out[:] = [(p.index, p.position, p.rows, p.weight, p.stop) for p in parts]
-    return out
-
-
-def occ_pass(X, w, centres, lam, *, seed, starts, max_proposals, split_every=None):
-    """One DP-means pass with OCC. Returns ``(stats, centres, epochs)``; ``stats`` covers every processed row,
-    with labels indexing the returned ``centres`` (the snapshot followed by the centres opened in the pass)."""
-    sizes = np.asarray(X.chunks[0], dtype=np.int64)
-    starts = np.asarray(starts, dtype=np.int64).copy()
-    C = np.asarray(centres, dtype=np.float64).reshape(-1, X.shape[1])
-    total: list[ClusterStats] = []
-    epochs: list[EpochRecord] = []
-    while True:
-        todo = np.flatnonzero(starts < sizes)
-        if todo.size == 0:
-            break
-        parts = map_partials(
-            _epoch_partial, X, w, blocks=todo, starts=starts, centres=C, lam=lam, seed=seed,
-            max_proposals=max_proposals,
-        )
-        stats_arr = parts.map_blocks(_stats_of, dtype=object)
-        props_arr = parts.map_blocks(_proposals_of, dtype=object)
-        stats, props = dask.compute(tree_reduce(stats_arr, ClusterStats.merge_all, split_every=split_every), props_arr)
-        total.append(stats[()])
-        index = np.concatenate([p[0] for p in props])
-        position = np.concatenate([p[1] for p in props])
-        block = np.concatenate([np.full(p[0].size, b) for p, b in zip(props, todo)])
-        order = np.lexsort((block, position))
-        rows = np.concatenate([p[2] for p in props]).reshape(-1, X.shape[1])[order]
-        pw = np.concatenate([p[3] for p in props])[order]
-        index = index[order]
-        labels, dist, new = serial_assign(rows, C, lam)
-        C = np.vstack([C, new])
-        if index.size:
-            total.append(ClusterStats.from_labels(rows, labels, C.shape[0], pw, cost=float(pw @ dist), index=index))
-        stops = np.array([p[4] for p in props], dtype=np.int64)
-        epochs.append(EpochRecord(todo, starts[todo].copy(), stops, index, int(new.shape[0])))
-        starts[todo] = stops
-    if not total:  # the serial prefix already covered every row
-        return ClusterStats.identity(C.shape[0], X.shape[1]), C, epochs
-    return ClusterStats.merge_all(total), C, epochs
-
-
 def records_state(records: list[PassRecord]) -> dict:
     """The pass records as a few flat int64 arrays (for checkpoints; :func:`records_from` inverts it)."""
     epochs = [(p, ep) for p, rec in enumerate(records) for ep in rec.epochs]
@@ -183,15 +128,20 @@ def records_from(state: dict) -> list[PassRecord]:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Keyed OCC: the serial order is a function of (seed, global row index) alone, so the model does not depend on the
-# chunking, the grouping of blocks into tasks or the number of workers.
+# The keyed OCC engine: the serial order is a function of (seed, global row index) alone, so the model does not
+# depend on the chunking, the grouping of blocks into tasks or the number of workers.
 #
 # Every row has an order key (``kernels.distances.order_keys``). A pass is a sequence of epochs, each a range of
-# keys: every block takes its rows in the range, folds those within ``lam`` of a snapshot centre into statistics and
-# proposes the others; the driver validates the proposals serially in key order. The pass equals serial DP-means on
-# the order: per epoch, its non-proposing rows (by key), then its proposals (by key). The key ranges are chosen by
-# the driver from global counts only (rows and proposals of the last epoch), so that about ``max_proposals`` rows
-# are proposed per epoch; the first pass starts with a serial prefix of about ``prefix_size`` rows of lowest keys.
+# keys: every block takes its rows in the range, keeps those the snapshot decides (a row within reach of the
+# snapshot's clusters or features) and proposes the others; the driver validates the proposals serially in key
+# order. The pass equals the serial algorithm on the order: per epoch, its non-proposing rows (by key), then its
+# proposals (by key). The key ranges are chosen by the driver from global counts only (rows and proposals of the
+# last epoch), so that about ``max_proposals`` rows are proposed per epoch (the one proposal cap); the first pass
+# starts with a serial prefix of about ``prefix_size`` rows of lowest keys.
+#
+# A model plugs in an :class:`OCCRule`: what a block proposes (``block_task``, run in the tasks), how the driver
+# validates the proposals of an epoch and updates its state (``accept``). Data in memory (a numpy array) runs the
+# same epochs without Dask, as one block.
 # ------------------------------------------------------------------------------------------------------------------
 
 #: Keys are 64-bit: a range is ``[lo, hi]`` (inclusive) within ``[0, KEY_END)``.
@@ -213,8 +163,6 @@ class KeyedPass:
 
     def permutation(self, mix: int, n: int) -> np.ndarray:
         """The serial order this pass is equivalent to (O(n) memory: computed on demand only)."""
-        from ..kernels.distances import order_keys
-
         keys = order_keys(mix, np.arange(n))
         order = np.argsort(keys, kind="stable")
         sorted_keys = keys[order]
@@ -227,9 +175,106 @@ class KeyedPass:
         return np.concatenate(parts).astype(np.int64)
 
 
-def _prefix_rows_partial(Xb, wb, *, offset, block_index, mix, end):
-    from ..kernels.distances import order_keys
+class OCCRule:
+    """What a model plugs into :func:`keyed_pass` (ALGORITHMS.md 8.2-8.5).
 
+    Subclasses define:
+
+    - ``block_task()`` -> ``(fn, kwargs)``: ``fn(Xb, wb, *, offset, block_index, mix, lo, hi, **kwargs)`` runs in
+      the tasks on one block against the snapshot in ``kwargs`` and returns ``(partial, n_rows, local, extra)``:
+      the reducible partial of the rows it keeps, the number of rows in the key range, the local indices of the
+      proposals and a tuple of per-proposal arrays (rows first);
+    - ``merge(partials)`` (static): the associative merge of the partials;
+    - ``accept(partial, index, rows, weight, extra)`` on the driver: validate the proposals (global ``index``,
+      ``rows``, ``weight``, ``extra``, all in key order) serially, fold ``partial`` and them into the state;
+      return the number of clusters (features) opened.
+
+    ``epoch`` runs one epoch's tasks; a rule whose blocks carry state (BP-means' bits) overrides it.
+    """
+
+    @staticmethod
+    def merge(parts):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def block_task(self):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def accept(self, partial, index, rows, weight, extra) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def epoch(self, X, w, *, mix: int, lo: int, hi: int, split_every=None):
+        """One epoch over the keys ``[lo, hi]``: ``(partial, n_rows, keys, index, rows, weight, extra)``."""
+        fn, kwargs = self.block_task()
+        return run_pass(_epoch_partial, partial(_merge_epoch, merge=self.merge), X, w, split_every=split_every,
+                        propose=fn, mix=mix, lo=lo, hi=hi, **kwargs)
+
+
+def run_pass(fn, merge, X, w, *, split_every=None, **kwargs):
+    """``fn`` on every row block of ``X`` (with the aligned weights ``w``), merged and computed: one pass of
+    :func:`dclust._dask.passes.map_reduce`, or for an in-memory ``X`` (numpy) one call on the whole array."""
+    if isinstance(X, np.ndarray):
+        return merge([fn(X, w, offset=0, block_index=0, **kwargs)])
+    return map_reduce(fn, merge, X, w, split_every=split_every, **kwargs).compute()[()]
+
+
+def _epoch_partial(Xb, wb, *, offset, block_index, propose, mix, lo, hi, **kwargs):
+    part, n_rows, local, extra = propose(Xb, wb, offset=offset, block_index=block_index, mix=mix, lo=lo, hi=hi,
+                                         **kwargs)
+    local = np.asarray(local, dtype=np.int64)
+    w = np.ones(local.size) if wb is None else np.asarray(wb, dtype=np.float64)[local]
+    rows = np.asarray(Xb[local], dtype=np.float64).reshape(-1, Xb.shape[1])
+    return part, int(n_rows), order_keys(mix, local + offset), local + offset, rows, w, tuple(extra)
+
+
+def _merge_epoch(parts, merge):
+    cat = lambda i: np.concatenate([p[i] for p in parts])  # noqa: E731
+    extra = tuple(np.concatenate([p[6][j] for p in parts]) for j in range(len(parts[0][6])))
+    return merge([p[0] for p in parts]), sum(p[1] for p in parts), cat(2), cat(3), cat(4), cat(5), extra
+
+
+def next_epoch_end(lo: int, n: int, rate: float, max_proposals: int) -> int:
+    """The last key of an epoch starting at ``lo`` that should propose about ``max_proposals`` rows at ``rate``
+    proposals per row (global counts only: the same for any chunking)."""
+    rows = max_proposals / max(rate, 1.0 / max(n, 1))
+    width = int(min(float(KEY_END), max(1.0, rows) * (KEY_END / max(n, 1))))
+    return min(KEY_END - 1, lo + max(width, 1) - 1)
+
+
+def keyed_pass(X, w, rule: OCCRule, *, mix: int, start: int = 0, rate: float = 0.0, max_proposals: int,
+               split_every=None) -> tuple[list[KeyedEpoch], float]:
+    """One OCC pass of ``rule`` over the keys ``[start, KEY_END)`` of ``X`` (dask or numpy).
+
+    Returns ``(epochs, rate)``: the epochs' records and the proposal rate of the last epoch (it may size the first
+    epoch of the next pass). The rule's state holds what the pass computed.
+    """
+    n = X.shape[0]
+    epochs: list[KeyedEpoch] = []
+    lo = int(start)
+    while lo < KEY_END:
+        hi = next_epoch_end(lo, n, rate, max_proposals)
+        part, n_rows, keys, index, rows, pw, extra = rule.epoch(X, w, mix=mix, lo=lo, hi=hi,
+                                                                split_every=split_every)
+        order = np.argsort(keys, kind="stable")
+        index = index[order]
+        accepted = rule.accept(part, index, rows[order], pw[order], tuple(e[order] for e in extra))
+        epochs.append(KeyedEpoch(lo, hi, index, int(accepted)))
+        rate = index.size / max(n_rows + index.size, 1)
+        lo = hi + 1
+    return epochs, rate
+
+
+def opening_rate(labels: np.ndarray, k0: int) -> float:
+    """Clusters opened per row in the second half of a serial run (1 when the run is too short to tell): it
+    sizes the first epoch after the serial prefix."""
+    m = labels.size
+    if m < 16:
+        return 1.0
+    new_rows = np.flatnonzero(labels >= k0)
+    first_rows = new_rows[np.unique(labels[new_rows], return_index=True)[1]]
+    return float(np.count_nonzero(first_rows >= m // 2)) / (m - m // 2)
+
+
+def _prefix_rows_partial(Xb, wb, *, offset, block_index, mix, end):
     stats = block_stats(Xb, np.zeros((1, Xb.shape[1])), wb, offset=offset, block_index=block_index)
     keys = order_keys(mix, np.arange(offset, offset + Xb.shape[0]))
     local = np.flatnonzero(keys < np.uint64(end)) if end < KEY_END else np.arange(Xb.shape[0])
@@ -249,62 +294,90 @@ def keyed_prefix(X, w, *, mix: int, prefix_size: int, split_every=None):
     Returns ``(stats, prefix_end, index, rows, weights)``."""
     n = X.shape[0]
     end = KEY_END if prefix_size >= n else (prefix_size * KEY_END) // max(n, 1)
-    stats, keys, idx, rows, pw = map_reduce(_prefix_rows_partial, _merge_rows, X, w, split_every=split_every,
-                                            mix=mix, end=end).compute()[()]
+    stats, keys, idx, rows, pw = run_pass(_prefix_rows_partial, _merge_rows, X, w, split_every=split_every, mix=mix,
+                                          end=end)
     order = np.argsort(keys, kind="stable")
     return stats, end, idx[order], rows[order], pw[order]
 
 
-def _keyed_epoch_partial(Xb, wb, *, offset, block_index, centers, lam, mix, lo, hi):
-    from ..kernels.distances import epoch_stats, order_keys
+# ------------------------------------------------------------------------------------------------------------------
+# DP-means (ALGORITHMS.md 8.2) and D-Means (8.5)
+# ------------------------------------------------------------------------------------------------------------------
 
+
+def _stats_or_identity(total: list, k: int, d: int) -> ClusterStats:
+    stats = ClusterStats.merge_all(total) if total else ClusterStats.identity(k, d)
+    return stats.merge(ClusterStats.identity(k, d)) if stats.n_clusters < k else stats
+
+
+def _dp_propose(Xb, wb, *, offset, block_index, mix, lo, hi, centers, lam):
     stats, local = epoch_stats(Xb, centers, lam, wb, offset=offset, block_index=block_index, mix=mix, lo=lo, hi=hi)
-    w = np.ones(local.size) if wb is None else np.asarray(wb, dtype=np.float64)[local]
-    rows = np.asarray(Xb[local], dtype=np.float64).reshape(-1, Xb.shape[1])
-    return stats, order_keys(mix, local + offset), local + offset, rows, w
+    return stats, stats.n_rows, local, ()
 
 
-def next_epoch_end(lo: int, n: int, rate: float, max_proposals: int) -> int:
-    """The last key of an epoch starting at ``lo`` that should propose about ``max_proposals`` rows at ``rate``
-    proposals per row (global counts only: the same for any chunking)."""
-    rows = max_proposals / max(rate, 1.0 / max(n, 1))
-    width = int(min(float(KEY_END), max(1.0, rows) * (KEY_END / max(n, 1))))
-    return min(KEY_END - 1, lo + max(width, 1) - 1)
+class DPRule(OCCRule):
+    """DP-means: a row farther than ``lam`` from every snapshot centre is proposed; the driver runs serial
+    DP-means on the proposals against the centres as they stand (ALGORITHMS.md 8.2)."""
 
+    merge = staticmethod(ClusterStats.merge_all)
 
-def keyed_pass(X, w, centers, lam, *, mix: int, start: int, rate: float, max_proposals: int, split_every=None):
-    """One DP-means pass over the keys ``[start, KEY_END)`` with keyed OCC.
+    def __init__(self, centers: np.ndarray, lam: float):
+        self.centers = np.asarray(centers, dtype=np.float64)
+        self.lam = float(lam)
+        self.total: list[ClusterStats] = []
+        self.labels = np.zeros(0, np.int64)  # labels of the last accepted proposals
 
-    Returns ``(stats, centers, epochs, rate)``: ``stats`` covers every processed row with labels indexing the
-    returned centres (the snapshot followed by the centres opened in the pass); ``rate`` is the proposal rate of
-    the last epoch (it sizes the first epoch of the next pass).
-    """
-    from ..kernels.dpmeans import serial_assign
+    def block_task(self):
+        return _dp_propose, {"centers": self.centers, "lam": self.lam}
 
-    n, d = X.shape
-    C = np.asarray(centers, dtype=np.float64).reshape(-1, d)
-    total: list[ClusterStats] = []
-    epochs: list[KeyedEpoch] = []
-    lo = start
-    while lo < KEY_END:
-        hi = next_epoch_end(lo, n, rate, max_proposals)
-        stats, keys, index, rows, pw = map_reduce(
-            _keyed_epoch_partial, _merge_rows, X, w, split_every=split_every, centers=C, lam=lam, mix=mix, lo=lo,
-            hi=hi,
-        ).compute()[()]
-        order = np.argsort(keys, kind="stable")
-        index, rows, pw = index[order], rows[order], pw[order]
-        labels, dist, new = serial_assign(rows, C, lam)
-        C = np.vstack([C, new])
-        total.append(stats)
+    def accept(self, partial, index, rows, weight, extra) -> int:
+        labels, dist, new = serial_assign(rows, self.centers, self.lam)
+        self.centers = np.vstack([self.centers, new])
+        self.labels = labels
+        if partial is not None:
+            self.total.append(partial)
         if index.size:
-            total.append(ClusterStats.from_labels(rows, labels, C.shape[0], pw, cost=float(pw @ dist), index=index))
-        epochs.append(KeyedEpoch(lo, hi, index, int(new.shape[0])))
-        rate = index.size / max(stats.n_rows + index.size, 1)
-        lo = hi + 1
-    if not total:
-        return ClusterStats.identity(C.shape[0], d), C, epochs, rate
-    return ClusterStats.merge_all(total), C, epochs, rate
+            self.total.append(ClusterStats.from_labels(rows, labels, self.centers.shape[0], weight,
+                                                       cost=float(weight @ dist), index=index))
+        return int(new.shape[0])
+
+    def stats(self) -> ClusterStats:
+        """Statistics of every row accepted so far, labels indexing :attr:`centers`."""
+        return _stats_or_identity(self.total, *self.centers.shape)
+
+
+class DMRule(OCCRule):
+    """D-Means (one label pass of a time step): a row whose best eq. 28 option in the snapshot is an
+    instantiated cluster is kept; a row whose best option is a revival or a new cluster is proposed, and the
+    driver runs the serial label pass on the proposals against the state as it stands (ALGORITHMS.md 8.5).
+
+    The previous labels are not stored (O(N)), so exact ties between a row's previous cluster and a lower slot go
+    to the lower slot."""
+
+    merge = staticmethod(ClusterStats.merge_all)
+
+    def __init__(self, state):
+        self.state = state
+        self.total: list[ClusterStats] = []
+
+    def block_task(self):
+        s = self.state
+        snapshot = type(s)(s.phi, s.gamma, s.ages, s.lam, s.Q, s.theta.copy(), s.inst.copy())
+        return dm_propose, {"state": snapshot}
+
+    def accept(self, partial, index, rows, weight, extra) -> int:
+        before = self.state.n_slots
+        if partial is not None:
+            self.total.append(partial)
+        if index.size:
+            z = np.full(rows.shape[0], -1, dtype=np.int64)
+            cost = label_pass(rows, np.arange(rows.shape[0]), z, self.state, prefer_current=False)
+            self.total.append(ClusterStats.from_labels(rows, z, self.state.n_slots, weight,
+                                                       cost=float(weight @ cost), index=index))
+        return self.state.n_slots - before
+
+    def stats(self) -> ClusterStats:
+        return _stats_or_identity(self.total, self.state.n_slots, self.state.phi.shape[1])
 
 
 def keyed_records_state(records: list[KeyedPass]) -> dict:

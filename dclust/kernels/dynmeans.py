@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from .distances import stats_from_assignment
+from .distances import order_keys, stats_from_assignment
 
 __all__ = [
     "reparameterise",
@@ -27,6 +27,7 @@ __all__ = [
     "StepState",
     "label_pass",
     "best_options",
+    "dm_propose",
     "assign_instantiated",
     "end_of_pass",
     "PassResult",
@@ -208,6 +209,30 @@ def best_options(Y, state: StepState):
     """
     Y = np.ascontiguousarray(Y, dtype=np.float64)
     return _best_options(Y, state.theta, state.inst, state.phi, state.revival_scale, state.revival_base)
+
+
+def dm_propose(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: int, state: StepState):
+    """One keyed OCC epoch of D-Means on one block (ALGORITHMS.md 8.5): the rows whose order key lies in
+    ``[lo, hi]`` and whose best eq. 28 option in the snapshot ``state`` is an instantiated slot are folded into
+    per-slot statistics; the others (best option a revival or a new cluster) are proposed.
+
+    Returns ``(stats, n_rows, proposals, ())``: ``n_rows`` rows lie in the range; ``proposals`` are local row
+    indices. Rows with NaN/inf are neither kept nor proposed (``stats.bad_block`` names the block)."""
+    n = Xb.shape[0]
+    keys = order_keys(mix, np.arange(offset, offset + n))
+    taken = np.flatnonzero((keys >= np.uint64(lo)) & (keys <= np.uint64(hi)))
+    Y = np.ascontiguousarray(Xb[taken], dtype=np.float64).reshape(-1, Xb.shape[1])
+    islot, icost, _, rcost = best_options(Y, state)
+    finite = np.isfinite(Y).all(axis=1)
+    keep = finite & (islot >= 0) & (icost <= rcost) & (icost <= state.lam)
+    labels = np.full(n, -1, dtype=np.int32)
+    dist = np.zeros(n)
+    labels[taken[keep]] = islot[keep]
+    dist[taken[keep]] = icost[keep]
+    stats = stats_from_assignment(Xb, labels, dist, wb, state.n_slots, offset, block_index)
+    stats.n_rows = int(taken.size)
+    stats.bad_block = block_index if not finite.all() else -1
+    return stats, taken.size, taken[finite & ~keep], ()
 
 
 def assign_instantiated(Y, theta: np.ndarray) -> np.ndarray:
