@@ -11,13 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 
+import dask
+import dask.array as da
 import numpy as np
 
+from ..kernels.bpmeans import bp_block, gram_partial, serial_sweep
 from ..kernels.distances import block_stats, epoch_stats, order_keys
 from ..kernels.dpmeans import block_permutation, serial_assign
 from ..kernels.dynmeans import dm_propose, label_pass
 from ..kernels.stats import ClusterStats
-from .passes import block_offsets, map_reduce
+from .features import FeatureOverflow, Gram, _gram_of, bits_from_parts, widen
+from .passes import block_offsets, map_partials, map_reduce
+from .reduce import tree_reduce
 
 __all__ = ["EpochRecord", "PassRecord", "gather_prefix", "occ_pass", "prefix_counts", "records_state", "records_from"]
 
@@ -416,3 +421,124 @@ def keyed_records_from(state: dict) -> list[KeyedPass]:
         records[p].epochs.append(KeyedEpoch(int(a), int(b), props[q:q + c].copy(), int(acc)))
         q += c
     return records
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# BP-means (ALGORITHMS.md 8.3): the bits Z stay on the workers. Each epoch's block results are persisted, and the
+# driver's decisions for proposals reach the blocks as small *patches* applied by the next epoch (or at the end of
+# the pass).
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def apply_patches(Z: np.ndarray, patches) -> np.ndarray:
+    """Write driver decisions into a block's bits: each patch is ``(local rows, first column, bits)``."""
+    for local, col0, bits in patches:
+        Z[local, col0: col0 + bits.shape[1]] = bits
+    return Z
+
+
+def patch_bits(index: np.ndarray, col0: int, bits: np.ndarray, chunks) -> dict:
+    """Split rows given by global ``index`` into per-block patches ``{block: [(local, col0, bits)]}``."""
+    offsets = block_offsets(chunks)
+    block = np.searchsorted(offsets, index, side="right") - 1
+    out: dict[int, list] = {}
+    for b in np.unique(block):
+        sel = block == b
+        out.setdefault(int(b), []).append((index[sel] - offsets[b], int(col0), np.ascontiguousarray(bits[sel])))
+    return out
+
+
+def _merge_patches(into: dict, new: dict) -> None:
+    for b, items in new.items():
+        into.setdefault(b, []).extend(items)
+
+
+def _padded_bits(Zb, patches, k):
+    Z = np.zeros((Zb.shape[0], k), np.uint8)
+    Z[:, : Zb.shape[1]] = Zb
+    return apply_patches(Z, patches)
+
+
+def _bp_propose(Xb, Zb, *, offset, block_index, features, lam, mix, lo, hi, patches):
+    Z = _padded_bits(Zb, patches.get(block_index, ()), features.shape[0])
+    res = bp_block(Xb, Z, offset=offset, features=features, lam=lam, mix=mix, lo=lo, hi=hi)
+    index = res.local + offset
+    rows = np.asarray(Xb[res.local], dtype=np.float64).reshape(-1, Xb.shape[1])
+    props = (order_keys(mix, index), index, rows, res.resid, res.zbits, res.n_rows)
+    return res.Z, Gram(res.G, res.B, res.sse, res.flips), props
+
+
+def _props_of(parts):
+    out = np.empty(len(parts), dtype=object)
+    out[:] = [p[2] for p in parts]
+    return out
+
+
+class BPRule(OCCRule):
+    """BP-means step 1: every row in the epoch's key range has its bits swept over the snapshot features; a row
+    whose squared residual still exceeds ``lam`` is proposed. The driver sweeps each proposal over the features
+    opened earlier in the validation and opens its residual as a new feature if its squared norm still exceeds
+    ``lam`` (features are visited old first, then new, which is the serial order too).
+
+    ``Z`` is the (N, K0') uint8 dask array of the bits at the start (X's row chunks), ``patches`` pending driver
+    decisions per block (the serial prefix's rows). ``capped``: capped BP-means ([MB] eq. 15): at
+    ``max_features`` features rows stop opening features (and blocks stop proposing) instead of raising
+    :class:`~dclust._dask.features.FeatureOverflow`.
+    """
+
+    merge = staticmethod(Gram.merge_all)
+
+    def __init__(self, X, Z, features, lam: float, *, patches: dict, max_features: int, capped: bool = False):
+        self.chunks = tuple(X.chunks[0])
+        self.Z = Z
+        self.features = np.asarray(features, dtype=np.float64).reshape(-1, X.shape[1])
+        self.lam = float(lam)
+        self.pending: dict[int, list] = {}
+        _merge_patches(self.pending, patches)
+        self.max_features = int(max_features)
+        self.capped = bool(capped)
+        self.grams: list[Gram] = []
+
+    def epoch(self, X, w, *, mix: int, lo: int, hi: int, split_every=None):
+        K = self.features.shape[0]
+        lam = np.inf if self.capped and K >= self.max_features else self.lam
+        parts = map_partials(_bp_propose, X, widen(self.Z, K), grouped=False, features=self.features, lam=lam,
+                             mix=mix, lo=lo, hi=hi, patches=self.pending).persist()
+        self.pending = {}
+        gram, props = dask.compute(tree_reduce(parts.map_blocks(_gram_of, dtype=object), Gram.merge_all,
+                                               split_every=split_every), parts.map_blocks(_props_of, dtype=object))
+        self.Z = bits_from_parts(parts, self.chunks, K)
+        d = X.shape[1]
+        keys, index = (np.concatenate([p[i] for p in props]) for i in (0, 1))
+        cat = lambda i, k: np.concatenate([p[i] for p in props]).reshape(index.size, k)  # noqa: E731
+        extra = (cat(3, d), cat(4, K))
+        return gram[()], int(sum(p[5] for p in props)), keys, index, cat(2, d), np.ones(index.size), extra
+
+    def accept(self, partial, index, rows, weight, extra) -> int:
+        if partial is not None:
+            self.grams.append(partial)
+        if not index.size:
+            return 0
+        resid, zbits = extra
+        K = self.features.shape[0]
+        Zv, new, q, flips, overflow = serial_sweep(rows, zbits, self.features, self.lam, R=resid,
+                                                   k_from=np.full(index.size, K),
+                                                   max_new=max(0, self.max_features - K), saturate=self.capped)
+        if overflow >= 0:
+            raise FeatureOverflow(self.max_features + 1, float((resid * resid).sum(axis=1).max()), "OCC validation")
+        self.grams.append(Gram(*gram_partial(rows, Zv), float(q.sum()), int(flips)))
+        if new.shape[0]:
+            _merge_patches(self.pending, patch_bits(index, K, Zv[:, K:], self.chunks))
+        self.features = np.vstack([self.features, new])
+        return int(new.shape[0])
+
+    def result(self):
+        """``(Z, gram)``: the bits after the pass (lazy over persisted pieces; pending patches applied) and the
+        Gram of every row accepted (padded to the number of features)."""
+        K, d = self.features.shape
+        blocks = [self.Z.blocks[b].map_blocks(_padded_bits, self.pending.get(b, ()), K,
+                                              chunks=((self.chunks[b],), (K,)), dtype=np.uint8)
+                  for b in range(len(self.chunks))]
+        Z = da.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+        gram = Gram.merge_all(self.grams + [Gram(np.zeros((K, K)), np.zeros((K, d)))])
+        return Z, gram

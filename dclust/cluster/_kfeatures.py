@@ -126,9 +126,8 @@ def _first_pass(est, arr, info, ck):
     if info.kind != "numpy":
         arr = persist_if_fits(arr, est.persist, logger)
     watch = Stopwatch()
-    mean, sq_norm, _, _ = first_pass(arr, seed=0, counts=np.zeros(len(arr.chunks[0]), np.int64),
-                                     split_every=est.split_every,
-                                     check_content=ck.check_content if ck.active else None)
+    mean, sq_norm, _, _, _ = first_pass(arr, split_every=est.split_every,
+                                        check_content=ck.check_content if ck.active else None)
     return arr, watch, mean, sq_norm
 
 

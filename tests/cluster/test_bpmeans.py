@@ -163,7 +163,8 @@ def test_bp4_recovers_synthetic_features_with_restarts():
     X = Z @ A + sigma * rng.normal(size=(400, 36))
     lam = 5.0
     assert 36 * sigma**2 < lam < (A * A).sum(axis=1).min()
-    fits = [BPMeans(lam=lam, init="empty", random_state=s).fit(X) for s in range(4)]
+    # serial BP-means from no feature ends with 5-14 features depending on the order: keep the best of 20 orders
+    fits = [BPMeans(lam=lam, init="empty", random_state=s).fit(X) for s in range(20)]
     best = min(fits, key=lambda f: f.objective_)
     assert best.n_latent_features_ == 5
     err = best.allocation_ @ best.features_ - Z @ A
