@@ -194,8 +194,12 @@ class OCCRule:
       ``rows``, ``weight``, ``extra``, all in key order) serially, fold ``partial`` and them into the state;
       return the number of clusters (features) opened.
 
-    ``epoch`` runs one epoch's tasks; a rule whose blocks carry state (BP-means' bits) overrides it.
+    ``block_args()`` may give one small object per block (passed to ``fn`` after ``wb``). ``epoch`` runs one
+    epoch's tasks; a rule whose blocks carry state (BP-means' bits) overrides it.
     """
+
+    def block_args(self):
+        return None
 
     @staticmethod
     def merge(parts):  # pragma: no cover - abstract
@@ -209,22 +213,29 @@ class OCCRule:
 
     def epoch(self, X, w, *, mix: int, lo: int, hi: int, split_every=None):
         """One epoch over the keys ``[lo, hi]``: ``(partial, n_rows, keys, index, rows, weight, extra)``."""
+        return self.epoch_graph(X, w, mix=mix, lo=lo, hi=hi, split_every=split_every, compute=True)
+
+    def epoch_graph(self, X, w, *, mix: int, lo: int, hi: int, split_every=None, compute=False):
+        """The epoch's tasks (a 0-d object dask array, or its computed value with ``compute``)."""
         fn, kwargs = self.block_task()
-        return run_pass(_epoch_partial, partial(_merge_epoch, merge=self.merge), X, w, split_every=split_every,
-                        propose=fn, mix=mix, lo=lo, hi=hi, **kwargs)
+        return run_pass(_epoch_partial, partial(_merge_epoch, merge=self.merge), X, w, block_args=self.block_args(),
+                        split_every=split_every, compute=compute, propose=fn, mix=mix, lo=lo, hi=hi, **kwargs)
 
 
-def run_pass(fn, merge, X, w, *, split_every=None, **kwargs):
-    """``fn`` on every row block of ``X`` (with the aligned weights ``w``), merged and computed: one pass of
-    :func:`dclust._dask.passes.map_reduce`, or for an in-memory ``X`` (numpy) one call on the whole array."""
+def run_pass(fn, merge, X, w, *, block_args=None, split_every=None, compute=True, **kwargs):
+    """``fn`` on every row block of ``X`` (with the aligned weights ``w`` and ``block_args[b]``), merged: one pass
+    of :func:`dclust._dask.passes.map_reduce` (computed unless ``compute=False``), or for an in-memory ``X``
+    (numpy) one call on the whole array."""
     if isinstance(X, np.ndarray):
-        return merge([fn(X, w, offset=0, block_index=0, **kwargs)])
-    return map_reduce(fn, merge, X, w, split_every=split_every, **kwargs).compute()[()]
+        args = () if block_args is None else (block_args[0],)
+        return merge([fn(X, w, *args, offset=0, block_index=0, **kwargs)])
+    out = map_reduce(fn, merge, X, w, block_args=block_args, split_every=split_every, **kwargs)
+    return out.compute()[()] if compute else out
 
 
-def _epoch_partial(Xb, wb, *, offset, block_index, propose, mix, lo, hi, **kwargs):
-    part, n_rows, local, extra = propose(Xb, wb, offset=offset, block_index=block_index, mix=mix, lo=lo, hi=hi,
-                                         **kwargs)
+def _epoch_partial(Xb, wb, *arg, offset, block_index, propose, mix, lo, hi, **kwargs):
+    part, n_rows, local, extra = propose(Xb, wb, *arg, offset=offset, block_index=block_index, mix=mix, lo=lo,
+                                         hi=hi, **kwargs)
     local = np.asarray(local, dtype=np.int64)
     w = np.ones(local.size) if wb is None else np.asarray(wb, dtype=np.float64)[local]
     rows = np.asarray(Xb[local], dtype=np.float64).reshape(-1, Xb.shape[1])
