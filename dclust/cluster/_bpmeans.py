@@ -81,11 +81,13 @@ class BPMeans(FeatureMixin, BaseEstimator):
         error); the objective is ``||X - ZA||^2 + lam * min(K, max_features)``, which is the same number since
         K never exceeds the cap. The OCC result still equals serial capped BP-means on ``serial_order_``.
     random_state : int, Generator or None
-        Fixes the processing order and the greedy draws (and so the result, for a fixed chunking).
+        Fixes the processing order (a function of the seed and the global row index, as in :class:`DPMeans`: the
+        model does not depend on the chunking or the number of workers) and the greedy draws.
     prefix_size : int, default 1000
-        Rows processed serially on the driver at the start of the first pass.
+        About this many rows (those of lowest order key) are processed serially on the driver at the start of
+        the first pass.
     max_proposals : int, default 4096
-        Proposals a block may send per epoch; the rest of the block waits for the next epoch.
+        Target number of proposals per OCC epoch, all blocks together (as in :class:`DPMeans`).
     persist : {"auto", True, False}, default "auto"
         Keep X in (cluster) memory during the fit ("auto": when it fits).
     split_every : int, optional

@@ -42,8 +42,9 @@ class RDPMeans(CentroidMixin, BaseEstimator):
     colour phases of a pass form one task graph: each phase's proposals are validated serially by a task that
     hands the centres and labels to the next phase; with phase 0's first epoch and its validation in the same
     graph, a pass costs one round trip (one more per extra phase-0 epoch; ``max_proposals`` bounds phase 0's
-    epochs only). The result equals serial RDP-means on the order
-    ``serial_order_``. ``mode="jacobi"`` puts all linked rows in one
+    epochs only). The result equals serial RDP-means on the order ``serial_order_``, a function of
+    ``random_state`` and the global row index (and the link graph) only: the same data, links and seed give the
+    same model for any row chunking and any number of workers. ``mode="jacobi"`` puts all linked rows in one
     class, updated from the previous labels: fewer phases, not serialisable, no monotonicity guarantee.
 
     Parameters

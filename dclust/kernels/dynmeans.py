@@ -33,7 +33,6 @@ __all__ = [
     "PassResult",
     "StepResult",
     "carry_over",
-    "serial_step",
     "dmeans_reference",
 ]
 
@@ -323,38 +322,11 @@ class StepResult:
     """A converged (or stopped) run of one time step."""
 
     result: PassResult
-    labels: np.ndarray | None  # kept-slot label per row (serial runs), or None (OCC runs)
+    labels: np.ndarray | None  # kept-slot label per row, or None (not kept: OCC runs)
     history: list  # eq. 18 objective after every pass
     n_iter: int
     converged: bool
-    orders: list  # serial order of every pass (serial runs) or per-pass records (OCC runs)
-
-
-def serial_step(Y, sample_weight, state: StepState, order, max_iter: int, *, prefer_current: bool = True) -> StepResult:
-    """One time step of D-Means on in-memory rows (ALGORITHMS.md 3.5, one restart), visiting ``order``."""
-    Y = np.ascontiguousarray(Y)
-    Y64 = np.ascontiguousarray(Y, dtype=np.float64)
-    n = Y.shape[0]
-    z = np.full(n, -1, dtype=np.int64)
-    history: list[float] = []
-    base = StepState(state.phi, state.gamma, state.ages, state.lam, state.Q)
-    cur = base
-    converged = False
-    res = None
-    for it in range(max_iter):
-        prev = z.copy()
-        label_pass(Y64, order, z, cur, prefer_current=prefer_current)
-        stats = stats_from_assignment(Y, z.astype(np.int32), np.zeros(n), sample_weight, cur.n_slots, 0)
-        res = end_of_pass(stats.weight, stats.mean, stats.scatter, cur)
-        remap = np.full(cur.n_slots, -1, dtype=np.int64)
-        remap[res.keep] = np.arange(res.keep.size)
-        z = remap[z]
-        history.append(res.objective)
-        cur = StepState(base.phi, base.gamma, base.ages, base.lam, base.Q, res.theta.copy(), res.has_data.copy())
-        if np.array_equal(z, prev):
-            converged = True
-            break
-    return StepResult(res, z, history, it + 1, converged, [np.asarray(order)] * (it + 1))
+    orders: list  # per pass, its OCC record (dclust._dask.occ.KeyedPass)
 
 
 def dmeans_reference(batches, lam, Q, tau, orders, *, max_iter=100, sample_weights=None, prefer_current=True):

@@ -138,8 +138,9 @@ class DynamicBase(BaseEstimator):
         Parameters
         ----------
         batch : array-like of shape (n_t, n_features)
-            numpy, dask, zarr or xarray. A dask batch with several row chunks is processed with optimistic
-            concurrency (ALGORITHMS.md 8.5); anything else in memory. ``n_t = 0`` is allowed: the ages advance
+            numpy, dask, zarr or xarray. Every batch is processed with keyed optimistic concurrency
+            (ALGORITHMS.md 8.5): a batch of one block in memory, others over Dask, with the same epochs and so the
+            same result for any chunking. ``n_t = 0`` is allowed: the ages advance
             and the deletion check runs, nothing else changes.
         sample_weight : array-like of shape (n_t,), optional
             Weights > 0.
