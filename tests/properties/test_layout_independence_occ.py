@@ -178,11 +178,11 @@ def test_one_and_two_worker_processes_give_the_same_models(data, tmp_path):
         with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                           host="127.0.0.1") as cluster, Client(cluster):
             Xs, Fs = dclust.open_array(xs), dclust.open_array(fs)
-            rdp = RDPMeans(lam=6.0, max_iter=12, **occ).fit(Xs, constraints=G.rechunk(Xs.chunks[0]))
+            rdp = RDPMeans(lam=6.0, max_iter=5, **occ).fit(Xs, constraints=G.rechunk(Xs.chunks[0]))
             rdp.labels_ = np.asarray(rdp.labels_)  # computed while the cluster is up
-            bp = BPMeans(lam=4.0, init="empty", max_iter=8, **occ).fit(Fs)
+            bp = BPMeans(lam=4.0, init="empty", max_iter=4, **occ).fit(Fs)
             bp.allocation_ = np.asarray(bp.allocation_)
-            models.append((dclust.DPMeans(lam=6.0, max_iter=30, **occ).fit(Xs), rdp, bp,
+            models.append((dclust.DPMeans(lam=6.0, max_iter=10, **occ).fit(Xs), rdp, bp,
                            AnytimeDPMeans(lam=6.0, batch_rows=60, random_state=2).fit(Xs)))
     (dp1, rdp1, bp1, any1), (dp2, rdp2, bp2, any2) = models
     _same_centroids(dp1, dp2, X)
