@@ -218,9 +218,13 @@ def dm_propose(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: 
     Returns ``(stats, n_rows, proposals, ())``: ``n_rows`` rows lie in the range; ``proposals`` are local row
     indices. Rows with NaN/inf are neither kept nor proposed (``stats.bad_block`` names the block)."""
     n = Xb.shape[0]
-    keys = order_keys(mix, np.arange(offset, offset + n))
-    taken = np.flatnonzero((keys >= np.uint64(lo)) & (keys <= np.uint64(hi)))
-    Y = np.ascontiguousarray(Xb[taken], dtype=np.float64).reshape(-1, Xb.shape[1])
+    if (lo, hi) == (0, 2**64 - 1):  # every row (later passes): no keys, no gather
+        taken = np.arange(n)
+        Y = np.ascontiguousarray(Xb, dtype=np.float64)
+    else:
+        keys = order_keys(mix, np.arange(offset, offset + n))
+        taken = np.flatnonzero((keys >= np.uint64(lo)) & (keys <= np.uint64(hi)))
+        Y = np.ascontiguousarray(Xb[taken], dtype=np.float64).reshape(-1, Xb.shape[1])
     islot, icost, _, rcost = best_options(Y, state)
     finite = np.isfinite(Y).all(axis=1)
     keep = finite & (islot >= 0) & (icost <= rcost) & (icost <= state.lam)
