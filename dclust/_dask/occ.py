@@ -1,197 +1,53 @@
-"""Optimistic concurrency control for DP-means (ALGORITHMS.md 8.2).
+"""THE optimistic-concurrency engine (ALGORITHMS.md 8.2-8.5): workers propose, the driver validates serially,
+proposals capped; DP-means, D-Means, BP-means (here) and RDP-means (:mod:`dclust._dask.rdp`) plug in their rules.
 
-A pass is a sequence of epochs. In an epoch every unfinished block, in parallel, assigns the rows that are within
-``lam`` of a snapshot centre (final for the pass) and proposes the others; the driver then validates the
-proposals serially, in (position, block) order, opening a centre for each proposal still farther than ``lam``
-from every centre. The pass is equivalent to serial DP-means on the permutation recorded in :class:`PassRecord`.
+A pass is a sequence of epochs, each a range of order keys (a function of the seed and the global row index). In an
+epoch every block, in parallel, decides the rows of the range that the snapshot decides (within reach of a cluster
+or a feature: final for the pass) and proposes the others; the driver validates the proposals serially in key
+order. The pass is equivalent to the serial algorithm on the order recorded in :class:`KeyedPass`, and neither
+that order nor the model depends on the chunking, the grouping of blocks into tasks or the number of workers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import dask
+import dask.array as da
 import numpy as np
 
-from ..kernels.dpmeans import block_permutation, dp_block, serial_assign
+from ..kernels.bpmeans import bp_block, gram_partial, serial_sweep
+from ..kernels.distances import block_stats, epoch_stats, order_keys
+from ..kernels.dpmeans import serial_assign
+from ..kernels.dynmeans import dm_propose, label_pass
 from ..kernels.stats import ClusterStats
-from ..kernels.distances import block_stats
+from .features import FeatureOverflow, Gram, _gram_of, bits_from_parts, widen
 from .passes import block_offsets, map_partials, map_reduce
 from .reduce import tree_reduce
 
-__all__ = ["EpochRecord", "PassRecord", "gather_prefix", "occ_pass", "prefix_counts", "records_state", "records_from"]
-
-
-@dataclass
-class EpochRecord:
-    blocks: np.ndarray  # blocks processed in this epoch
-    starts: np.ndarray  # their first processed position
-    stops: np.ndarray  # their next unprocessed position
-    proposals: np.ndarray  # global indices of the proposals, in validation order
-    accepted: int = 0
-
-
-@dataclass
-class PassRecord:
-    prefix: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    epochs: list = field(default_factory=list)
-
-    def permutation(self, seed: int, chunks: tuple[int, ...]) -> np.ndarray:
-        """The serial order this pass is equivalent to: prefix, then per epoch its non-proposers and proposals."""
-        offsets = block_offsets(chunks)
-        parts = [self.prefix]
-        for ep in self.epochs:
-            props = set(ep.proposals.tolist())
-            for b, s, e in zip(ep.blocks, ep.starts, ep.stops):
-                idx = block_permutation(seed, int(b), chunks[b])[s:e] + offsets[b]
-                parts.append(np.array([i for i in idx if i not in props], dtype=np.int64))
-            parts.append(ep.proposals)
-        return np.concatenate(parts).astype(np.int64)
-
-
-def prefix_counts(chunks: tuple[int, ...], b0: int) -> np.ndarray:
-    """How many rows each block contributes to the serial prefix (proportional to its size, about b0 in all)."""
-    sizes = np.asarray(chunks, dtype=np.int64)
-    n = int(sizes.sum())
-    if b0 <= 0 or n == 0:
-        return np.zeros_like(sizes)
-    return np.minimum(sizes, -(-b0 * sizes // n))
-
-
-def _prefix_partial(Xb, wb, *, offset, block_index, seed, counts, centre):
-    stats = block_stats(Xb, centre, wb, offset=offset, block_index=block_index)
-    c = int(counts[block_index])
-    local = block_permutation(seed, block_index, Xb.shape[0])[:c]
-    w = np.ones(c) if wb is None else np.asarray(wb, dtype=np.float64)[local]
-    return stats, np.arange(c), local + offset, np.asarray(Xb[local], dtype=np.float64), w
-
-
-def _merge_prefix(parts):
-    stats = ClusterStats.merge_all([p[0] for p in parts])
-    return (stats,) + tuple(np.concatenate([p[i] for p in parts]) for i in range(1, 5))
-
-
-def gather_prefix(X, w, *, seed: int, counts: np.ndarray, split_every=None):
-    """One pass: the one-cluster statistics of all rows (mean, fingerprint, NaN check) and the prefix rows.
-
-    Returns ``(stats, index, rows, weights)`` with the prefix in (position, block) order.
-    """
-    zero = np.zeros((1, X.shape[1]))
-    stats, pos, idx, rows, pw = map_reduce(_prefix_partial, _merge_prefix, X, w, split_every=split_every, seed=seed,
-                                           counts=counts, centre=zero).compute()[()]
-    order = np.lexsort((idx, pos))
-    return stats, idx[order], rows[order], pw[order]
-
-
-def _epoch_partial(Xb, wb, *, offset, block_index, starts, **kwargs):
-    return dp_block(Xb, wb, offset=offset, block_index=block_index, start=int(starts[block_index]), **kwargs)
-
-
-def _stats_of(parts):
-    out = np.empty(len(parts), dtype=object)
-    out[:] = [p.stats for p in parts]
-    return out
-
-
-def _proposals_of(parts):
-    out = np.empty(len(parts), dtype=object)
-    out[:] = [(p.index, p.position, p.rows, p.weight, p.stop) for p in parts]
-    return out
-
-
-def occ_pass(X, w, centres, lam, *, seed, starts, max_proposals, split_every=None):
-    """One DP-means pass with OCC. Returns ``(stats, centres, epochs)``; ``stats`` covers every processed row,
-    with labels indexing the returned ``centres`` (the snapshot followed by the centres opened in the pass)."""
-    sizes = np.asarray(X.chunks[0], dtype=np.int64)
-    starts = np.asarray(starts, dtype=np.int64).copy()
-    C = np.asarray(centres, dtype=np.float64).reshape(-1, X.shape[1])
-    total: list[ClusterStats] = []
-    epochs: list[EpochRecord] = []
-    while True:
-        todo = np.flatnonzero(starts < sizes)
-        if todo.size == 0:
-            break
-        parts = map_partials(
-            _epoch_partial, X, w, blocks=todo, starts=starts, centres=C, lam=lam, seed=seed,
-            max_proposals=max_proposals,
-        )
-        stats_arr = parts.map_blocks(_stats_of, dtype=object)
-        props_arr = parts.map_blocks(_proposals_of, dtype=object)
-        stats, props = dask.compute(tree_reduce(stats_arr, ClusterStats.merge_all, split_every=split_every), props_arr)
-        total.append(stats[()])
-        index = np.concatenate([p[0] for p in props])
-        position = np.concatenate([p[1] for p in props])
-        block = np.concatenate([np.full(p[0].size, b) for p, b in zip(props, todo)])
-        order = np.lexsort((block, position))
-        rows = np.concatenate([p[2] for p in props]).reshape(-1, X.shape[1])[order]
-        pw = np.concatenate([p[3] for p in props])[order]
-        index = index[order]
-        labels, dist, new = serial_assign(rows, C, lam)
-        C = np.vstack([C, new])
-        if index.size:
-            total.append(ClusterStats.from_labels(rows, labels, C.shape[0], pw, cost=float(pw @ dist), index=index))
-        stops = np.array([p[4] for p in props], dtype=np.int64)
-        epochs.append(EpochRecord(todo, starts[todo].copy(), stops, index, int(new.shape[0])))
-        starts[todo] = stops
-    if not total:  # the serial prefix already covered every row
-        return ClusterStats.identity(C.shape[0], X.shape[1]), C, epochs
-    return ClusterStats.merge_all(total), C, epochs
-
-
-def records_state(records: list[PassRecord]) -> dict:
-    """The pass records as a few flat int64 arrays (for checkpoints; :func:`records_from` inverts it)."""
-    epochs = [(p, ep) for p, rec in enumerate(records) for ep in rec.epochs]
-    cat = lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)  # noqa: E731
-    return {
-        "n_passes": len(records),
-        "prefixes": cat([r.prefix for r in records]),
-        "prefix_sizes": np.array([r.prefix.size for r in records], dtype=np.int64),
-        "epoch_pass": np.array([p for p, _ in epochs], dtype=np.int64),
-        "epoch_blocks": np.array([ep.blocks.size for _, ep in epochs], dtype=np.int64),
-        "epoch_proposals": np.array([ep.proposals.size for _, ep in epochs], dtype=np.int64),
-        "accepted": np.array([ep.accepted for _, ep in epochs], dtype=np.int64),
-        "blocks": cat([ep.blocks for _, ep in epochs]),
-        "starts": cat([ep.starts for _, ep in epochs]),
-        "stops": cat([ep.stops for _, ep in epochs]),
-        "proposals": cat([ep.proposals for _, ep in epochs]),
-    }
-
-
-def records_from(state: dict) -> list[PassRecord]:
-    """The pass records saved by :func:`records_state` (ValueError if the arrays do not fit together)."""
-    n = int(state["n_passes"])
-    sizes = np.asarray(state["prefix_sizes"], dtype=np.int64)
-    ep_pass, ep_blocks, ep_props = (np.asarray(state[k], dtype=np.int64)
-                                    for k in ("epoch_pass", "epoch_blocks", "epoch_proposals"))
-    accepted = np.asarray(state["accepted"], dtype=np.int64)
-    blocks, starts, stops, props = (np.asarray(state[k], dtype=np.int64)
-                                    for k in ("blocks", "starts", "stops", "proposals"))
-    prefixes = np.asarray(state["prefixes"], dtype=np.int64)
-    if (sizes.size != n or sizes.sum() != prefixes.size or not (ep_pass.size == ep_blocks.size == ep_props.size
-            == accepted.size) or ep_blocks.sum() != blocks.size or blocks.size != starts.size or starts.size
-            != stops.size or ep_props.sum() != props.size or (ep_pass.size and not (0 <= ep_pass).all())
-            or (ep_pass.size and ep_pass.max() >= n)):
-        raise ValueError("pass records whose arrays do not fit together")
-    p_off = np.concatenate([[0], np.cumsum(sizes)])
-    records = [PassRecord(prefixes[p_off[p]:p_off[p + 1]].copy(), []) for p in range(n)]
-    b, q = 0, 0
-    for p, nb, nq, acc in zip(ep_pass, ep_blocks, ep_props, accepted):
-        records[p].epochs.append(EpochRecord(blocks[b:b + nb].copy(), starts[b:b + nb].copy(),
-                                             stops[b:b + nb].copy(), props[q:q + nq].copy(), int(acc)))
-        b, q = b + nb, q + nq
-    return records
+__all__ = [
+    "KEY_END", "KeyedEpoch", "KeyedPass", "OCCRule", "DPRule", "DMRule", "BPRule", "keyed_pass", "keyed_prefix",
+    "next_epoch_end", "opening_rate", "run_pass", "keyed_records_state", "keyed_records_from", "patch_bits",
+    "apply_patches",
+]
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Keyed OCC: the serial order is a function of (seed, global row index) alone, so the model does not depend on the
-# chunking, the grouping of blocks into tasks or the number of workers.
+# The keyed OCC engine: the serial order is a function of (seed, global row index) alone, so the model does not
+# depend on the chunking, the grouping of blocks into tasks or the number of workers.
 #
 # Every row has an order key (``kernels.distances.order_keys``). A pass is a sequence of epochs, each a range of
-# keys: every block takes its rows in the range, folds those within ``lam`` of a snapshot centre into statistics and
-# proposes the others; the driver validates the proposals serially in key order. The pass equals serial DP-means on
-# the order: per epoch, its non-proposing rows (by key), then its proposals (by key). The key ranges are chosen by
-# the driver from global counts only (rows and proposals of the last epoch), so that about ``max_proposals`` rows
-# are proposed per epoch; the first pass starts with a serial prefix of about ``prefix_size`` rows of lowest keys.
+# keys: every block takes its rows in the range, keeps those the snapshot decides (a row within reach of the
+# snapshot's clusters or features) and proposes the others; the driver validates the proposals serially in key
+# order. The pass equals the serial algorithm on the order: per epoch, its non-proposing rows (by key), then its
+# proposals (by key). The key ranges are chosen by the driver from global counts only (rows and proposals of the
+# last epoch), so that about ``max_proposals`` rows are proposed per epoch (the one proposal cap); the first pass
+# starts with a serial prefix of about ``prefix_size`` rows of lowest keys.
+#
+# A model plugs in an :class:`OCCRule`: what a block proposes (``block_task``, run in the tasks), how the driver
+# validates the proposals of an epoch and updates its state (``accept``). Data in memory (a numpy array) runs the
+# same epochs without Dask, as one block.
 # ------------------------------------------------------------------------------------------------------------------
 
 #: Keys are 64-bit: a range is ``[lo, hi]`` (inclusive) within ``[0, KEY_END)``.
@@ -213,8 +69,6 @@ class KeyedPass:
 
     def permutation(self, mix: int, n: int) -> np.ndarray:
         """The serial order this pass is equivalent to (O(n) memory: computed on demand only)."""
-        from ..kernels.distances import order_keys
-
         keys = order_keys(mix, np.arange(n))
         order = np.argsort(keys, kind="stable")
         sorted_keys = keys[order]
@@ -227,9 +81,117 @@ class KeyedPass:
         return np.concatenate(parts).astype(np.int64)
 
 
-def _prefix_rows_partial(Xb, wb, *, offset, block_index, mix, end):
-    from ..kernels.distances import order_keys
+class OCCRule:
+    """What a model plugs into :func:`keyed_pass` (ALGORITHMS.md 8.2-8.5).
 
+    Subclasses define:
+
+    - ``block_task()`` -> ``(fn, kwargs)``: ``fn(Xb, wb, *, offset, block_index, mix, lo, hi, **kwargs)`` runs in
+      the tasks on one block against the snapshot in ``kwargs`` and returns ``(partial, n_rows, local, extra)``:
+      the reducible partial of the rows it keeps, the number of rows in the key range, the local indices of the
+      proposals and a tuple of per-proposal arrays (rows first);
+    - ``merge(partials)`` (static): the associative merge of the partials;
+    - ``accept(partial, index, rows, weight, extra)`` on the driver: validate the proposals (global ``index``,
+      ``rows``, ``weight``, ``extra``, all in key order) serially, fold ``partial`` and them into the state;
+      return the number of clusters (features) opened.
+
+    ``block_args()`` may give one small object per block (passed to ``fn`` after ``wb``). ``epoch`` runs one
+    epoch's tasks; a rule whose blocks carry state (BP-means' bits) overrides it.
+    """
+
+    def block_args(self):
+        return None
+
+    @staticmethod
+    def merge(parts):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def block_task(self):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def accept(self, partial, index, rows, weight, extra) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def epoch(self, X, w, *, mix: int, lo: int, hi: int, split_every=None):
+        """One epoch over the keys ``[lo, hi]``: ``(partial, n_rows, keys, index, rows, weight, extra)``."""
+        return self.epoch_graph(X, w, mix=mix, lo=lo, hi=hi, split_every=split_every, compute=True)
+
+    def epoch_graph(self, X, w, *, mix: int, lo: int, hi: int, split_every=None, compute=False):
+        """The epoch's tasks (a 0-d object dask array, or its computed value with ``compute``)."""
+        fn, kwargs = self.block_task()
+        return run_pass(_epoch_partial, partial(_merge_epoch, merge=self.merge), X, w, block_args=self.block_args(),
+                        split_every=split_every, compute=compute, propose=fn, mix=mix, lo=lo, hi=hi, **kwargs)
+
+
+def run_pass(fn, merge, X, w, *, block_args=None, split_every=None, compute=True, **kwargs):
+    """``fn`` on every row block of ``X`` (with the aligned weights ``w`` and ``block_args[b]``), merged: one pass
+    of :func:`dclust._dask.passes.map_reduce` (computed unless ``compute=False``), or for an in-memory ``X``
+    (numpy) one call on the whole array."""
+    if isinstance(X, np.ndarray):
+        args = () if block_args is None else (block_args[0],)
+        return merge([fn(X, w, *args, offset=0, block_index=0, **kwargs)])
+    out = map_reduce(fn, merge, X, w, block_args=block_args, split_every=split_every, **kwargs)
+    return out.compute()[()] if compute else out
+
+
+def _epoch_partial(Xb, wb, *arg, offset, block_index, propose, mix, lo, hi, **kwargs):
+    part, n_rows, local, extra = propose(Xb, wb, *arg, offset=offset, block_index=block_index, mix=mix, lo=lo,
+                                         hi=hi, **kwargs)
+    local = np.asarray(local, dtype=np.int64)
+    w = np.ones(local.size) if wb is None else np.asarray(wb, dtype=np.float64)[local]
+    rows = np.asarray(Xb[local], dtype=np.float64).reshape(-1, Xb.shape[1])
+    return part, int(n_rows), order_keys(mix, local + offset), local + offset, rows, w, tuple(extra)
+
+
+def _merge_epoch(parts, merge):
+    cat = lambda i: np.concatenate([p[i] for p in parts])  # noqa: E731
+    extra = tuple(np.concatenate([p[6][j] for p in parts]) for j in range(len(parts[0][6])))
+    return merge([p[0] for p in parts]), sum(p[1] for p in parts), cat(2), cat(3), cat(4), cat(5), extra
+
+
+def next_epoch_end(lo: int, n: int, rate: float, max_proposals: int) -> int:
+    """The last key of an epoch starting at ``lo`` that should propose about ``max_proposals`` rows at ``rate``
+    proposals per row (global counts only: the same for any chunking)."""
+    rows = max_proposals / max(rate, 1.0 / max(n, 1))
+    width = int(min(float(KEY_END), max(1.0, rows) * (KEY_END / max(n, 1))))
+    return min(KEY_END - 1, lo + max(width, 1) - 1)
+
+
+def keyed_pass(X, w, rule: OCCRule, *, mix: int, start: int = 0, rate: float = 0.0, max_proposals: int,
+               split_every=None) -> tuple[list[KeyedEpoch], float]:
+    """One OCC pass of ``rule`` over the keys ``[start, KEY_END)`` of ``X`` (dask or numpy).
+
+    Returns ``(epochs, rate)``: the epochs' records and the proposal rate of the last epoch (it may size the first
+    epoch of the next pass). The rule's state holds what the pass computed.
+    """
+    n = X.shape[0]
+    epochs: list[KeyedEpoch] = []
+    lo = int(start)
+    while lo < KEY_END:
+        hi = next_epoch_end(lo, n, rate, max_proposals)
+        part, n_rows, keys, index, rows, pw, extra = rule.epoch(X, w, mix=mix, lo=lo, hi=hi,
+                                                                split_every=split_every)
+        order = np.argsort(keys, kind="stable")
+        index = index[order]
+        accepted = rule.accept(part, index, rows[order], pw[order], tuple(e[order] for e in extra))
+        epochs.append(KeyedEpoch(lo, hi, index, int(accepted)))
+        rate = index.size / max(n_rows + index.size, 1)
+        lo = hi + 1
+    return epochs, rate
+
+
+def opening_rate(labels: np.ndarray, k0: int) -> float:
+    """Clusters opened per row in the second half of a serial run (1 when the run is too short to tell): it
+    sizes the first epoch after the serial prefix."""
+    m = labels.size
+    if m < 16:
+        return 1.0
+    new_rows = np.flatnonzero(labels >= k0)
+    first_rows = new_rows[np.unique(labels[new_rows], return_index=True)[1]]
+    return float(np.count_nonzero(first_rows >= m // 2)) / (m - m // 2)
+
+
+def _prefix_rows_partial(Xb, wb, *, offset, block_index, mix, end):
     stats = block_stats(Xb, np.zeros((1, Xb.shape[1])), wb, offset=offset, block_index=block_index)
     keys = order_keys(mix, np.arange(offset, offset + Xb.shape[0]))
     local = np.flatnonzero(keys < np.uint64(end)) if end < KEY_END else np.arange(Xb.shape[0])
@@ -249,62 +211,90 @@ def keyed_prefix(X, w, *, mix: int, prefix_size: int, split_every=None):
     Returns ``(stats, prefix_end, index, rows, weights)``."""
     n = X.shape[0]
     end = KEY_END if prefix_size >= n else (prefix_size * KEY_END) // max(n, 1)
-    stats, keys, idx, rows, pw = map_reduce(_prefix_rows_partial, _merge_rows, X, w, split_every=split_every,
-                                            mix=mix, end=end).compute()[()]
+    stats, keys, idx, rows, pw = run_pass(_prefix_rows_partial, _merge_rows, X, w, split_every=split_every, mix=mix,
+                                          end=end)
     order = np.argsort(keys, kind="stable")
     return stats, end, idx[order], rows[order], pw[order]
 
 
-def _keyed_epoch_partial(Xb, wb, *, offset, block_index, centers, lam, mix, lo, hi):
-    from ..kernels.distances import epoch_stats, order_keys
+# ------------------------------------------------------------------------------------------------------------------
+# DP-means (ALGORITHMS.md 8.2) and D-Means (8.5)
+# ------------------------------------------------------------------------------------------------------------------
 
+
+def _stats_or_identity(total: list, k: int, d: int) -> ClusterStats:
+    stats = ClusterStats.merge_all(total) if total else ClusterStats.identity(k, d)
+    return stats.merge(ClusterStats.identity(k, d)) if stats.n_clusters < k else stats
+
+
+def _dp_propose(Xb, wb, *, offset, block_index, mix, lo, hi, centers, lam):
     stats, local = epoch_stats(Xb, centers, lam, wb, offset=offset, block_index=block_index, mix=mix, lo=lo, hi=hi)
-    w = np.ones(local.size) if wb is None else np.asarray(wb, dtype=np.float64)[local]
-    rows = np.asarray(Xb[local], dtype=np.float64).reshape(-1, Xb.shape[1])
-    return stats, order_keys(mix, local + offset), local + offset, rows, w
+    return stats, stats.n_rows, local, ()
 
 
-def next_epoch_end(lo: int, n: int, rate: float, max_proposals: int) -> int:
-    """The last key of an epoch starting at ``lo`` that should propose about ``max_proposals`` rows at ``rate``
-    proposals per row (global counts only: the same for any chunking)."""
-    rows = max_proposals / max(rate, 1.0 / max(n, 1))
-    width = int(min(float(KEY_END), max(1.0, rows) * (KEY_END / max(n, 1))))
-    return min(KEY_END - 1, lo + max(width, 1) - 1)
+class DPRule(OCCRule):
+    """DP-means: a row farther than ``lam`` from every snapshot centre is proposed; the driver runs serial
+    DP-means on the proposals against the centres as they stand (ALGORITHMS.md 8.2)."""
 
+    merge = staticmethod(ClusterStats.merge_all)
 
-def keyed_pass(X, w, centers, lam, *, mix: int, start: int, rate: float, max_proposals: int, split_every=None):
-    """One DP-means pass over the keys ``[start, KEY_END)`` with keyed OCC.
+    def __init__(self, centers: np.ndarray, lam: float):
+        self.centers = np.asarray(centers, dtype=np.float64)
+        self.lam = float(lam)
+        self.total: list[ClusterStats] = []
+        self.labels = np.zeros(0, np.int64)  # labels of the last accepted proposals
 
-    Returns ``(stats, centers, epochs, rate)``: ``stats`` covers every processed row with labels indexing the
-    returned centres (the snapshot followed by the centres opened in the pass); ``rate`` is the proposal rate of
-    the last epoch (it sizes the first epoch of the next pass).
-    """
-    from ..kernels.dpmeans import serial_assign
+    def block_task(self):
+        return _dp_propose, {"centers": self.centers, "lam": self.lam}
 
-    n, d = X.shape
-    C = np.asarray(centers, dtype=np.float64).reshape(-1, d)
-    total: list[ClusterStats] = []
-    epochs: list[KeyedEpoch] = []
-    lo = start
-    while lo < KEY_END:
-        hi = next_epoch_end(lo, n, rate, max_proposals)
-        stats, keys, index, rows, pw = map_reduce(
-            _keyed_epoch_partial, _merge_rows, X, w, split_every=split_every, centers=C, lam=lam, mix=mix, lo=lo,
-            hi=hi,
-        ).compute()[()]
-        order = np.argsort(keys, kind="stable")
-        index, rows, pw = index[order], rows[order], pw[order]
-        labels, dist, new = serial_assign(rows, C, lam)
-        C = np.vstack([C, new])
-        total.append(stats)
+    def accept(self, partial, index, rows, weight, extra) -> int:
+        labels, dist, new = serial_assign(rows, self.centers, self.lam)
+        self.centers = np.vstack([self.centers, new])
+        self.labels = labels
+        if partial is not None:
+            self.total.append(partial)
         if index.size:
-            total.append(ClusterStats.from_labels(rows, labels, C.shape[0], pw, cost=float(pw @ dist), index=index))
-        epochs.append(KeyedEpoch(lo, hi, index, int(new.shape[0])))
-        rate = index.size / max(stats.n_rows + index.size, 1)
-        lo = hi + 1
-    if not total:
-        return ClusterStats.identity(C.shape[0], d), C, epochs, rate
-    return ClusterStats.merge_all(total), C, epochs, rate
+            self.total.append(ClusterStats.from_labels(rows, labels, self.centers.shape[0], weight,
+                                                       cost=float(weight @ dist), index=index))
+        return int(new.shape[0])
+
+    def stats(self) -> ClusterStats:
+        """Statistics of every row accepted so far, labels indexing :attr:`centers`."""
+        return _stats_or_identity(self.total, *self.centers.shape)
+
+
+class DMRule(OCCRule):
+    """D-Means (one label pass of a time step): a row whose best eq. 28 option in the snapshot is an
+    instantiated cluster is kept; a row whose best option is a revival or a new cluster is proposed, and the
+    driver runs the serial label pass on the proposals against the state as it stands (ALGORITHMS.md 8.5).
+
+    The previous labels are not stored (O(N)), so exact ties between a row's previous cluster and a lower slot go
+    to the lower slot."""
+
+    merge = staticmethod(ClusterStats.merge_all)
+
+    def __init__(self, state):
+        self.state = state
+        self.total: list[ClusterStats] = []
+
+    def block_task(self):
+        s = self.state
+        snapshot = type(s)(s.phi, s.gamma, s.ages, s.lam, s.Q, s.theta.copy(), s.inst.copy())
+        return dm_propose, {"state": snapshot}
+
+    def accept(self, partial, index, rows, weight, extra) -> int:
+        before = self.state.n_slots
+        if partial is not None:
+            self.total.append(partial)
+        if index.size:
+            z = np.full(rows.shape[0], -1, dtype=np.int64)
+            cost = label_pass(rows, np.arange(rows.shape[0]), z, self.state, prefer_current=False)
+            self.total.append(ClusterStats.from_labels(rows, z, self.state.n_slots, weight,
+                                                       cost=float(weight @ cost), index=index))
+        return self.state.n_slots - before
+
+    def stats(self) -> ClusterStats:
+        return _stats_or_identity(self.total, self.state.n_slots, self.state.phi.shape[1])
 
 
 def keyed_records_state(records: list[KeyedPass]) -> dict:
@@ -343,3 +333,124 @@ def keyed_records_from(state: dict) -> list[KeyedPass]:
         records[p].epochs.append(KeyedEpoch(int(a), int(b), props[q:q + c].copy(), int(acc)))
         q += c
     return records
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# BP-means (ALGORITHMS.md 8.3): the bits Z stay on the workers. Each epoch's block results are persisted, and the
+# driver's decisions for proposals reach the blocks as small *patches* applied by the next epoch (or at the end of
+# the pass).
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def apply_patches(Z: np.ndarray, patches) -> np.ndarray:
+    """Write driver decisions into a block's bits: each patch is ``(local rows, first column, bits)``."""
+    for local, col0, bits in patches:
+        Z[local, col0: col0 + bits.shape[1]] = bits
+    return Z
+
+
+def patch_bits(index: np.ndarray, col0: int, bits: np.ndarray, chunks) -> dict:
+    """Split rows given by global ``index`` into per-block patches ``{block: [(local, col0, bits)]}``."""
+    offsets = block_offsets(chunks)
+    block = np.searchsorted(offsets, index, side="right") - 1
+    out: dict[int, list] = {}
+    for b in np.unique(block):
+        sel = block == b
+        out.setdefault(int(b), []).append((index[sel] - offsets[b], int(col0), np.ascontiguousarray(bits[sel])))
+    return out
+
+
+def _merge_patches(into: dict, new: dict) -> None:
+    for b, items in new.items():
+        into.setdefault(b, []).extend(items)
+
+
+def _padded_bits(Zb, patches, k):
+    Z = np.zeros((Zb.shape[0], k), np.uint8)
+    Z[:, : Zb.shape[1]] = Zb
+    return apply_patches(Z, patches)
+
+
+def _bp_propose(Xb, Zb, *, offset, block_index, features, lam, mix, lo, hi, patches):
+    Z = _padded_bits(Zb, patches.get(block_index, ()), features.shape[0])
+    res = bp_block(Xb, Z, offset=offset, features=features, lam=lam, mix=mix, lo=lo, hi=hi)
+    index = res.local + offset
+    rows = np.asarray(Xb[res.local], dtype=np.float64).reshape(-1, Xb.shape[1])
+    props = (order_keys(mix, index), index, rows, res.resid, res.zbits, res.n_rows)
+    return res.Z, Gram(res.G, res.B, res.sse, res.flips), props
+
+
+def _props_of(parts):
+    out = np.empty(len(parts), dtype=object)
+    out[:] = [p[2] for p in parts]
+    return out
+
+
+class BPRule(OCCRule):
+    """BP-means step 1: every row in the epoch's key range has its bits swept over the snapshot features; a row
+    whose squared residual still exceeds ``lam`` is proposed. The driver sweeps each proposal over the features
+    opened earlier in the validation and opens its residual as a new feature if its squared norm still exceeds
+    ``lam`` (features are visited old first, then new, which is the serial order too).
+
+    ``Z`` is the (N, K0') uint8 dask array of the bits at the start (X's row chunks), ``patches`` pending driver
+    decisions per block (the serial prefix's rows). ``capped``: capped BP-means ([MB] eq. 15): at
+    ``max_features`` features rows stop opening features (and blocks stop proposing) instead of raising
+    :class:`~dclust._dask.features.FeatureOverflow`.
+    """
+
+    merge = staticmethod(Gram.merge_all)
+
+    def __init__(self, X, Z, features, lam: float, *, patches: dict, max_features: int, capped: bool = False):
+        self.chunks = tuple(X.chunks[0])
+        self.Z = Z
+        self.features = np.asarray(features, dtype=np.float64).reshape(-1, X.shape[1])
+        self.lam = float(lam)
+        self.pending: dict[int, list] = {}
+        _merge_patches(self.pending, patches)
+        self.max_features = int(max_features)
+        self.capped = bool(capped)
+        self.grams: list[Gram] = []
+
+    def epoch(self, X, w, *, mix: int, lo: int, hi: int, split_every=None):
+        K = self.features.shape[0]
+        lam = np.inf if self.capped and K >= self.max_features else self.lam
+        parts = map_partials(_bp_propose, X, widen(self.Z, K), grouped=False, features=self.features, lam=lam,
+                             mix=mix, lo=lo, hi=hi, patches=self.pending).persist()
+        self.pending = {}
+        gram, props = dask.compute(tree_reduce(parts.map_blocks(_gram_of, dtype=object), Gram.merge_all,
+                                               split_every=split_every), parts.map_blocks(_props_of, dtype=object))
+        self.Z = bits_from_parts(parts, self.chunks, K)
+        d = X.shape[1]
+        keys, index = (np.concatenate([p[i] for p in props]) for i in (0, 1))
+        cat = lambda i, k: np.concatenate([p[i] for p in props]).reshape(index.size, k)  # noqa: E731
+        extra = (cat(3, d), cat(4, K))
+        return gram[()], int(sum(p[5] for p in props)), keys, index, cat(2, d), np.ones(index.size), extra
+
+    def accept(self, partial, index, rows, weight, extra) -> int:
+        if partial is not None:
+            self.grams.append(partial)
+        if not index.size:
+            return 0
+        resid, zbits = extra
+        K = self.features.shape[0]
+        Zv, new, q, flips, overflow = serial_sweep(rows, zbits, self.features, self.lam, R=resid,
+                                                   k_from=np.full(index.size, K),
+                                                   max_new=max(0, self.max_features - K), saturate=self.capped)
+        if overflow >= 0:
+            raise FeatureOverflow(self.max_features + 1, float((resid * resid).sum(axis=1).max()), "OCC validation")
+        self.grams.append(Gram(*gram_partial(rows, Zv), float(q.sum()), int(flips)))
+        if new.shape[0]:
+            _merge_patches(self.pending, patch_bits(index, K, Zv[:, K:], self.chunks))
+        self.features = np.vstack([self.features, new])
+        return int(new.shape[0])
+
+    def result(self):
+        """``(Z, gram)``: the bits after the pass (lazy over persisted pieces; pending patches applied) and the
+        Gram of every row accepted (padded to the number of features)."""
+        K, d = self.features.shape
+        blocks = [self.Z.blocks[b].map_blocks(_padded_bits, self.pending.get(b, ()), K,
+                                              chunks=((self.chunks[b],), (K,)), dtype=np.uint8)
+                  for b in range(len(self.chunks))]
+        Z = da.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+        gram = Gram.merge_all(self.grams + [Gram(np.zeros((K, K)), np.zeros((K, d)))])
+        return Z, gram

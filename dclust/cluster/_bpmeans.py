@@ -8,13 +8,13 @@ import warnings
 import numpy as np
 
 from .._dask.passes import persist_if_fits
-from .._dask.bpocc import bp_occ_pass, patch_bits
 from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, select_bits, transform_bits
 from .._fit import ProgressEvent, Stopwatch, emit, logger
-from .._dask.occ import PassRecord, prefix_counts, records_from, records_state
+from .._dask.occ import BPRule, KeyedPass, keyed_pass, keyed_records_from, keyed_records_state, patch_bits
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array
 from ..errors import ConvergenceWarning
+from ..kernels.distances import seed_mix
 from ..kernels.bpmeans import (
     collapsed_objective,
     feature_means,
@@ -81,11 +81,13 @@ class BPMeans(FeatureMixin, BaseEstimator):
         error); the objective is ``||X - ZA||^2 + lam * min(K, max_features)``, which is the same number since
         K never exceeds the cap. The OCC result still equals serial capped BP-means on ``serial_order_``.
     random_state : int, Generator or None
-        Fixes the processing order and the greedy draws (and so the result, for a fixed chunking).
+        Fixes the processing order (a function of the seed and the global row index, as in :class:`DPMeans`: the
+        model does not depend on the chunking or the number of workers) and the greedy draws.
     prefix_size : int, default 1000
-        Rows processed serially on the driver at the start of the first pass.
+        About this many rows (those of lowest order key) are processed serially on the driver at the start of
+        the first pass.
     max_proposals : int, default 4096
-        Proposals a block may send per epoch; the rest of the block waits for the next epoch.
+        Target number of proposals per OCC epoch, all blocks together (as in :class:`DPMeans`).
     persist : {"auto", True, False}, default "auto"
         Keep X in (cluster) memory during the fit ("auto": when it fits).
     split_every : int, optional
@@ -177,13 +179,11 @@ class BPMeans(FeatureMixin, BaseEstimator):
         seed = int(as_generator(self.random_state).integers(2**62)) if resumed is None else resumed["seed"]
         if info.kind != "numpy":
             arr = persist_if_fits(arr, self.persist, logger)
-        chunks = tuple(arr.chunks[0])
         watch = Stopwatch()
-        counts = prefix_counts(chunks, self.prefix_size)
-        mean, sq_norm, p_index, p_rows = first_pass(arr, seed=seed, counts=counts, split_every=self.split_every,
-                                                    check_content=ck.check_content if ck.active else None)
+        prefix = first_pass(arr, split_every=self.split_every, mix=seed_mix(seed), prefix_size=self.prefix_size,
+                            check_content=ck.check_content if ck.active else None)
         try:
-            return self._fit(arr, info, lam, seed, counts, mean, sq_norm, p_index, p_rows, watch, ck, resumed)
+            return self._fit(arr, info, lam, seed, prefix, watch, ck, resumed)
         except FeatureOverflow as exc:
             raise overflow_error("BPMeans", self.lam, self.max_features, exc) from None
 
@@ -194,7 +194,7 @@ class BPMeans(FeatureMixin, BaseEstimator):
             Z = extra["allocation"]
             if not hasattr(Z, "chunks") or Z.shape != (arr.shape[0], self.n_latent_features_):
                 raise ValueError(f"an allocation of shape {getattr(Z, 'shape', None)}")
-            self._order_records = (int(extra["seed"]), tuple(arr.chunks[0]), records_from(extra["records"]))
+            self._order_records = (seed_mix(int(extra["seed"])), arr.shape[0], keyed_records_from(extra["records"]))
         self.allocation_ = wrap_output(Z, info, "allocation")
         if not self.converged_:
             warnings.warn(f"BPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
@@ -218,20 +218,20 @@ class BPMeans(FeatureMixin, BaseEstimator):
             out = {"first": first, "seed": seed, "A": A, "A0": A0, "Z": Z.astype(np.uint8),
                    "history": [float(v) for v in state["history"]],
                    "assign_history": [float(v) for v in state["assign_history"]],
-                   "records": records_from(state["records"]),
+                   "records": keyed_records_from(state["records"]),
                    "proposals": [[int(v) for v in p] for p in state["proposals"]]}
             if not all(len(out[k]) == first for k in ("history", "assign_history", "records", "proposals")):
                 raise ValueError(f"histories that are not of {first} passes")
         return out
 
-    def _fit(self, arr, info, lam, seed, counts, mean, sq_norm, p_index, p_rows, watch, ck, resumed):
+    def _fit(self, arr, info, lam, seed, prefix, watch, ck, resumed):
         n, d = arr.shape
-        chunks = tuple(arr.chunks[0])
+        mean, sq_norm, p_end, p_index, p_rows = prefix
         greedy = self.init == "greedy"
         cap = self.max_features if self.capped else None
         if resumed is not None:
             resumed = {k: v for k, v in resumed.items() if k != "seed"}  # the seed of this fit
-            return self._loop(arr, info, lam, seed, counts, sq_norm, p_index, p_rows, watch, ck, **resumed)
+            return self._loop(arr, info, lam, seed, prefix, watch, ck, **resumed)
         if greedy:
             A, _, passes = greedy_init(arr, mean, lam=lam, n_features=None, seed=seed,
                                        max_features=self.max_features, split_every=self.split_every,
@@ -252,19 +252,21 @@ class BPMeans(FeatureMixin, BaseEstimator):
         else:  # lazy: computed by the first epoch's tasks, from the same reads of X
             Z = transform_bits(arr, A)
         emit(ProgressEvent("BPMeans", "init", passes, float("nan"), A.shape[0], watch.lap(), {"lam": lam}))
-        return self._loop(arr, info, lam, seed, counts, sq_norm, p_index, p_rows, watch, ck, first=0, A=A,
+        return self._loop(arr, info, lam, seed, prefix, watch, ck, first=0, A=A,
                           A0=self.init_features_, Z=Z, history=[], assign_history=[], records=[], proposals=[])
 
-    def _loop(self, arr, info, lam, seed, counts, sq_norm, p_index, p_rows, watch, ck, *, first, A, A0, Z, history,
-              assign_history, records, proposals):
+    def _loop(self, arr, info, lam, seed, prefix, watch, ck, *, first, A, A0, Z, history, assign_history, records,
+              proposals):
         """The passes ``first, first + 1, ...`` of BP-means from features ``A`` and allocation ``Z``."""
         n, d = arr.shape
+        _, sq_norm, p_end, p_index, p_rows = prefix
         chunks = tuple(arr.chunks[0])
         greedy = self.init == "greedy"
+        mix = seed_mix(seed)
         self.init_features_ = A0
         converged = False
         for it in range(first, self.max_iter):
-            starts, patches, pre = np.zeros(len(chunks), np.int64), {}, None
+            start, rate, patches, pre = 0, 0.0, {}, None
             if it == 0 and p_index.size:
                 Zp = greedy_rows(p_rows, A)[0] if greedy else _swept(p_rows, A)
                 Zp, new, q, flips, overflow = serial_sweep(p_rows, Zp, A, lam,
@@ -276,12 +278,16 @@ class BPMeans(FeatureMixin, BaseEstimator):
                 pre = Gram(*gram_partial(p_rows, Zp), float(q.sum()), int(flips))
                 patches = patch_bits(p_index, 0, Zp, chunks)
                 A = np.vstack([A, new])
-                starts = counts
+                rate = new.shape[0] / p_index.size
+            if it == 0:  # after the prefix, epochs sized by its opening rate (1 when it is too short to tell)
+                start, rate = p_end, (rate if p_index.size >= 16 else 1.0)
             k_start = A.shape[0] - (0 if pre is None else new.shape[0])
-            Zpass, A_all, gram, epochs, n_props = bp_occ_pass(
-                arr, Z, A, lam, seed=seed, starts=starts, patches=patches, max_proposals=self.max_proposals,
-                max_features=self.max_features, capped=self.capped, split_every=self.split_every,
-            )
+            rule = BPRule(arr, Z, A, lam, patches=patches, max_features=self.max_features, capped=self.capped)
+            epochs, _ = keyed_pass(arr, None, rule, mix=mix, start=start, rate=rate,
+                                   max_proposals=self.max_proposals, split_every=self.split_every)
+            Zpass, gram = rule.result()
+            A_all = rule.features
+            n_props = [int(ep.proposals.size) for ep in epochs]
             k_all = A_all.shape[0]
             gram = _pad_gram(Gram.merge_all([gram] + ([pre] if pre is not None else [])), k_all)
             assign_history.append(gram.sse + lam * k_all)
@@ -290,14 +296,14 @@ class BPMeans(FeatureMixin, BaseEstimator):
             A = feature_means(G, B)
             history.append(collapsed_objective(G, B, sq_norm, lam))
             Z = select_bits(Zpass, keep).persist()
-            records.append(PassRecord(p_index if it == 0 else np.empty(0, np.int64), epochs))
+            records.append(KeyedPass(p_end if it == 0 else 0, epochs))
             proposals.append(n_props)
             opened = k_all - k_start
             converged = gram.flips == 0 and opened == 0 and keep.size == k_all
             if ck.active and not converged and it + 1 < self.max_iter:
                 ck.save({"phase": "iter", "iteration": it + 1, "seed": seed, "features": A, "init_features": A0,
                          "Z": Z, "history": history, "assign_history": assign_history,
-                         "records": records_state(records), "proposals": proposals})
+                         "records": keyed_records_state(records), "proposals": proposals})
             emit(ProgressEvent("BPMeans", "iter", it + 1, history[-1], keep.size, watch.lap(),
                                {"epochs": len(epochs), "opened": opened, "flips": gram.flips}))
             if converged:
@@ -315,15 +321,15 @@ class BPMeans(FeatureMixin, BaseEstimator):
         self.n_iter_ = it + 1
         self.converged_ = converged
         self.n_features_in_ = d
-        self._order_records = (seed, chunks, records)
+        self._order_records = (mix, n, records)
         if ck.active:
-            ck.save_done(self, seed=seed, records=records_state(records), allocation=Z)
+            ck.save_done(self, seed=seed, records=keyed_records_state(records), allocation=Z)
         emit(ProgressEvent("BPMeans", "done", it + 1, history[-1], self.n_latent_features_, 0.0))
         return self
 
     @property
     def serial_order_(self) -> list[np.ndarray]:
         self._check_fitted("_order_records")
-        seed, chunks, records = self._order_records
-        return [r.permutation(seed, chunks) for r in records]
+        mix, n, records = self._order_records
+        return [r.permutation(mix, n) for r in records]
 

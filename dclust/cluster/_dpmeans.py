@@ -9,15 +9,15 @@ import numpy as np
 from .._dask.passes import persist_if_fits
 from .._dask.init import furthest_first
 from .._fit import ProgressEvent, Stopwatch, emit, logger
-from .._dask.occ import KeyedPass, keyed_pass, keyed_prefix, keyed_records_from, keyed_records_state
+from .._dask.occ import (
+    DPRule, KeyedPass, keyed_pass, keyed_prefix, keyed_records_from, keyed_records_state, opening_rate,
+)
 from .._registry import register
 from .._validation import (
     SEED, Interval, Options, as_generator, check_array, check_lam_or_n_clusters, check_sample_weight,
 )
 from ..errors import ConvergenceWarning, InvalidDataError, message
 from ..kernels.distances import seed_mix
-from ..kernels.dpmeans import serial_assign
-from ..kernels.stats import ClusterStats
 from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
 from ._partial import dpmeans_partial_fit
 
@@ -143,10 +143,11 @@ class DPMeans(CentroidMixin, BaseEstimator):
         mix = seed_mix(seed)
         converged = False
         for it in range(first, self.max_iter):
-            stats, C_all, epochs, _ = keyed_pass(
-                arr, w, C, lam, mix=mix, start=start if it == 0 else 0, rate=rate if it == 0 else 0.0,
-                max_proposals=self.max_proposals, split_every=self.split_every,
-            )
+            rule = DPRule(C, lam)
+            epochs, _ = keyed_pass(arr, w, rule, mix=mix, start=start if it == 0 else 0,
+                                   rate=rate if it == 0 else 0.0, max_proposals=self.max_proposals,
+                                   split_every=self.split_every)
+            stats, C_all = rule.stats(), rule.centers
             if it == 0:
                 stats = stats.merge(prefix_stats)
             elif it == first:
@@ -223,11 +224,10 @@ class DPMeans(CentroidMixin, BaseEstimator):
             C, prev_fp = mean.copy(), all_stats.fingerprint[:1].copy()
         else:
             C, prev_fp = np.empty((0, d)), None
-        k0 = C.shape[0]
-        labels, dist, new = serial_assign(p_rows, C, lam)
-        C = np.vstack([C, new])
-        prefix_stats = ClusterStats.from_labels(p_rows, labels, C.shape[0], p_w, cost=float(p_w @ dist), index=p_index)
-        return 0, seed, lam, C, prev_fp, prefix_stats, prefix_end, _opening_rate(labels, k0), prefix_end
+        rule = DPRule(C, lam)
+        rule.accept(None, p_index, p_rows, p_w, ())
+        return 0, seed, lam, rule.centers, prev_fp, rule.stats(), prefix_end, opening_rate(rule.labels, C.shape[0]), \
+            prefix_end
 
     def _unpack(self, ck, state, d):
         """The loop state of a checkpoint after a pass, shapes checked."""
@@ -251,13 +251,3 @@ class DPMeans(CentroidMixin, BaseEstimator):
         seed, n, records = self._order_records
         return [r.permutation(seed_mix(seed), n) for r in records]
 
-
-def _opening_rate(labels: np.ndarray, k0: int) -> float:
-    """Clusters opened per row in the second half of a serial run (1 when the run is too short to tell): it
-    sizes the first epoch after the prefix."""
-    m = labels.size
-    if m < 16:
-        return 1.0
-    new_rows = np.flatnonzero(labels >= k0)
-    first_rows = new_rows[np.unique(labels[new_rows], return_index=True)[1]]
-    return float(np.count_nonzero(first_rows >= m // 2)) / (m - m // 2)

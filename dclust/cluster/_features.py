@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._dask.features import FeatureOverflow, transform_bits
-from .._dask.occ import gather_prefix
+from .._dask.occ import keyed_prefix
 from .._validation import check_array
 from ..errors import InvalidParameterError, message
 from ._base import TransformerMixin, finite_rows, raise_if_bad_block, wrap_output
@@ -14,19 +14,21 @@ from ._base import TransformerMixin, finite_rows, raise_if_bad_block, wrap_outpu
 __all__ = ["FeatureMixin", "first_pass", "overflow_error"]
 
 
-def first_pass(arr, *, seed: int, counts: np.ndarray, split_every, check_content=None):
-    """One pass: NaN/inf check, the mean, ``||X||_F^2`` and the serial prefix rows.
+def first_pass(arr, *, split_every, mix: int = 0, prefix_size: int = 0, check_content=None):
+    """One pass: NaN/inf check, the mean, ``||X||_F^2`` and the serial prefix rows (about ``prefix_size`` rows of
+    lowest order key, see :func:`dclust._dask.occ.keyed_prefix`).
 
     ``check_content(weight, mean, scatter)``, when given (a checkpoint's), receives the one-cluster statistics.
-    Returns ``(mean (1, D), sq_norm, prefix_index, prefix_rows)``.
+    Returns ``(mean (1, D), sq_norm, prefix_end, prefix_index, prefix_rows)``.
     """
-    stats, p_index, p_rows, _ = gather_prefix(arr, None, seed=seed, counts=counts, split_every=split_every)
+    stats, p_end, p_index, p_rows, _ = keyed_prefix(arr, None, mix=mix, prefix_size=prefix_size,
+                                                    split_every=split_every)
     raise_if_bad_block(stats, arr)
     if check_content is not None:
         check_content(*stats.total())
     mean = stats.mean[:1].copy()
     sq_norm = float(stats.scatter[0] + stats.weight[0] * (mean[0] @ mean[0]))
-    return mean, sq_norm, p_index, p_rows
+    return mean, sq_norm, p_end, p_index, p_rows
 
 
 def overflow_error(name: str, lam: float, max_features: int, exc: FeatureOverflow) -> InvalidParameterError:

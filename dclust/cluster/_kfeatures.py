@@ -128,9 +128,8 @@ def _first_pass(est, arr, info, ck):
     """``(data, mean, squared norm)``: the data persisted when they fit (dask input), and their mean and squared
     norm from one pass (which also checks that a resumed checkpoint's data are these)."""
     arr = persisted(arr, info.kind, est.persist)
-    mean, sq_norm, _, _ = first_pass(arr, seed=0, counts=np.zeros(len(arr.chunks[0]), np.int64),
-                                     split_every=est.split_every,
-                                     check_content=ck.check_content if ck.active else None)
+    mean, sq_norm, _, _, _ = first_pass(arr, split_every=est.split_every,
+                                        check_content=ck.check_content if ck.active else None)
     return arr, mean, sq_norm
 
 

@@ -10,12 +10,12 @@ from .._dask.passes import map_labels, persist_if_fits
 from .._dask.init import furthest_first
 from .._dask.links import build_layout
 from .._fit import ProgressEvent, Stopwatch, emit, logger
-from .._dask.occ import prefix_counts
 from .._dask.rdp import extract_linked, final_labels, init_pass, rdp_pass, records_from, records_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints, check_lam_or_n_clusters
 from ..constraints import ConstraintGraph
 from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
+from ..kernels.distances import seed_mix
 from ..kernels.divergence import divergence_nearest, neg_entropy, smooth_rows
 from ..kernels.rdpmeans import link_term
 from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block, wrap_output
@@ -42,8 +42,9 @@ class RDPMeans(CentroidMixin, BaseEstimator):
     colour phases of a pass form one task graph: each phase's proposals are validated serially by a task that
     hands the centres and labels to the next phase; with phase 0's first epoch and its validation in the same
     graph, a pass costs one round trip (one more per extra phase-0 epoch; ``max_proposals`` bounds phase 0's
-    epochs only). The result equals serial RDP-means on the order
-    ``serial_order_``. ``mode="jacobi"`` puts all linked rows in one
+    epochs only). The result equals serial RDP-means on the order ``serial_order_``, a function of
+    ``random_state`` and the global row index (and the link graph) only: the same data, links and seed give the
+    same model for any row chunking and any number of workers. ``mode="jacobi"`` puts all linked rows in one
     class, updated from the previous labels: fewer phases, not serialisable, no monotonicity guarantee.
 
     Parameters
@@ -200,18 +201,17 @@ class RDPMeans(CentroidMixin, BaseEstimator):
             arr = persist_if_fits(arr, self.persist, logger)
         watch = Stopwatch()
         layout = build_layout(G, tuple(arr.chunks[0]), self.mode)
-        unlinked = np.asarray(arr.chunks[0], dtype=np.int64) - np.diff(layout.ptr)
-        counts = np.minimum(prefix_counts(arr.chunks[0], self.prefix_size), unlinked)
+        mix = seed_mix(seed)
         if state is None:
-            stats0, H, p_index, p_rows = init_pass(arr, layout, seed=seed, counts=counts, kind=kind,
-                                                   split_every=self.split_every)
+            stats0, H, p_end, p_index, p_rows = init_pass(arr, layout, mix=mix, prefix_size=self.prefix_size,
+                                                          kind=kind, split_every=self.split_every)
             if stats0.bad_block >= 0 and kind == "kl":
                 raise_if_bad_block(stats0, arr, name="X (counts for divergence='kl', which must be finite and >= 0)")
             raise_if_bad_block(stats0, arr)
             ck.check_content(*stats0.total())
             mean = stats0.mean[:1]
             lam = self._lam(arr, mean)
-        lparts = extract_linked(arr, layout, seed=seed) if layout.n_nodes else None
+        lparts = extract_linked(arr, layout, mix=mix) if layout.n_nodes else None
         if state is None:
             emit(ProgressEvent("RDPMeans", "init", 0, float("nan"), 1, watch.lap(),
                                {"lam": lam, "colours": layout.n_colours, "linked_rows": layout.n_nodes}))
@@ -234,14 +234,14 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         else:
             (first, lam, H, xi, C, z, prev_fp, data_prev, hist, assign_hist, start_hist, xi_hist,
              records) = self._unpack(ck, state, d, layout.n_nodes)
-            p_index = p_rows = None
+            p_end = p_index = p_rows = None
         converged = False
         for it in range(first, self.max_iter):
             xi_hist.append(xi)
             start_hist.append(data_prev + xi * links(z) + lam * C.shape[0])
-            res = rdp_pass(arr, lparts, layout, C, z, lam=lam, xi=xi, kind=kind, seed=seed,
-                           starts=counts if it == 0 else np.zeros_like(counts), max_proposals=self.max_proposals,
-                           split_every=self.split_every, prefix=(p_index, p_rows) if it == 0 else None)
+            res = rdp_pass(arr, lparts, layout, C, z, lam=lam, xi=xi, kind=kind, mix=mix,
+                           max_proposals=self.max_proposals, split_every=self.split_every,
+                           prefix=(p_end, p_index, p_rows) if it == 0 else None)
             if it == first and it > 0:
                 ck.check_content(*res.stats.total())  # every row is in a pass: the resumed data
             assign_hist.append(res.stats.cost + xi * links(z) + lam * res.centres.shape[0])
@@ -263,7 +263,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
                          "history": hist, "assign_history": assign_hist, "start_history": start_hist,
                          "xi_history": xi_hist, "records": records_state(records)})
             emit(ProgressEvent("RDPMeans", "iter", it + 1, hist[-1], keep.size, watch.lap(),
-                               {"xi": xi, "changed": changed, "phase0_epochs": len(res.record.epochs)}))
+                               {"xi": xi, "changed": changed, "phase0_epochs": len(res.record.phase0.epochs)}))
             if converged:
                 break
             if it + 1 < self.max_iter:
@@ -273,7 +273,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
             warnings.warn(f"RDPMeans stopped at max_iter={self.max_iter}: {why}; increase max_iter.",
                           ConvergenceWarning, stacklevel=2)
         layout.phase_parts = None  # release the persisted phase lists (the layout is kept for serial_order_)
-        labels = final_labels(arr, layout, res, z_pass, remap, seed=seed, kind=kind)
+        labels = final_labels(arr, layout, res, z_pass, remap, mix=mix, kind=kind)
         self.cluster_centers_ = C
         self.n_clusters_ = int(C.shape[0])
         self.labels_ = labels.compute() if info.kind == "numpy" else labels
@@ -291,7 +291,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         same = z[layout.pair_a] == z[layout.pair_b]
         self.n_violated_ = (int((~same & (layout.pair_v > 0)).sum()), int((same & (layout.pair_v < 0)).sum()))
         self.n_features_in_ = d
-        self._order_records = (seed, tuple(arr.chunks[0]), layout, records)
+        self._order_records = (mix, n, layout, records)
         if ck.active:
             ck.save_done(self, seed=seed, records=records_state(records))
         emit(ProgressEvent("RDPMeans", "done", it + 1, hist[-1], self.n_clusters_, 0.0))
@@ -302,7 +302,8 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         extra = ck.restore_attributes(self, state)
         layout = build_layout(G, tuple(arr.chunks[0]), self.mode)
         with ck.reading():
-            self._order_records = (int(extra["seed"]), tuple(arr.chunks[0]), layout, records_from(extra["records"]))
+            self._order_records = (seed_mix(int(extra["seed"])), arr.shape[0], layout,
+                                   records_from(extra["records"]))
         if not self.converged_:
             warnings.warn(f"RDPMeans stopped at max_iter={self.max_iter}; increase max_iter.", ConvergenceWarning,
                           stacklevel=3)
@@ -348,8 +349,8 @@ class RDPMeans(CentroidMixin, BaseEstimator):
                 message("RDPMeans.serial_order_", "a model fitted with mode='serial'", "mode='jacobi'",
                         "Jacobi updates are not serialisable; refit with mode='serial' to get a serial order.")
             )
-        seed, chunks, layout, records = self._order_records
-        return [r.permutation(seed, chunks, layout) for r in records]
+        mix, n, layout, records = self._order_records
+        return [r.permutation(mix, n, layout) for r in records]
 
     def predict(self, X):
         """Nearest centre (by the model's divergence) of every row; new rows carry no links."""

@@ -246,10 +246,10 @@ def _add_row(x, z, on, G, B):
 
 @numba.njit(**_JIT)
 def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
-    """The OCC epoch of one block, fused with the (G, B, sse) partial of the rows that do not propose."""
+    """Sweep the rows ``perm[start:]`` of one block, fused with the (G, B, sse) partial of the rows that do not
+    propose; stops after the ``max_proposals``-th proposal (``stop``: the next position)."""
     n, D = X.shape
     K = A.shape[0]
-    propose = np.zeros(n, dtype=np.bool_)
     G = np.zeros((K, K))
     B = np.zeros((K, D))
     r = np.empty(D)
@@ -257,17 +257,17 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     flips = 0
     count = 0
     sse = 0.0
-    stop = n
-    pos = np.empty(min(n, max_proposals), dtype=np.int64)
-    res = np.empty((min(n, max_proposals), D))
-    for p in range(start, n):
+    m = perm.shape[0]
+    stop = m
+    pos = np.empty(min(m, max_proposals), dtype=np.int64)
+    res = np.empty((min(m, max_proposals), D))
+    for p in range(start, m):
         i = perm[p]
         x = X[i]
         z = Z[i]
         flipped, qi = _sweep_row(x, z, A, aa, r)
         flips += flipped
         if qi > lam:
-            propose[i] = True
             pos[count] = p
             res[count] = r
             count += 1
@@ -277,42 +277,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
             continue
         sse += qi
         _add_row(x, z, on, G, B)
-    return propose, pos[:count].copy(), res[:count].copy(), flips, stop, G, B, sse
-
-
-@numba.njit(**_JIT)
-def _bp_scan(X, Z, A, aa, lam, max_proposals):
-    """:func:`_bp_block` over all rows in storage order (sequential memory access), for a block that starts at
-    position 0. A row's sweep does not depend on the other rows, so this gives the same bits, residuals and
-    proposals as the permuted order as long as fewer than ``max_proposals`` rows propose (else ``ok`` is False
-    and the caller runs the permuted kernel, which stops at the ``max_proposals``-th proposal)."""
-    n, D = X.shape
-    K = A.shape[0]
-    G = np.zeros((K, K))
-    B = np.zeros((K, D))
-    r = np.empty(D)
-    on = np.empty(K, dtype=np.int64)
-    cap = min(n, max_proposals)
-    local = np.empty(cap, dtype=np.int64)
-    res = np.empty((cap, D))
-    flips = 0
-    count = 0
-    sse = 0.0
-    for i in range(n):
-        x = X[i]
-        z = Z[i]
-        flipped, qi = _sweep_row(x, z, A, aa, r)
-        flips += flipped
-        if qi > lam:
-            if count + 1 >= max_proposals:
-                return False, local[:0].copy(), res[:0].copy(), flips, G, B, sse
-            local[count] = i
-            res[count] = r
-            count += 1
-            continue
-        sse += qi
-        _add_row(x, z, on, G, B)
-    return True, local[:count].copy(), res[:count].copy(), flips, G, B, sse
+    return pos[:count].copy(), res[:count].copy(), flips, stop, G, B, sse
 
 
 def gram_partial(X: np.ndarray, Z: np.ndarray, rows: np.ndarray | None = None):
@@ -325,47 +290,58 @@ def gram_partial(X: np.ndarray, Z: np.ndarray, rows: np.ndarray | None = None):
 
 @dataclass
 class BPBlockResult:
-    """What one block returns from an OCC epoch of BP-means (ALGORITHMS.md 8.3)."""
+    """What one block returns from a keyed OCC epoch of BP-means (ALGORITHMS.md 8.3)."""
 
-    Z: np.ndarray  # (n_b, K_snapshot) uint8: the block's bits after the epoch (proposers' old bits included)
+    Z: np.ndarray  # (n_b, K_snapshot) uint8: the block's bits after the epoch (proposers' swept bits included)
     G: np.ndarray  # Z'Z over the rows finished in this epoch (non-proposers)
     B: np.ndarray  # Z'X over the same rows
     sse: float  # their squared residuals
     flips: int  # bits changed in this epoch (all processed rows)
-    index: np.ndarray  # global indices of the proposals, in the block's processing order
-    position: np.ndarray  # their positions in the block's processing order
-    rows: np.ndarray  # (m, D) float64 rows of the proposals
+    n_rows: int  # rows whose order key lies in the epoch's range
+    local: np.ndarray  # local row indices of the proposals, in row order
     resid: np.ndarray  # (m, D) their residuals after the sweep over the snapshot
     zbits: np.ndarray  # (m, K_snapshot) their bits
-    stop: int  # next position to process (n_b when the block is done)
 
 
-def bp_block(Xb, Zb, *, offset, perm, features, lam, start, max_proposals) -> BPBlockResult:
-    """One OCC epoch of BP-means on one block.
+#: Proposals a block expects at most per kernel call (more: the kernel resumes where it stopped).
+_PROPOSAL_ROOM = 1024
 
-    Rows are taken in the block's order ``perm`` from position ``start``; each row's bits are swept over the
-    snapshot ``features`` (final for this pass). A row whose squared residual exceeds ``lam`` is proposed; the
-    epoch stops after the ``max_proposals``-th proposal. ``Zb`` (uint8, (n_b, K_snapshot)) is not modified.
+
+def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi) -> BPBlockResult:
+    """One keyed OCC epoch of BP-means on one block.
+
+    The rows whose order key (:func:`dclust.kernels.distances.order_keys`) lies in ``[lo, hi]`` have their bits
+    swept over the snapshot ``features`` (final for this pass); a row whose squared residual still exceeds ``lam``
+    is proposed. A row's sweep does not depend on the other rows, so they are visited in storage order. ``Zb``
+    (uint8, (n_b, K_snapshot)) is not modified.
     """
+    from .distances import order_keys
+
     A = np.ascontiguousarray(features, dtype=np.float64)
     Z = np.array(Zb, dtype=np.uint8, order="C", copy=True)
+    n, d = Xb.shape
     aa = _norms(A)
-    if int(start) == 0 and Xb.shape[0]:
-        ok, local, res, flips, G, B, sse = _bp_scan(Xb, Z, A, aa, float(lam), int(max_proposals))
-        if ok:
-            inv = np.empty(perm.size, dtype=np.int64)
-            inv[perm] = np.arange(perm.size)
-            pos = inv[local]
-            o = np.argsort(pos, kind="stable")
-            local, pos, res = local[o], pos[o], res[o]
-            return BPBlockResult(Z, G, B, float(sse), int(flips), local + offset, pos,
-                                 np.asarray(Xb[local], dtype=np.float64), res, Z[local].copy(), int(Xb.shape[0]))
-        Z = np.array(Zb, dtype=np.uint8, order="C", copy=True)
-    propose, pos, res, flips, stop, G, B, sse = _bp_block(Xb, Z, A, aa, perm, int(start), float(lam),
-                                                          int(max_proposals))
-    local = perm[pos]
-    return BPBlockResult(Z, G, B, float(sse), int(flips), local.astype(np.int64) + offset, pos,
-                         np.asarray(Xb[local], dtype=np.float64), res, Z[local].copy(), int(stop))
+    if (lo, hi) == (0, 2**64 - 1):
+        rows = np.arange(n, dtype=np.int64)
+    else:
+        keys = order_keys(mix, np.arange(offset, offset + n))
+        rows = np.flatnonzero((keys >= np.uint64(lo)) & (keys <= np.uint64(hi))).astype(np.int64)
+    K = A.shape[0]
+    G, B, sse, flips = np.zeros((K, K)), np.zeros((K, d)), 0.0, 0
+    pos, res = [], []
+    start = 0
+    while start < rows.size:
+        p, r, f, stop, g, b, q = _bp_block(Xb, Z, A, aa, rows, start, float(lam), _PROPOSAL_ROOM)
+        G += g
+        B += b
+        sse += q
+        flips += f
+        pos.append(p)
+        res.append(r)
+        start = stop
+    local = rows[np.concatenate(pos)] if pos else np.zeros(0, np.int64)
+    resid = np.concatenate(res) if res else np.zeros((0, d))
+    return BPBlockResult(Z, G, B, float(sse), int(flips), int(rows.size), local, resid, Z[local].copy())
 
 
 def feature_means(G: np.ndarray, B: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from .distances import stats_from_assignment
+from .distances import order_keys, stats_from_assignment
 
 __all__ = [
     "reparameterise",
@@ -27,12 +27,12 @@ __all__ = [
     "StepState",
     "label_pass",
     "best_options",
+    "dm_propose",
     "assign_instantiated",
     "end_of_pass",
     "PassResult",
     "StepResult",
     "carry_over",
-    "serial_step",
     "dmeans_reference",
 ]
 
@@ -210,6 +210,34 @@ def best_options(Y, state: StepState):
     return _best_options(Y, state.theta, state.inst, state.phi, state.revival_scale, state.revival_base)
 
 
+def dm_propose(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: int, state: StepState):
+    """One keyed OCC epoch of D-Means on one block (ALGORITHMS.md 8.5): the rows whose order key lies in
+    ``[lo, hi]`` and whose best eq. 28 option in the snapshot ``state`` is an instantiated slot are folded into
+    per-slot statistics; the others (best option a revival or a new cluster) are proposed.
+
+    Returns ``(stats, n_rows, proposals, ())``: ``n_rows`` rows lie in the range; ``proposals`` are local row
+    indices. Rows with NaN/inf are neither kept nor proposed (``stats.bad_block`` names the block)."""
+    n = Xb.shape[0]
+    if (lo, hi) == (0, 2**64 - 1):  # every row (later passes): no keys, no gather
+        taken = np.arange(n)
+        Y = np.ascontiguousarray(Xb, dtype=np.float64)
+    else:
+        keys = order_keys(mix, np.arange(offset, offset + n))
+        taken = np.flatnonzero((keys >= np.uint64(lo)) & (keys <= np.uint64(hi)))
+        Y = np.ascontiguousarray(Xb[taken], dtype=np.float64).reshape(-1, Xb.shape[1])
+    islot, icost, _, rcost = best_options(Y, state)
+    finite = np.isfinite(Y).all(axis=1)
+    keep = finite & (islot >= 0) & (icost <= rcost) & (icost <= state.lam)
+    labels = np.full(n, -1, dtype=np.int32)
+    dist = np.zeros(n)
+    labels[taken[keep]] = islot[keep]
+    dist[taken[keep]] = icost[keep]
+    stats = stats_from_assignment(Xb, labels, dist, wb, state.n_slots, offset, block_index)
+    stats.n_rows = int(taken.size)
+    stats.bad_block = block_index if not finite.all() else -1
+    return stats, taken.size, taken[finite & ~keep], ()
+
+
 def assign_instantiated(Y, theta: np.ndarray) -> np.ndarray:
     """Slot of the nearest centre of ``theta`` (lowest index on ties), int64; -1 when ``theta`` is empty."""
     Y = np.ascontiguousarray(Y, dtype=np.float64)
@@ -298,38 +326,11 @@ class StepResult:
     """A converged (or stopped) run of one time step."""
 
     result: PassResult
-    labels: np.ndarray | None  # kept-slot label per row (serial runs), or None (OCC runs)
+    labels: np.ndarray | None  # kept-slot label per row, or None (not kept: OCC runs)
     history: list  # eq. 18 objective after every pass
     n_iter: int
     converged: bool
-    orders: list  # serial order of every pass (serial runs) or per-pass records (OCC runs)
-
-
-def serial_step(Y, sample_weight, state: StepState, order, max_iter: int, *, prefer_current: bool = True) -> StepResult:
-    """One time step of D-Means on in-memory rows (ALGORITHMS.md 3.5, one restart), visiting ``order``."""
-    Y = np.ascontiguousarray(Y)
-    Y64 = np.ascontiguousarray(Y, dtype=np.float64)
-    n = Y.shape[0]
-    z = np.full(n, -1, dtype=np.int64)
-    history: list[float] = []
-    base = StepState(state.phi, state.gamma, state.ages, state.lam, state.Q)
-    cur = base
-    converged = False
-    res = None
-    for it in range(max_iter):
-        prev = z.copy()
-        label_pass(Y64, order, z, cur, prefer_current=prefer_current)
-        stats = stats_from_assignment(Y, z.astype(np.int32), np.zeros(n), sample_weight, cur.n_slots, 0)
-        res = end_of_pass(stats.weight, stats.mean, stats.scatter, cur)
-        remap = np.full(cur.n_slots, -1, dtype=np.int64)
-        remap[res.keep] = np.arange(res.keep.size)
-        z = remap[z]
-        history.append(res.objective)
-        cur = StepState(base.phi, base.gamma, base.ages, base.lam, base.Q, res.theta.copy(), res.has_data.copy())
-        if np.array_equal(z, prev):
-            converged = True
-            break
-    return StepResult(res, z, history, it + 1, converged, [np.asarray(order)] * (it + 1))
+    orders: list  # per pass, its OCC record (dclust._dask.occ.KeyedPass)
 
 
 def dmeans_reference(batches, lam, Q, tau, orders, *, max_iter=100, sample_weights=None, prefer_current=True):

@@ -15,14 +15,13 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .distances import _finish, _weights, assign_stats
+from .distances import _finish, _weights, assign_stats, order_keys
 from .divergence import divergence_matrix, divergence_nearest, divergence_rows, smooth_rows
-from .dpmeans import DPBlockResult, block_permutation, serial_assign
+from .dpmeans import serial_assign
 from .stats import ClusterStats
 
 __all__ = [
-    "unlinked_order",
-    "unlinked_block",
+    "rdp_propose",
     "LinkedBlockResult",
     "linked_block",
     "link_scores",
@@ -70,79 +69,48 @@ def _stats_skip(X, labels, mind, skip, k, offset, block_index) -> ClusterStats:
     return _finish(X, labels, _weights(X.shape[0], None), weight, mean, fp, cost, n_bad, block_index)
 
 
-def unlinked_order(seed: int, block_index: int, n: int, linked: np.ndarray) -> np.ndarray:
-    """Processing order of a block's unlinked rows: the block permutation with the linked rows removed."""
-    perm = block_permutation(seed, block_index, n)
-    if linked.size == 0:
-        return perm
-    skip = np.zeros(n, dtype=bool)
-    skip[linked] = True
-    return perm[~skip[perm]]
+def rdp_propose(Xb, wb, linked, *, offset, block_index, mix, lo, hi, centers, lam, kind):
+    """One keyed OCC epoch of phase 0 on one block (ALGORITHMS.md 8.4): its rows without links whose order key
+    (:func:`dclust.kernels.distances.order_keys`) lies in ``[lo, hi]``.
 
-
-def unlinked_block(
-    Xb, *, offset, block_index, centres, lam, seed, start, max_proposals, linked, kind
-) -> DPBlockResult:
-    """One OCC epoch of phase 0 on one block: its rows without links, in :func:`unlinked_order` from ``start``.
-
-    A row within ``lam`` of a snapshot centre takes its nearest one (final for the pass); the others are
-    proposed, at most ``max_proposals`` per epoch. With no linked rows this is exactly
-    :func:`dclust.kernels.dpmeans.dp_block`. ``Xb`` is already smoothed for KL.
+    A row within ``lam`` of a snapshot centre takes its nearest one (final for the pass, folded into the returned
+    statistics); the others are proposed. ``linked`` lists the block's linked rows (sorted local indices); ``Xb``
+    is already smoothed for KL; ``wb`` is unused (RDP-means has no sample weights). Returns
+    ``(stats, n_rows, proposals (local rows), ())``.
     """
-    n = Xb.shape[0]
-    d = Xb.shape[1]
+    n, d = Xb.shape
     skip = np.zeros(n, dtype=bool)
     skip[linked] = True
-    k = centres.shape[0]
-    if k and start == 0 and kind == "euclidean":
-        # one fused read of the unlinked rows, as DPMeans does (fingerprints hash their position among them)
+    if (lo, hi) == (0, 2**64 - 1):
         rows = np.flatnonzero(~skip)
-        Xu = Xb if rows.size == n else Xb[rows]
-        stats, lab_u, dist_u = assign_stats(Xu, centres, offset=offset, block_index=block_index)
-        if not (dist_u > lam).any():
-            stats.n_rows = n
-            return DPBlockResult(stats, np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, d)),
-                                 np.empty(0), rows.size)
-        labels_all = np.full(n, -1, dtype=lab_u.dtype)
-        dist_all = np.zeros(n)
-        labels_all[rows], dist_all[rows] = lab_u, dist_u
-    elif k and start == 0:
-        labels_all, dist_all = divergence_nearest(Xb, centres, kind)
-        if not ((dist_all > lam) & ~skip).any():
-            lab = labels_all.copy()
-            lab[skip] = -1
-            stats = _stats_skip(Xb, lab, dist_all, skip, k, offset, block_index)
-            return DPBlockResult(stats, np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, d)),
-                                 np.empty(0), n - int(skip.sum()))
-    perm = unlinked_order(seed, block_index, n, np.asarray(linked))[start:]
-    m_total = start + perm.size
+    else:
+        keys = order_keys(mix, np.arange(offset, offset + n))
+        rows = np.flatnonzero(~skip & (keys >= np.uint64(lo)) & (keys <= np.uint64(hi)))
+    k = centers.shape[0]
+    Xu = Xb if rows.size == n else Xb[rows]
+    if k and kind == "euclidean":
+        # one fused read of the rows, as DPMeans does (fingerprints hash their position among them)
+        stats, labels, dist = assign_stats(Xu, centers, offset=offset, block_index=block_index)
+        if not (dist > lam).any():
+            return stats, rows.size, np.empty(0, np.int64), ()
+    else:
+        labels, dist = divergence_nearest(Xu, centers, kind)
     if k:
-        labels, dist = (labels_all[perm], dist_all[perm]) if start == 0 else divergence_nearest(Xb[perm], centres, kind)
         finite = ~np.isnan(dist)
         propose = finite & ~(dist <= lam)
     else:
-        labels, dist = divergence_nearest(Xb[perm], centres, kind)
-        finite = np.isfinite(np.asarray(Xb[perm], dtype=np.float64)).all(axis=1)
+        finite = np.isfinite(np.asarray(Xu, dtype=np.float64)).all(axis=1)
         propose = finite.copy()
-    count = np.cumsum(propose)
-    stop = perm.size
-    if count.size and count[-1] > max_proposals:
-        stop = int(np.searchsorted(count, max_proposals, side="left")) + 1
-    done, propose, labels, dist = perm[:stop], propose[:stop], labels[:stop], dist[:stop]
+    keep = ~propose & finite
     full_labels = np.full(n, -1, dtype=np.int32)
     full_dist = np.zeros(n)
-    keep = ~propose & finite[:stop]
-    full_labels[done[keep]] = labels[keep]
-    full_dist[done[keep]] = dist[keep]
+    full_labels[rows[keep]] = labels[keep]
+    full_dist[rows[keep]] = dist[keep]
     not_here = np.ones(n, dtype=bool)  # rows outside this epoch's non-proposers are skipped, not bad
-    not_here[done[keep]] = False
-    not_here[done[~finite[:stop]]] = False
+    not_here[rows[keep]] = False
+    not_here[rows[~finite]] = False
     stats = _stats_skip(Xb, full_labels, full_dist, not_here, k, offset, block_index)
-    local = done[propose]
-    return DPBlockResult(
-        stats, local.astype(np.int64) + offset, np.flatnonzero(propose) + start,
-        np.asarray(Xb[local], dtype=np.float64), np.ones(local.size), min(m_total, start + stop),
-    )
+    return stats, rows.size, rows[propose].astype(np.int64), ()
 
 
 def link_scores(indptr: np.ndarray, cols: np.ndarray, vals: np.ndarray, z_nb: np.ndarray, k: int) -> np.ndarray:

@@ -46,7 +46,8 @@ class DynamicMeans(DynamicBase):
     random_state : int, Generator or None
         Seeds the orders: batch ``t``, restart ``r`` uses ``(seed_, t, r)``, so a resumed stream repeats exactly.
     prefix_size, max_proposals, split_every
-        Optimistic concurrency for dask batches with several row chunks, as in :class:`dclust.DPMeans`.
+        Optimistic concurrency within a batch, as in :class:`dclust.DPMeans`: every batch (numpy, or dask in any
+        row chunking) runs the same keyed epochs, so the model depends on the batches, not on their chunking.
     checkpoint : str or os.PathLike, optional
         A directory where the whole state is saved atomically after every batch (Zarr + JSON, no pickle). An
         estimator without state restores it from there at its first ``partial_fit`` (which then processes the
@@ -65,9 +66,8 @@ class DynamicMeans(DynamicBase):
     ages_ : ndarray of int64, shape (K,)
         Steps since each cluster last had data (1 = seen in the last batch).
     labels_ : ndarray or dask array, shape (n_t,)
-        Persistent ids of the last batch's points. For a dask batch with several row chunks they are computed
-        lazily as the nearest cluster of the last batch at its final centres (equal to the fitted labels when
-        ``converged_``).
+        Persistent ids of the last batch's points: the nearest cluster of the last batch at its final centres
+        (equal to the fitted labels when ``converged_``); lazy for a dask batch.
     n_clusters_ : int
         Clusters instantiated in the last batch (those ``predict`` uses).
     objective_, objective_history_, n_iter_, converged_ :

@@ -13,12 +13,13 @@ import dask.array as da
 import numpy as np
 
 from .._dask.passes import block_offsets, map_labels
-from .._dask.dmeans import occ_step
+from .._dask.occ import DMRule, KeyedPass, keyed_pass, keyed_prefix
 from .._fit import ProgressEvent, Stopwatch, emit
 from .._validation import as_generator, check_array, check_sample_weight
 from ..cluster._base import BaseEstimator, finite_rows, raise_if_bad_block, wrap_output
 from ..errors import ConvergenceWarning, InvalidDataError, NotFittedError, message
-from ..kernels.dynmeans import StepState, assign_instantiated, carry_over, gammas, serial_step
+from ..kernels.distances import seed_mix
+from ..kernels.dynmeans import StepResult, StepState, assign_instantiated, carry_over, end_of_pass, gammas
 from ..kernels.kmeans import block_rng
 from ._checkpoint import resume_state, save_state
 
@@ -106,10 +107,8 @@ class DynamicBase(BaseEstimator):
                 message("serial_order_", "a model that processed a batch in this session",
                         "none (not fitted, an empty batch, or a loaded model)", "Call partial_fit(batch) first.")
             )
-        if rec[0] == "serial":
-            return list(rec[1])
-        _, seed, chunks, records = rec
-        return [r.permutation(seed, chunks) for r in records]
+        mix, n, records = rec
+        return [r.permutation(mix, n) for r in records]
 
     # ------------------------------------------------------------------------------------------ input
     def _check_batch(self, batch, name="batch"):
@@ -139,8 +138,9 @@ class DynamicBase(BaseEstimator):
         Parameters
         ----------
         batch : array-like of shape (n_t, n_features)
-            numpy, dask, zarr or xarray. A dask batch with several row chunks is processed with optimistic
-            concurrency (ALGORITHMS.md 8.5); anything else in memory. ``n_t = 0`` is allowed: the ages advance
+            numpy, dask, zarr or xarray. Every batch is processed with keyed optimistic concurrency
+            (ALGORITHMS.md 8.5): a batch of one block in memory, others over Dask, with the same epochs and so the
+            same result for any chunking. ``n_t = 0`` is allowed: the ages advance
             and the deletion check runs, nothing else changes.
         sample_weight : array-like of shape (n_t,), optional
             Weights > 0.
@@ -160,11 +160,12 @@ class DynamicBase(BaseEstimator):
         state = StepState(self.cluster_centers_, gammas(self.weights_, self.ages_, tau), self.ages_, lam, Q)
         if arr.shape[0] == 0:
             best, labels, order_rec = None, np.zeros(0, dtype=np.int64), None
-        elif info.kind == "numpy" or arr.numblocks[0] == 1:
-            Y = _as_float(batch) if info.kind == "numpy" else np.asarray(arr.compute())
-            best, labels, order_rec = self._in_memory(Y, w, state, t)
+        elif info.kind == "numpy" or arr.numblocks[0] == 1:  # one block: the same epochs, in memory
+            Y = _finite(_as_float(batch) if info.kind == "numpy" else np.asarray(arr.compute()))
+            wn = None if w is None else np.asarray(w.compute(), dtype=np.float64)
+            best, labels, order_rec = self._step(Y, wn, state, t, arr)
         else:
-            best, labels, order_rec = self._occ(arr, w, state, t)
+            best, labels, order_rec = self._step(arr, w, state, t, arr)
         event = self._commit(best, state, arr, info, labels, watch, lam, Q)
         self._order_records = order_rec
         self._after_batch()
@@ -175,35 +176,23 @@ class DynamicBase(BaseEstimator):
     def _seed(self, t: int, r: int) -> int:
         return int(block_rng(self.seed_, _ORDER_STREAM, t, r).integers(2**62))
 
-    def _in_memory(self, Y, w, state, t):
-        finite = np.isfinite(Y).all(axis=1)
-        if not finite.all():
-            bad = int(np.flatnonzero(~finite)[0])
-            raise InvalidDataError(
-                message("batch", "finite values", f"NaN or infinity in row {bad}",
-                        "Drop or impute those rows and pass the batch again.")
-            )
-        wn = None if w is None else np.asarray(w.compute(), dtype=np.float64)
-        best = None
+    def _step(self, X, w, state, t, arr):
+        """The time step on ``X`` (numpy in memory, or dask) with keyed OCC: the best of ``n_restarts`` orders.
+        Returns ``(best StepResult, labels (kept slots) or None for dask, order record)``."""
+        best, best_mix = None, None
         for r in range(self.n_restarts):
-            order = np.random.default_rng(self._seed(t, r)).permutation(Y.shape[0])
-            res = serial_step(Y, wn, state, order, self.max_iter)
-            if best is None or res.result.objective < best.result.objective:
-                best = res
-        return best, best.labels, ("serial", best.orders)
-
-    def _occ(self, arr, w, state, t):
-        best, best_seed = None, None
-        for r in range(self.n_restarts):
-            seed = self._seed(t, r)
-            res, all_stats = occ_step(arr, w, state, seed=seed, max_iter=self.max_iter,
-                                      prefix_size=self.prefix_size, max_proposals=self.max_proposals,
-                                      split_every=self.split_every)
+            mix = seed_mix(self._seed(t, r))
+            res, all_stats = _keyed_step(X, w, state, mix=mix, max_iter=self.max_iter, prefix_size=self.prefix_size,
+                                         max_proposals=self.max_proposals, split_every=self.split_every)
             if res is None:
                 raise_if_bad_block(all_stats, arr, "batch")
             if best is None or res.result.objective < best.result.objective:
-                best, best_seed = res, seed
-        return best, None, ("occ", best_seed, tuple(arr.chunks[0]), best.orders)
+                best, best_mix = res, mix
+        labels = None
+        if isinstance(X, np.ndarray):
+            has = np.flatnonzero(best.result.has_data)
+            labels = has[assign_instantiated(X, best.result.theta[has])] if has.size else np.zeros(0, np.int64)
+        return best, labels, (best_mix, X.shape[0], best.orders)
 
     def _commit(self, best, state, arr, info, labels, watch, lam, Q):
         n_old = state.n_old
@@ -263,6 +252,53 @@ class DynamicBase(BaseEstimator):
                           theta=self.cluster_centers_[mask],
                           ids=self.cluster_ids_[mask])
         return wrap_output(lazy, info, "labels")
+
+
+def _finite(Y: np.ndarray) -> np.ndarray:
+    """``Y`` itself, or InvalidDataError naming the first row with NaN or infinity."""
+    finite = np.isfinite(Y).all(axis=1)
+    if not finite.all():
+        raise InvalidDataError(
+            message("batch", "finite values", f"NaN or infinity in row {int(np.flatnonzero(~finite)[0])}",
+                    "Drop or impute those rows and pass the batch again.")
+        )
+    return Y
+
+
+def _keyed_step(X, w, state: StepState, *, mix, max_iter, prefix_size, max_proposals, split_every=None):
+    """One time step (one restart) of D-Means with keyed OCC (ALGORITHMS.md 8.5) on ``X`` (numpy or dask).
+
+    Returns ``(StepResult, first_pass_stats)``: ``first_pass_stats`` covers every row with one cluster (its
+    ``bad_block`` names a chunk holding NaN/inf; the StepResult is then None). ``StepResult.orders`` holds one
+    :class:`~dclust._dask.occ.KeyedPass` per pass; ``labels`` is None.
+    """
+    all_stats, prefix_end, p_index, p_rows, p_w = keyed_prefix(X, w, mix=mix, prefix_size=prefix_size,
+                                                               split_every=split_every)
+    if all_stats.bad_block >= 0:
+        return None, all_stats
+    cur = StepState(state.phi, state.gamma, state.ages, state.lam, state.Q)
+    history, records = [], []
+    prev_fp, converged, res, rate = None, False, None, 0.0
+    for it in range(max_iter):
+        rule = DMRule(cur)
+        if it == 0:
+            rate = rule.accept(None, p_index, p_rows, p_w, ()) / max(p_index.size, 1) if p_index.size else 1.0
+        epochs, _ = keyed_pass(X, w, rule, mix=mix, start=prefix_end if it == 0 else 0,
+                               rate=rate if it == 0 else 0.0, max_proposals=max_proposals, split_every=split_every)
+        stats = rule.stats()
+        res = end_of_pass(stats.weight, stats.mean, stats.scatter, cur)
+        fp = np.zeros(cur.n_slots, dtype=np.uint64)
+        fp[: stats.fingerprint.shape[0]] = stats.fingerprint[: cur.n_slots]
+        fp = fp[res.keep]
+        history.append(res.objective)
+        records.append(KeyedPass(prefix_end if it == 0 else 0, epochs))
+        cur = StepState(state.phi, state.gamma, state.ages, state.lam, state.Q, res.theta.copy(),
+                        res.has_data.copy())
+        if prev_fp is not None and np.array_equal(fp, prev_fp):
+            converged = True
+            break
+        prev_fp = fp
+    return StepResult(res, None, history, it + 1, converged, records), all_stats
 
 
 def row_blocks(arr: da.Array) -> list[da.Array]:

@@ -274,7 +274,7 @@ def test_a_pass_with_unlinked_and_linked_rows_is_one_compute(three):
         with Count():
             m = RDPMeans(lam=6.0, random_state=4, prefix_size=10, max_iter=it).fit(Xd, constraints=G)
         assert m.n_iter_ == it and m.n_colors_ >= 2
-        assert all(len(rec.epochs) == 1 for rec in m._order_records[3][1:])  # phase 0 in one epoch per pass
+        assert all(len(rec.phase0.epochs) == 1 for rec in m._order_records[3][1:])  # phase 0: one epoch per pass
         counts[it] = len(starts)
     assert counts[4] - counts[2] == 2
     _check_serial(m, X, G, max_iter=4)
