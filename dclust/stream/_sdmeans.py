@@ -121,7 +121,7 @@ class SpectralDynamicMeans(BaseEstimator):
         "k_tau": [Interval("real", 1, None, "left"), Options((None,))],
         "Q": [Interval("real", 0, None, "left"), Options((None,))],
         "tau": [Interval("real", 0, None, "left"), Options((None,))],
-        "kernel": [Options(("rbf", "linear", "mst")), CALLABLE],
+        "kernel": [Options(("rbf", "linear", "mst", "mst-rss")), CALLABLE],
         "bandwidth": [Interval("real", 0, None, "neither"), Options((None,))],
         "n_restarts": [Interval("int", 1, None)],
         "max_iter": [Interval("int", 1, None)],
@@ -167,7 +167,7 @@ class SpectralDynamicMeans(BaseEstimator):
                 message(f"{name}(T_Q, k_tau, Q, tau)", "exactly one complete pair: (T_Q, k_tau) or (Q, tau)",
                         f"{', '.join(given) or 'none'} given",
                         "Pass T_Q and k_tau (the [DM] eq. 30 reparameterisation), or Q and tau directly."))
-        needs_bw = isinstance(self.kernel, str) and self.kernel in ("rbf", "mst")
+        needs_bw = isinstance(self.kernel, str) and self.kernel in ("rbf", "mst", "mst-rss")
         if needs_bw != (self.bandwidth is not None):
             kname = self.kernel if isinstance(self.kernel, str) else "a callable"
             raise InvalidParameterError(
@@ -197,8 +197,9 @@ class SpectralDynamicMeans(BaseEstimator):
             return pairwise_matrix(P, K.linear_kernel)
         if self.kernel == "rbf":
             return pairwise_matrix(P, partial(K.rbf_kernel, bandwidth=float(self.bandwidth)))
-        if self.kernel == "mst":
-            return K.mst_kernel(pairwise_matrix(P, K.squared_distances), float(self.bandwidth), n_data)
+        if self.kernel in ("mst", "mst-rss"):
+            combine = "rss" if self.kernel == "mst-rss" else "sum"
+            return K.mst_kernel(pairwise_matrix(P, K.squared_distances), float(self.bandwidth), n_data, combine)
         G = pairwise_matrix(P, _checked_callable(self.kernel))
         if G.shape != (n, n) or not np.isfinite(G).all():
             raise InvalidParameterError(
@@ -419,6 +420,19 @@ class SpectralDynamicMeans(BaseEstimator):
                 best = (labels.astype(np.int64), linked, J)
         return best
 
+    def _support_gram(self, V: np.ndarray, gram: np.ndarray) -> np.ndarray:
+        """Gram matrix that the support selection (eq. 36) approximates the old centre in.
+
+        The MST kernels depend on the batch's tree, which is rebuilt at every step: in this batch's tree a whole
+        ring is one light component (kernel 1 between all its points), so an exact sparse fit keeps a single point,
+        and in the next batch's tree that one point may attach to another ring. For them the support is chosen in
+        the RBF feature space of the same bandwidth, a fixed kernel under which the fit keeps points spread over
+        the cluster (so the old centre stays an average over its shape).
+        """
+        if self.kernel in ("mst", "mst-rss"):
+            return K.rbf_kernel(V, V, float(self.bandwidth))
+        return gram
+
     def _carry_over(self, old: OldClusters, P, Gp, labels, linked, gamma, N, Q, lam):
         """Eq. 24 with the feature-space centres of 4.2, then deletion; returns (state, point ids, counts)."""
         offsets = old.offsets()
@@ -455,7 +469,8 @@ class SpectralDynamicMeans(BaseEstimator):
             if self.kernel == "linear":  # the centre is explicit: one support point, the centre itself
                 supports[slot], coefs[slot] = (abar @ P[v_idx])[None, :], np.ones(1)
             else:
-                keep, a = K.sparsify(Gp[np.ix_(v_idx, v_idx)], abar, int(self.max_support))
+                keep, a = K.sparsify(self._support_gram(P[v_idx], Gp[np.ix_(v_idx, v_idx)]), abar,
+                                     int(self.max_support))
                 supports[slot], coefs[slot] = P[v_idx[keep]], a
             weights[slot], ages[slot] = g + n, 1
             point_ids[idx] = ids[slot]
