@@ -30,7 +30,7 @@ from .cluster import (
     TVClust,
 )
 from .constraints import ConstraintGraph
-from .stream import AnytimeDPMeans, DynamicMeans, SpectralDynamicMeans
+from .stream import AnytimeDPMeans, DynamicMeans, KernelDynamicMeans, SpectralDynamicMeans
 from .datasets import make_blobs
 from .io import load, open_array, save, write_array, write_labels
 
@@ -55,6 +55,7 @@ __all__ = [
     "DynamicMeans",
     "AnytimeDPMeans",
     "SpectralDynamicMeans",
+    "KernelDynamicMeans",
     "ConstraintGraph",
     "constraints",
     "open_array",

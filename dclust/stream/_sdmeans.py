@@ -296,15 +296,7 @@ class SpectralDynamicMeans(BaseEstimator):
         Gp = self._gram(P, N)
         kyy = Gp[:N, :N]
         kyphi, kphiphi = old.feature_products(Gp[:N, N:], Gp[N:, N:])
-        const = K.relaxation_constant(float(np.trace(kyy)), kphiphi, gamma, penalty, lam)
-        G = K.build_G(kyy, kyphi, kphiphi, gamma, penalty)
-        if N == 0:
-            lb = K.lower_bound(eigvalsh(G) if Kold else np.zeros(0), lam, const)
-            labels, linked, J = np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0
-        else:
-            Vbar, sigma = K.spectral_embedding(G, N, lam)
-            lb = K.lower_bound(sigma, lam, const)
-            labels, linked, J = self._best_partition(Vbar, rng, kyy, kyphi, kphiphi, gamma, penalty, lam)
+        labels, linked, J, lb = self._partition(rng, kyy, kyphi, kphiphi, gamma, penalty, lam)
         new_state, point_ids, counts = self._carry_over(old, P, Gp, labels, linked, gamma, N, Q, lam)
         self._set_state(new_state)
         self.labels_ = point_ids
@@ -404,6 +396,18 @@ class SpectralDynamicMeans(BaseEstimator):
     # ----------------------------------------------------------------------------------------------------------
     # one step
     # ----------------------------------------------------------------------------------------------------------
+
+    def _partition(self, rng, kyy, kyphi, kphiphi, gamma, penalty, lam):
+        """(labels in [0, L), linked (L,), exact cost eq. 32, spectral lower bound) of one batch."""
+        N, Kold = kyphi.shape
+        const = K.relaxation_constant(float(np.trace(kyy)), kphiphi, gamma, penalty, lam)
+        G = K.build_G(kyy, kyphi, kphiphi, gamma, penalty)
+        if N == 0:
+            lb = K.lower_bound(eigvalsh(G) if Kold else np.zeros(0), lam, const)
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0, lb
+        Vbar, sigma = K.spectral_embedding(G, N, lam)
+        return (*self._best_partition(Vbar, rng, kyy, kyphi, kphiphi, gamma, penalty, lam),
+                K.lower_bound(sigma, lam, const))
 
     def _best_partition(self, Vbar, rng, kyy, kyphi, kphiphi, gamma, penalty, lam):
         """(labels in [0, L), linked (L,), exact cost) of the best restart."""
