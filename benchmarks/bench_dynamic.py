@@ -15,7 +15,7 @@
 
 Targets: (a) D-Means per step >= 10x faster than re-running DP-means, at equal or better tracking accuracy;
 (b) any-time objective after one pass within 2% of batch DP-means (issue 15: within 5% on overlapping blobs, e.g.
-``--skip-a --n 1_000_000 --d 3 --centers 25 --lam 30 --chunk-rows 100_000``; the read keeps finer
+``--skip-a --n 1_000_000 --d 3 --centers 25 --lam 30 --chunk-rows 100_000 --summary-factor 0.25``; the read keeps finer
 summaries, ``--summary-factor``, that are consolidated at its end; ``--refine-passes`` adds reads).
 
 Run: ``.venv/bin/python benchmarks/bench_dynamic.py``; smoke run: ``--n 2_000_000 --steps 50``.
@@ -47,7 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--d", type=int, default=8)
     p.add_argument("--centers", type=int, default=16)
     p.add_argument("--cluster-std", type=float, default=1.0, help="blob sd (with --d 3 --centers 25 the blobs overlap)")
-    p.add_argument("--summary-factor", type=float, default=0.25,
+    p.add_argument("--summary-factor", type=float, default=1.0,
                    help="AnytimeDPMeans(summary_factor=...): the read keeps summaries at this fraction of lam")
     p.add_argument("--refine-passes", type=int, default=0, help="extra AnytimeDPMeans.refine passes after the read")
     p.add_argument("--chunk-rows", type=int, default=500_000)
