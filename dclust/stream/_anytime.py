@@ -11,7 +11,7 @@ from .._validation import SEED, Interval, Options, check_array, check_sample_wei
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels.kmeans import block_rng
 from ..cluster._base import CHECKPOINT
-from ._checkpoint import fingerprint_of, resume_state
+from ._checkpoint import fingerprint_of, resume_state, save_state
 from ._consolidate import consolidate as consolidate_summaries
 from ._consolidate import refine_pass
 from ._dynamic import DynamicBase
@@ -181,6 +181,7 @@ class AnytimeDPMeans(DynamicBase):
                 self.partial_fit(arr.blocks[b], None if w is None else w.blocks[b])
                 if j == n_blocks - 1 and self.consolidate:
                     self._set_summaries(*consolidate_summaries(self.cluster_centers_, self.weights_, self.lam_)[:2])
+                    save_state(self, fp)  # a rerun after the read resumes the consolidated model
                 yield self
         finally:
             self._ck_fp = None
@@ -199,7 +200,10 @@ class AnytimeDPMeans(DynamicBase):
         return self
 
     def _set_summaries(self, centers: np.ndarray, weights: np.ndarray) -> None:
-        """Replace the clusters by consolidated ones (fresh ids, age 1); labels_ are those of the last batch."""
+        """Replace the clusters by consolidated ones (fresh ids, age 1).
+
+        ``labels_`` keep the ids of the last batch as it was read; :meth:`predict` gives the consolidated ids.
+        """
         k = len(weights)
         self.cluster_ids_ = np.arange(self.next_id_, self.next_id_ + k, dtype=np.int64)
         self.next_id_ = int(self.next_id_) + k
