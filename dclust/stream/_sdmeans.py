@@ -50,13 +50,17 @@ class SpectralDynamicMeans(BaseEstimator):
         revivable, ``k_tau >= 1`` scales the revival radius. Give this pair or ``Q``, ``tau``.
     Q, tau : float, optional
         Revival cost per step of absence (>= 0) and motion parameter (>= 0), instead of ``T_Q``, ``k_tau``.
-    kernel : {"rbf", "linear", "mst"} or callable, default "rbf"
+    kernel : {"rbf", "linear", "mst", "mst-rss"} or callable, default "rbf"
         ``"rbf"``: ``exp(-||a-b||^2 / (2 bandwidth^2))``; ``"linear"``: ``a.b`` (then SD-Means finds at most
         ``n_features + K_old`` clusters, ALGORITHMS.md 4.5); ``"mst"``: the MST-path kernel of [DM] 8.2, on the
         tree of the batch (support points of old centres are attached to their nearest batch point, as in the
-        authors' program); or a callable ``f(A, B) -> (len(A), len(B))`` symmetric kernel.
+        authors' program), with the path length the sum of the edges longer than omega (ALGORITHMS.md E-DM8);
+        ``"mst-rss"``: the same with the root of the sum of their squares, as the authors' program computes it
+        (it reproduces [DM] 8.2 best, see docs/reproduction.md); or a callable ``f(A, B) -> (len(A), len(B))``
+        symmetric kernel. For the MST kernels, which change with every batch's tree, the support points of old
+        centres are selected in the RBF space of the same bandwidth.
     bandwidth : float, optional
-        omega of the ``"rbf"`` and ``"mst"`` kernels (required for them, not accepted for the others).
+        omega of the ``"rbf"``, ``"mst"`` and ``"mst-rss"`` kernels (required for them, not accepted for the others).
     n_restarts : int, default 1
         Rotations started from different random rows; the partition with the lowest exact cost (eq. 32) is kept.
     max_iter : int, default 100
