@@ -14,7 +14,9 @@
     (one read of the store); peak resident memory of the workers (local cluster of 2 single-threaded processes).
 
 Targets: (a) D-Means per step >= 10x faster than re-running DP-means, at equal or better tracking accuracy;
-(b) any-time objective after one pass within 2% of batch DP-means.
+(b) any-time objective after one pass within 2% of batch DP-means (issue 15: within 5% on overlapping blobs, e.g.
+``--skip-a --n 1_000_000 --d 3 --centers 25 --lam 30 --chunk-rows 100_000 --summary-factor 0.25``; the read keeps finer
+summaries, ``--summary-factor``, that are consolidated at its end; ``--refine-passes`` adds reads).
 
 Run: ``.venv/bin/python benchmarks/bench_dynamic.py``; smoke run: ``--n 2_000_000 --steps 50``.
 """
@@ -44,6 +46,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--n", type=int, default=20_000_000, help="rows of the any-time DP-means store")
     p.add_argument("--d", type=int, default=8)
     p.add_argument("--centers", type=int, default=16)
+    p.add_argument("--cluster-std", type=float, default=1.0, help="blob sd (with --d 3 --centers 25 the blobs overlap)")
+    p.add_argument("--summary-factor", type=float, default=1.0,
+                   help="AnytimeDPMeans(summary_factor=...): the read keeps summaries at this fraction of lam")
+    p.add_argument("--refine-passes", type=int, default=0, help="extra AnytimeDPMeans.refine passes after the read")
     p.add_argument("--chunk-rows", type=int, default=500_000)
     p.add_argument("--batch-rows", type=int, default=None, help="rows per any-time batch (default: one chunk)")
     p.add_argument("--lam", type=float, default=100.0, help="lam of part (b)")
@@ -108,7 +114,8 @@ def ensure_store(args) -> str:
     import dclust
     import zarr
 
-    path = args.data_dir / f"dyn_blobs_n{args.n}_d{args.d}_c{args.centers}_r{args.chunk_rows}_s{args.seed}.zarr"
+    std = "" if args.cluster_std == 1.0 else f"_sd{args.cluster_std:g}"
+    path = args.data_dir / f"dyn_blobs_n{args.n}_d{args.d}_c{args.centers}{std}_r{args.chunk_rows}_s{args.seed}.zarr"
     if path.exists():
         try:
             z = zarr.open_array(str(path), mode="r")
@@ -118,7 +125,8 @@ def ensure_store(args) -> str:
             pass
     args.data_dir.mkdir(parents=True, exist_ok=True)
     print(f"  generating {path.name} ...", flush=True)
-    b = dclust.make_blobs(args.n, args.d, centers=args.centers, chunk_rows=args.chunk_rows, dtype="float32",
+    b = dclust.make_blobs(args.n, args.d, centers=args.centers, cluster_std=args.cluster_std,
+                          chunk_rows=args.chunk_rows, dtype="float32",
                           random_state=args.seed, return_labels=False)
     dclust.write_array(b.X, str(path), overwrite=True)
     return str(path)
@@ -142,7 +150,8 @@ def anytime(args, client) -> dict:
         X.sum(axis=0).compute()
         times.append(time.perf_counter() - t0)
     t_io = min(times[1:])
-    model = AnytimeDPMeans(lam=lam, batch_rows=args.batch_rows, random_state=args.seed)
+    model = AnytimeDPMeans(lam=lam, batch_rows=args.batch_rows, random_state=args.seed,
+                           summary_factor=args.summary_factor)
     n_batches = X.numblocks[0] if args.batch_rows is None else -(-X.shape[0] // args.batch_rows)
     eval_at = set(np.unique(np.linspace(1, n_batches, min(args.evals, n_batches)).round().astype(int)).tolist())
     curve, fit_seconds = [], 0.0
@@ -159,6 +168,13 @@ def anytime(args, client) -> dict:
                               "objective": full_objective(m.cluster_centers_), "fit_seconds_so_far": fit_seconds})
                 print(f"  any-time batch {m.n_batches_}/{n_batches}: K={m.n_clusters_} "
                       f"objective={curve[-1]['objective']:.6g}", flush=True)
+    refined = []
+    if args.refine_passes:
+        t0 = time.perf_counter()
+        model.refine(X, n_passes=args.refine_passes)
+        refined = [{"pass": i + 1, "objective_before": o} for i, o in enumerate(model.objective_history_)]
+        refined.append({"pass": "final", "objective": full_objective(model.cluster_centers_),
+                        "n_clusters": model.n_clusters_, "seconds": time.perf_counter() - t0})
     with WorkerPeakMemory(client) as mem_dp:
         t0 = time.perf_counter()
         with warnings.catch_warnings():
@@ -168,7 +184,11 @@ def anytime(args, client) -> dict:
     gap = curve[-1]["objective"] / dp.objective_ - 1
     for c in curve:
         c["relative_to_dpmeans"] = c["objective"] / dp.objective_ - 1
+    for r in refined:
+        if "objective" in r:
+            r["relative_to_dpmeans"] = r["objective"] / dp.objective_ - 1
     return {"store": path, "n": X.shape[0], "d": X.shape[1], "lam": lam, "n_batches": n_batches,
+            "summary_factor": args.summary_factor, "refine": refined,
             "io_floor_seconds": t_io, "anytime_seconds": fit_seconds, "anytime_points_per_second": X.shape[0] /
             fit_seconds, "anytime_n_clusters": model.n_clusters_, "curve": curve,
             "dpmeans": {"seconds": t_dp, "objective": dp.objective_, "n_clusters": dp.n_clusters_,
@@ -207,12 +227,20 @@ def report(res: dict) -> str:
             f"I/O floor {a['io_floor_seconds']:.2f} s/pass; batch DPMeans {a['dpmeans']['seconds']:.1f} s "
             f"({a['dpmeans']['n_iter']} passes, K={a['dpmeans']['n_clusters']}); peak worker memory any-time "
             f"{fmt_bytes(a['peak_worker_memory']['anytime'])}, DPMeans {fmt_bytes(a['peak_worker_memory']['dpmeans'])}")
-        ok = abs(a["objective_gap_after_one_pass"]) <= T_OBJECTIVE_GAP
+        for r in a.get("refine", []):
+            if "objective" in r:
+                texts.append(f"  after {args_passes(a)} refine pass(es): K={r['n_clusters']}, objective "
+                             f"{100 * r['relative_to_dpmeans']:+.3f}% vs DPMeans ({r['seconds']:.1f} s)")
+        ok = a["objective_gap_after_one_pass"] <= T_OBJECTIVE_GAP
         texts.append(f"  objective after one pass vs batch DPMeans: {100 * a['objective_gap_after_one_pass']:+.3f}% "
-                     f"(target within {100 * T_OBJECTIVE_GAP:.0f}%): {'MET' if ok else 'NOT MET'}")
+                     f"(target at most +{100 * T_OBJECTIVE_GAP:.0f}%; below batch is better): {'MET' if ok else 'NOT MET'}")
     text = "\n".join(texts)
     print("\n".join(t for t in texts if t.startswith("  ")))
     return text
+
+
+def args_passes(a: dict) -> int:
+    return sum(1 for r in a.get("refine", []) if "objective_before" in r)
 
 
 def main(argv=None) -> dict:

@@ -34,7 +34,7 @@ from .cluster import (
     TVClustVariational,
 )
 from .constraints import ConstraintGraph
-from .stream import AnytimeDPMeans, DynamicMeans, SpectralDynamicMeans
+from .stream import AnytimeDPMeans, DynamicMeans, KernelDynamicMeans, SpectralDynamicMeans
 from .datasets import make_blobs
 from .io import load, open_array, save, write_array, write_labels
 
@@ -63,6 +63,7 @@ __all__ = [
     "DynamicMeans",
     "AnytimeDPMeans",
     "SpectralDynamicMeans",
+    "KernelDynamicMeans",
     "ConstraintGraph",
     "constraints",
     "open_array",

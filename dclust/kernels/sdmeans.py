@@ -60,7 +60,7 @@ def rbf_kernel(A: np.ndarray, B: np.ndarray, bandwidth: float) -> np.ndarray:
     return np.exp(-squared_distances(A, B) / (2.0 * bandwidth * bandwidth))
 
 
-def mst_path_distances(D2: np.ndarray, bandwidth: float, n_tree: int | None = None) -> np.ndarray:
+def mst_path_distances(D2: np.ndarray, bandwidth: float, n_tree: int | None = None, combine: str = "sum") -> np.ndarray:
     """Path distances through the Euclidean minimum spanning tree, counting only edges longer than ``bandwidth``.
 
     The tree is built on the first ``n_tree`` points (the batch). ``d_ij`` between two tree points is the sum of
@@ -79,6 +79,10 @@ def mst_path_distances(D2: np.ndarray, bandwidth: float, n_tree: int | None = No
         omega > 0.
     n_tree : int, optional
         Number of leading points that form the tree (default, and when 0: all of them).
+    combine : {"sum", "rss"}, default "sum"
+        ``"sum"``: ``d`` is the sum of the long edges' lengths (ALGORITHMS.md 10.2). ``"rss"``: ``d`` is the root
+        of the sum of their squared lengths, as the authors' program computes it (``MSTKernelModel::dist`` in
+        github.com/trevorcampbell/dynamic-means); a path through several long edges is then shorter.
 
     Returns
     -------
@@ -107,8 +111,9 @@ def mst_path_distances(D2: np.ndarray, bandwidth: float, n_tree: int | None = No
         _coo((tree.data[light], (tree.row[light], tree.col[light])), m), directed=False
     )
     heavy = ~light
+    p = 2.0 if combine == "rss" else 1.0
     if n_comp > 1:
-        ctree = _coo((tree.data[heavy], (comp[tree.row[heavy]], comp[tree.col[heavy]])), n_comp)
+        ctree = _coo((tree.data[heavy] ** p, (comp[tree.row[heavy]], comp[tree.col[heavy]])), n_comp)
         dc = shortest_path(ctree, method="D", directed=False)
     else:
         dc = np.zeros((1, 1))
@@ -119,7 +124,9 @@ def mst_path_distances(D2: np.ndarray, bandwidth: float, n_tree: int | None = No
         hop[m:] = dist[np.arange(m, n), nearest[m:]]
         hop[hop <= bandwidth] = 0.0
     c = comp[nearest]
-    d = dc[c[:, None], c[None, :]] + hop[:, None] + hop[None, :]
+    d = dc[c[:, None], c[None, :]] + hop[:, None] ** p + hop[None, :] ** p
+    if p != 1.0:
+        d = np.sqrt(d)
     d[dist < bandwidth] = 0.0
     np.fill_diagonal(d, 0.0)
     return d
@@ -131,12 +138,12 @@ def _coo(data_ij, n):
     return coo_matrix(data_ij, shape=(n, n)).tocsr()
 
 
-def mst_kernel(D2: np.ndarray, bandwidth: float, n_tree: int | None = None) -> np.ndarray:
+def mst_kernel(D2: np.ndarray, bandwidth: float, n_tree: int | None = None, combine: str = "sum") -> np.ndarray:
     """The MST-path kernel of [DM] 8.2: ``exp(-d^2 / (2 bandwidth^2))`` with ``d`` from :func:`mst_path_distances`.
 
     Not positive semi-definite in general (ALGORITHMS.md 4.5); SD-Means only uses the eigenvalues above lam.
     """
-    d = mst_path_distances(D2, bandwidth, n_tree)
+    d = mst_path_distances(D2, bandwidth, n_tree, combine)
     return np.exp(-(d * d) / (2.0 * bandwidth * bandwidth))
 
 
@@ -177,14 +184,16 @@ def spectral_embedding(G: np.ndarray, n_data: int, lam: float) -> tuple[np.ndarr
     """Eigendecompose G (float64) and return ``(Vbar, eigenvalues)``.
 
     ``Vbar`` (n_data, A) holds the eigenvectors with eigenvalue > lam (or the single top one if none), without the
-    last K rows, each row normalised to unit length (zero rows are left at zero).
+    last K rows, each row normalised to unit length (zero rows are left at zero). Only those eigenpairs are
+    computed, and ``eigenvalues`` holds only them: :func:`lower_bound` needs no others.
     """
-    sigma, V = eigh(np.asarray(G, dtype=np.float64), driver="evr")
-    keep = sigma > lam
-    if not keep.any():
-        keep = np.zeros_like(keep)
-        keep[np.argmax(sigma)] = True
-    Vs = V[:n_data][:, keep][:, ::-1]  # largest eigenvalue first
+    G = np.asarray(G, dtype=np.float64)
+    m = G.shape[0]
+    # only the eigenpairs above lam are used (and all the lower bound needs): ask LAPACK for just those
+    sigma, V = eigh(G, driver="evr", subset_by_value=(lam, np.inf))
+    if sigma.size == 0:
+        sigma, V = eigh(G, driver="evr", subset_by_index=(m - 1, m - 1))
+    Vs = V[:n_data][:, ::-1].copy()  # largest eigenvalue first
     norms = np.linalg.norm(Vs, axis=1)
     nz = norms > 0
     Vs[nz] /= norms[nz, None]

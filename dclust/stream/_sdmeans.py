@@ -50,13 +50,17 @@ class SpectralDynamicMeans(BaseEstimator):
         revivable, ``k_tau >= 1`` scales the revival radius. Give this pair or ``Q``, ``tau``.
     Q, tau : float, optional
         Revival cost per step of absence (>= 0) and motion parameter (>= 0), instead of ``T_Q``, ``k_tau``.
-    kernel : {"rbf", "linear", "mst"} or callable, default "rbf"
+    kernel : {"rbf", "linear", "mst", "mst-rss"} or callable, default "rbf"
         ``"rbf"``: ``exp(-||a-b||^2 / (2 bandwidth^2))``; ``"linear"``: ``a.b`` (then SD-Means finds at most
         ``n_features + K_old`` clusters, ALGORITHMS.md 4.5); ``"mst"``: the MST-path kernel of [DM] 8.2, on the
         tree of the batch (support points of old centres are attached to their nearest batch point, as in the
-        authors' program); or a callable ``f(A, B) -> (len(A), len(B))`` symmetric kernel.
+        authors' program), with the path length the sum of the edges longer than omega (ALGORITHMS.md E-DM8);
+        ``"mst-rss"``: the same with the root of the sum of their squares, as the authors' program computes it
+        (it reproduces [DM] 8.2 best, see docs/reproduction.md); or a callable ``f(A, B) -> (len(A), len(B))``
+        symmetric kernel. For the MST kernels, which change with every batch's tree, the support points of old
+        centres are selected in the RBF space of the same bandwidth.
     bandwidth : float, optional
-        omega of the ``"rbf"`` and ``"mst"`` kernels (required for them, not accepted for the others).
+        omega of the ``"rbf"``, ``"mst"`` and ``"mst-rss"`` kernels (required for them, not accepted for the others).
     n_restarts : int, default 1
         Rotations started from different random rows; the partition with the lowest exact cost (eq. 32) is kept.
     max_iter : int, default 100
@@ -121,7 +125,7 @@ class SpectralDynamicMeans(BaseEstimator):
         "k_tau": [Interval("real", 1, None, "left"), Options((None,))],
         "Q": [Interval("real", 0, None, "left"), Options((None,))],
         "tau": [Interval("real", 0, None, "left"), Options((None,))],
-        "kernel": [Options(("rbf", "linear", "mst")), CALLABLE],
+        "kernel": [Options(("rbf", "linear", "mst", "mst-rss")), CALLABLE],
         "bandwidth": [Interval("real", 0, None, "neither"), Options((None,))],
         "n_restarts": [Interval("int", 1, None)],
         "max_iter": [Interval("int", 1, None)],
@@ -167,7 +171,7 @@ class SpectralDynamicMeans(BaseEstimator):
                 message(f"{name}(T_Q, k_tau, Q, tau)", "exactly one complete pair: (T_Q, k_tau) or (Q, tau)",
                         f"{', '.join(given) or 'none'} given",
                         "Pass T_Q and k_tau (the [DM] eq. 30 reparameterisation), or Q and tau directly."))
-        needs_bw = isinstance(self.kernel, str) and self.kernel in ("rbf", "mst")
+        needs_bw = isinstance(self.kernel, str) and self.kernel in ("rbf", "mst", "mst-rss")
         if needs_bw != (self.bandwidth is not None):
             kname = self.kernel if isinstance(self.kernel, str) else "a callable"
             raise InvalidParameterError(
@@ -197,8 +201,9 @@ class SpectralDynamicMeans(BaseEstimator):
             return pairwise_matrix(P, K.linear_kernel)
         if self.kernel == "rbf":
             return pairwise_matrix(P, partial(K.rbf_kernel, bandwidth=float(self.bandwidth)))
-        if self.kernel == "mst":
-            return K.mst_kernel(pairwise_matrix(P, K.squared_distances), float(self.bandwidth), n_data)
+        if self.kernel in ("mst", "mst-rss"):
+            combine = "rss" if self.kernel == "mst-rss" else "sum"
+            return K.mst_kernel(pairwise_matrix(P, K.squared_distances), float(self.bandwidth), n_data, combine)
         G = pairwise_matrix(P, _checked_callable(self.kernel))
         if G.shape != (n, n) or not np.isfinite(G).all():
             raise InvalidParameterError(
@@ -295,15 +300,7 @@ class SpectralDynamicMeans(BaseEstimator):
         Gp = self._gram(P, N)
         kyy = Gp[:N, :N]
         kyphi, kphiphi = old.feature_products(Gp[:N, N:], Gp[N:, N:])
-        const = K.relaxation_constant(float(np.trace(kyy)), kphiphi, gamma, penalty, lam)
-        G = K.build_G(kyy, kyphi, kphiphi, gamma, penalty)
-        if N == 0:
-            lb = K.lower_bound(eigvalsh(G) if Kold else np.zeros(0), lam, const)
-            labels, linked, J = np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0
-        else:
-            Vbar, sigma = K.spectral_embedding(G, N, lam)
-            lb = K.lower_bound(sigma, lam, const)
-            labels, linked, J = self._best_partition(Vbar, rng, kyy, kyphi, kphiphi, gamma, penalty, lam)
+        labels, linked, J, lb = self._partition(rng, kyy, kyphi, kphiphi, gamma, penalty, lam)
         new_state, point_ids, counts = self._carry_over(old, P, Gp, labels, linked, gamma, N, Q, lam)
         self._set_state(new_state)
         self.labels_ = point_ids
@@ -404,6 +401,18 @@ class SpectralDynamicMeans(BaseEstimator):
     # one step
     # ----------------------------------------------------------------------------------------------------------
 
+    def _partition(self, rng, kyy, kyphi, kphiphi, gamma, penalty, lam):
+        """(labels in [0, L), linked (L,), exact cost eq. 32, spectral lower bound) of one batch."""
+        N, Kold = kyphi.shape
+        const = K.relaxation_constant(float(np.trace(kyy)), kphiphi, gamma, penalty, lam)
+        G = K.build_G(kyy, kyphi, kphiphi, gamma, penalty)
+        if N == 0:
+            lb = K.lower_bound(eigvalsh(G) if Kold else np.zeros(0), lam, const)
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0, lb
+        Vbar, sigma = K.spectral_embedding(G, N, lam)
+        return (*self._best_partition(Vbar, rng, kyy, kyphi, kphiphi, gamma, penalty, lam),
+                K.lower_bound(sigma, lam, const))
+
     def _best_partition(self, Vbar, rng, kyy, kyphi, kphiphi, gamma, penalty, lam):
         """(labels in [0, L), linked (L,), exact cost) of the best restart."""
         best = None
@@ -418,6 +427,19 @@ class SpectralDynamicMeans(BaseEstimator):
             if best is None or J < best[2]:
                 best = (labels.astype(np.int64), linked, J)
         return best
+
+    def _support_gram(self, V: np.ndarray, gram: np.ndarray) -> np.ndarray:
+        """Gram matrix that the support selection (eq. 36) approximates the old centre in.
+
+        The MST kernels depend on the batch's tree, which is rebuilt at every step: in this batch's tree a whole
+        ring is one light component (kernel 1 between all its points), so an exact sparse fit keeps a single point,
+        and in the next batch's tree that one point may attach to another ring. For them the support is chosen in
+        the RBF feature space of the same bandwidth, a fixed kernel under which the fit keeps points spread over
+        the cluster (so the old centre stays an average over its shape).
+        """
+        if self.kernel in ("mst", "mst-rss"):
+            return K.rbf_kernel(V, V, float(self.bandwidth))
+        return gram
 
     def _carry_over(self, old: OldClusters, P, Gp, labels, linked, gamma, N, Q, lam):
         """Eq. 24 with the feature-space centres of 4.2, then deletion; returns (state, point ids, counts)."""
@@ -455,7 +477,8 @@ class SpectralDynamicMeans(BaseEstimator):
             if self.kernel == "linear":  # the centre is explicit: one support point, the centre itself
                 supports[slot], coefs[slot] = (abar @ P[v_idx])[None, :], np.ones(1)
             else:
-                keep, a = K.sparsify(Gp[np.ix_(v_idx, v_idx)], abar, int(self.max_support))
+                keep, a = K.sparsify(self._support_gram(P[v_idx], Gp[np.ix_(v_idx, v_idx)]), abar,
+                                     int(self.max_support))
                 supports[slot], coefs[slot] = P[v_idx[keep]], a
             weights[slot], ages[slot] = g + n, 1
             point_ids[idx] = ids[slot]

@@ -72,3 +72,65 @@ def test_anytime_bad_parameters():
         AnytimeDPMeans(lam=-1.0).fit(np.zeros((4, 2)))
     with pytest.raises(InvalidParameterError, match="batch_rows"):
         AnytimeDPMeans(lam=1.0, batch_rows=0).fit(np.zeros((4, 2)))
+
+
+# ------------------------------------------------------------------------------------- consolidation (issue 15)
+
+
+def _overlapping(n=6000, seed=0):
+    """25 overlapping 3-D blobs (unit sd, centres in a 20-wide box): one plain read stays well above batch."""
+    b = dclust.make_blobs(n, 3, centers=25, cluster_std=1.0, chunk_rows=n // 10, dtype="float64", random_state=seed,
+                          return_labels=False)
+    return b.X.compute()
+
+
+def _objective(X, centers, lam):
+    return float(((X[:, None, :] - centers[None]) ** 2).sum(-1).min(1).sum() + lam * len(centers))
+
+
+def test_consolidate_is_weighted_dpmeans_and_never_raises_the_objective():
+    from dclust.stream._consolidate import consolidate
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 2)) + rng.integers(0, 3, size=(400, 1)) * 6.0
+    fine = AnytimeDPMeans(lam=0.5, random_state=0, consolidate=False).fit(da.from_array(X, chunks=(100, 2)))
+    lam = 8.0
+    centers, weights, groups = consolidate(fine.cluster_centers_, fine.weights_, lam)
+    assert weights.sum() == pytest.approx(len(X)) and groups.max() + 1 == len(centers)
+    for g in range(len(centers)):  # every group centre is the weighted mean of its summaries
+        m = groups == g
+        np.testing.assert_allclose(centers[g], np.average(fine.cluster_centers_[m], axis=0, weights=fine.weights_[m]))
+    # fixed point: no summary prefers another group (or a new one at cost lam) to its own
+    cost = fine.weights_[:, None] * ((fine.cluster_centers_[:, None, :] - centers[None]) ** 2).sum(-1)
+    own = cost[np.arange(len(groups)), groups]
+    assert (own <= cost.min(axis=1) + 1e-9).all() and (own <= lam + 1e-9).all()
+    assert _objective(X, centers, lam) <= _objective(X, fine.cluster_centers_, lam) + 1e-6
+
+
+def test_one_read_with_fine_summaries_is_within_5_percent_of_batch_on_overlapping_blobs():
+    X = _overlapping()
+    lam = 30.0
+    Xd = da.from_array(X, chunks=(600, 3))
+    plain = AnytimeDPMeans(lam=lam, random_state=0).fit(Xd)
+    fine = AnytimeDPMeans(lam=lam, random_state=0, summary_factor=0.25).fit(Xd)
+    dp = dclust.DPMeans(lam=lam, init="empty", random_state=0, max_iter=300).fit(X)
+    batch = dp.objective_
+    assert _objective(X, plain.cluster_centers_, lam) > 1.05 * batch  # the defect of issue 15
+    assert _objective(X, fine.cluster_centers_, lam) <= 1.05 * batch
+    assert fine.n_batches_ == 10 and np.sum(fine.weights_) == pytest.approx(len(X))
+
+
+def test_refine_pass_lowers_the_objective_and_records_it():
+    X = _overlapping(3000, seed=1)
+    lam = 30.0
+    model = AnytimeDPMeans(lam=lam, random_state=0).fit(da.from_array(X, chunks=(500, 3)))
+    before = _objective(X, model.cluster_centers_, lam)
+    model.refine(X, n_passes=3)
+    after = _objective(X, model.cluster_centers_, lam)
+    assert model.objective_history_[0] == pytest.approx(before, rel=1e-9)
+    assert after <= before + 1e-6 and 1 <= len(model.objective_history_) <= 3
+    assert np.all(np.diff(model.objective_history_) <= 1e-6)
+    with pytest.raises(InvalidParameterError, match="n_passes"):
+        model.refine(X, n_passes=0)
+    with pytest.raises(dclust.errors.NotFittedError):
+        AnytimeDPMeans(lam=lam).refine(X)
