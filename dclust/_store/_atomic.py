@@ -366,8 +366,9 @@ def _atomic_write(
     ``tmp`` is ``.NAME.tmp-HOST-PID-RANDOM`` + ``suffix`` (a file's extension, for writers that choose the format
     by it) in ``tmp_parent`` (default: ``target``'s parent, which must be on the same filesystem as ``target``);
     stale temporaries of dead writers in that directory are removed first (:func:`remove_stale_tmp`). A file
-    replaces an existing file in one rename. An existing directory ``target`` is renamed aside, replaced, and
-    deleted only after the new one is in place. On any failure the temporary is removed and ``target`` keeps its
+    replaces an existing file in one rename. An existing directory ``target`` is swapped with the new one in one
+    atomic step where the system can (:func:`_exchange`; else renamed aside, replaced, and deleted only after the
+    new one is in place). On any failure the temporary is removed and ``target`` keeps its
     previous content.
     """
     parent = tmp_parent or os.path.dirname(target)
@@ -381,15 +382,18 @@ def _atomic_write(
         if before_commit is not None:
             before_commit()
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        if os.path.isdir(tmp) and os.path.lexists(target):
-            old = _tmp_name(parent, name, "old")
-            os.replace(target, old)
-        try:
-            os.replace(tmp, target)
-        except BaseException:
-            if old is not None:
-                os.replace(old, target)
-            raise
+        if os.path.isdir(tmp) and os.path.lexists(target) and _exchange(tmp, target):
+            old = tmp  # one atomic swap: ``target`` holds the new store, ``tmp`` the previous one
+        else:
+            if os.path.isdir(tmp) and os.path.lexists(target):  # no atomic swap here: two renames
+                old = _tmp_name(parent, name, "old")
+                os.replace(target, old)
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                if old is not None:
+                    os.replace(old, target)
+                raise
     except BaseException:
         if os.path.isdir(tmp) and not os.path.islink(tmp):
             _remove_tmp(tmp)
@@ -401,6 +405,32 @@ def _atomic_write(
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.remove(old)
+
+
+#: ``renameat2(2)``'s flag that swaps two paths atomically (Linux >= 3.15, glibc >= 2.28), and "relative to the
+#: working directory" for its directory descriptors.
+_RENAME_EXCHANGE, _AT_FDCWD = 2, -100
+_renameat2: list = []
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap the directory entries ``a`` and ``b`` in one atomic step (``renameat2(RENAME_EXCHANGE)``); False when
+    this system or filesystem cannot (the caller then renames twice). With the swap, a replaced output is never
+    missing: a reader, or a writer killed at any moment, sees the previous store or the new one."""
+    if not _renameat2:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            fn = libc.renameat2
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+            _renameat2.append(fn)
+        except (OSError, AttributeError):
+            _renameat2.append(None)
+    fn = _renameat2[0]
+    if fn is None:
+        return False
+    return fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
 
 
 def write_bytes(data: bytes, target: str) -> None:
