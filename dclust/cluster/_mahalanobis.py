@@ -14,7 +14,7 @@ from .._validation import SEED, Interval, Options, as_generator, check_array
 from ..errors import ConvergenceWarning, InvalidDataError, message
 from ..kernels.gmpr import GaussianStats
 from ..kernels.mahalanobis import covariance_step, mahalanobis_labels, mahalanobis_stats
-from ._base import BaseEstimator, raise_if_bad_block, wrap_output
+from ._base import BaseEstimator, finite_rows, raise_if_bad_block, wrap_output
 
 __all__ = ["MahalanobisKMeans"]
 
@@ -188,7 +188,7 @@ class MahalanobisKMeans(BaseEstimator):
         self._check_fitted()
         arr, info = check_array(X, n_features=self.cluster_centers_.shape[1])
         whiten = np.array([np.linalg.inv(np.linalg.cholesky(c)) for c in self.covariances_])
-        labels = map_labels(_labels, arr, means=np.asarray(self.cluster_centers_), whiten=whiten)
+        labels = map_labels(_labels, finite_rows(arr, "predict"), means=np.asarray(self.cluster_centers_), whiten=whiten)
         return wrap_output(labels, info, "labels")
 
     def fit_predict(self, X, y=None):

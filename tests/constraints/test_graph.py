@@ -146,7 +146,7 @@ def test_a_cannot_link_from_a_row_to_itself_is_rejected_by_every_constructor(tmp
     G = ConstraintGraph.from_pairs([3, 0], [3, 1], [True, False], n_samples=10)
     assert (G.n_must, G.n_cannot) == (0, 1)
     # a store holding a self-pair (written by hand: to_zarr only writes canonical pairs) is refused as corrupt
-    from dclust.io._constraints import write_constraints
+    from dclust._store._constraints import write_constraints
 
     doc = {"n_samples": 10, "chunks": [10], "n_must": 0, "n_cannot": 1, "weighted": False}
     write_constraints(tmp_path / "self.zarr", doc, np.array([3]), np.array([3]), np.array([-1.0]))

@@ -35,6 +35,11 @@ CHECK_CONFIGS = {
     "AnytimeDPMeans": dict(lam=1.0, random_state=0),
     "DynamicMeans": dict(lam=1.0, T_Q=5.0, k_tau=1.1, random_state=0),
     "SpectralDynamicMeans": dict(lam=1.0, T_Q=5.0, k_tau=1.1, kernel="linear", random_state=0),
+    "KernelDynamicMeans": dict(lam=1.0, T_Q=5.0, k_tau=1.1, kernel="linear", random_state=0),
+    "TVClustVariational": dict(random_state=0, max_iter=10),
+    "MPCKMeans": dict(n_clusters=3, random_state=0, max_iter=10),
+    "LCVQE": dict(n_clusters=3, random_state=0, max_iter=20),
+    "MahalanobisKMeans": dict(n_clusters=3, lam=1.0, random_state=0, max_iter=10),
 }
 
 _SAMPLE_WEIGHT = ("dclust's seeding draws rows with probabilities that depend on the weights, so a weight of 2 "
@@ -60,6 +65,7 @@ EXPECTED_FAILED: dict[str, dict[str, str]] = {
                      "check_estimators_empty_data_messages": _EMPTY_STEP,
                      "check_sample_weights_not_an_array": _NOT_AN_ARRAY},
     "SpectralDynamicMeans": {"check_estimators_empty_data_messages": _EMPTY_STEP},
+    "KernelDynamicMeans": {"check_estimators_empty_data_messages": _EMPTY_STEP},
 }
 
 
