@@ -99,6 +99,27 @@ def _remote_exists(url: str) -> bool:
     return bool(fs.exists(root))
 
 
+def check_remote_location(url: str, what: str) -> None:
+    """Raise :class:`~dclust.errors.StorageError` unless objects can be written beside the store ``url`` (an fsspec
+    URL): an empty probe object ``.NAME.probe-RANDOM`` is written and removed, so a missing bucket, missing
+    credentials or a read-only bucket are found before any pass over the data, by the object store itself."""
+    fs, root = _url_fs(url)
+    probe = _remote_tmp(fs, root, what).replace(".tmp-", ".probe-")
+    try:
+        fs.pipe_file(probe, b"")
+    except Exception as exc:  # noqa: BLE001 - every backend raises its own errors
+        raise StorageError(
+            message(f"{what}(path={url!r})", "a location where dclust may write objects",
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''} when writing a "
+                    "probe object there", "Check that the bucket exists and that the credentials allow writing "
+                    "(storage_options= or the AWS_* environment), or choose another location.")
+        ) from None
+    try:
+        fs.rm_file(probe)
+    except Exception:  # noqa: BLE001 - the probe is an empty hidden object
+        pass
+
+
 def _remote_tmp(fs: Any, root: str, what: str) -> str:
     parent, sep, name = root.rpartition("/")
     if not sep or not name:

@@ -30,7 +30,9 @@ import numpy as np
 import zarr
 
 from ..errors import DclustError, FormatVersionError, StorageError, message
-from ._atomic import _atomic_write, _atomic_write_remote, _check_new_target, _remote_exists, _resolve
+from ._atomic import (
+    _atomic_write, _atomic_write_remote, _check_new_target, _remote_exists, _resolve, check_remote_location,
+)
 from ._zarr import create_array, dask_from_zarr, read_all, stream_array
 
 __all__ = ["save", "load"]
@@ -242,6 +244,7 @@ def save(model: Any, path: str | os.PathLike, *, overwrite: bool = False) -> str
                 message(f"save(path={url!r})", "a location where no store exists yet, or overwrite=True",
                         "a location that already exists", "Pass overwrite=True or choose another path.")
             )
+        check_remote_location(url, "save")
         _atomic_write_remote(url, lambda tmp: _write_model(tmp, doc, arrays, None), what="save")
         return url
     _check_new_target(local, overwrite, "save")

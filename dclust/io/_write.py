@@ -47,6 +47,7 @@ from .._store._atomic import (  # noqa: F401 - also the names other io modules a
     _resolve,
     _tmp_name,
     check_location,
+    check_remote_location,
 )
 from .._store._zarr import checksummed, stream_array
 from ..errors import InvalidDataError, InvalidParameterError, StorageError, message
@@ -309,6 +310,7 @@ def _write_remote(
                 message(f"{what}(path={url!r})", "a location where no store exists yet, or overwrite=True",
                         "a location that already exists", "Pass overwrite=True or choose another path.")
             )
+        check_remote_location(url, what)  # before any pass over the data
 
         def write(tmp: str) -> None:
             if component is not None:

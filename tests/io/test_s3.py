@@ -89,3 +89,36 @@ def test_missing_objects_and_unknown_formats_on_s3(uploaded):
 def test_storage_options_must_be_a_dict():
     with pytest.raises(dclust.errors.InvalidParameterError, match="storage_options"):
         open_array("s3://bucket/x.zarr", storage_options="endpoint_url=http://x")
+
+
+def test_writes_to_s3_are_checked_before_any_pass_and_commit_whole(s3, monkeypatch, s3_endpoint):
+    """write_array / save to the S3 server (AWS_* environment): a missing bucket is refused before the data are
+    read; a good location gets the store, readable back, with no temporary or probe object left."""
+    import s3fs
+
+    bucket, options, fs = s3
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    s3fs.S3FileSystem.clear_instance_cache()
+    reads = []
+
+    def counted(block):
+        if block.size:  # (dask calls it once on an empty block for the output's type)
+            reads.append(1)
+        return block
+
+    X = da.from_array(_points(), chunks=(400, -1)).map_blocks(counted, dtype=np.float32)
+    with pytest.raises(StorageError, match="bucket exists"):
+        dclust.write_array(X, "s3://no-such-bucket-dclust/x.zarr")
+    km = dclust.KMeans(n_clusters=2, random_state=0).fit(_points(200))
+    with pytest.raises(StorageError, match="bucket exists"):
+        dclust.save(km, "s3://no-such-bucket-dclust/m.zarr")
+    assert reads == []  # refused before any pass over the data
+    dclust.write_array(X, f"{bucket}/x.zarr")
+    np.testing.assert_array_equal(open_array(f"{bucket}/x.zarr").compute(), _points())
+    dclust.save(km, f"{bucket}/m.zarr")
+    np.testing.assert_array_equal(dclust.load(f"{bucket}/m.zarr").cluster_centers_, km.cluster_centers_)
+    fs.invalidate_cache()
+    assert sorted(fs.ls(bucket[5:])) == sorted([f"{bucket[5:]}/x.zarr", f"{bucket[5:]}/m.zarr"])
