@@ -282,6 +282,7 @@ def _write_member(
             )
     consolidated = group.metadata.consolidated_metadata is not None
     parent_component = "/".join(component.split("/")[:-1])
+    check_remote_location(url.rstrip("/") + "/" + component, what)  # before any pass over the data
 
     def before_commit() -> None:
         if parent_component:
@@ -340,6 +341,7 @@ def _write_remote(
             message(where, "an existing Zarr array to replace", "a group", "Choose another component name.")
         )
     parent_component = "/".join(component.split("/")[:-1])
+    check_remote_location(url.rstrip("/") + "/" + component, what)  # before any pass over the data
 
     def before_commit() -> None:
         if parent_component:
