@@ -228,7 +228,11 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     if args.only == "simulate":
         result = json.loads(args.out.read_text()) if args.out.exists() else {"benchmark": "bench_scale"}
         result["machine"] = machine_info()
-        result["simulation"] = simulation(args, work)
+        sim = simulation(args, work)
+        new = {r["n_chunks"] for r in sim["rows"]}  # rows of other chunk counts from an earlier run are kept
+        kept = [r for r in result.get("simulation", {}).get("rows", []) if r["n_chunks"] not in new]
+        sim["rows"] = sorted(kept + sim["rows"], key=lambda r: r["n_chunks"])
+        result["simulation"] = sim
         write_json(result, args.out)
         print(f"wrote {args.out}")
         return result
