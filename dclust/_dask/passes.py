@@ -364,7 +364,12 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
         layer[(name, g)] = Task(
             (name, g), _run_group, TaskRef(params_key), _compact(blocks), source, data, extra, *others,
         )
-    deps = [X] + [a for a in aligned if a is not None]
+    deps = [a for a in aligned if a is not None]
+    if reader is not None:  # only the source object is needed: not X's layer of one getter task per chunk, which the
+        source_key = reader.source.key  # scheduler would otherwise receive and cull on every pass
+        layer[source_key] = X.__dask_graph__()[source_key]
+    else:
+        deps.insert(0, X)
     return HighLevelGraph.from_collections(name, layer, dependencies=deps), name
 
 
