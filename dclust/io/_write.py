@@ -282,7 +282,6 @@ def _write_member(
             )
     consolidated = group.metadata.consolidated_metadata is not None
     parent_component = "/".join(component.split("/")[:-1])
-    check_remote_location(url.rstrip("/") + "/" + component, what)  # before any pass over the data
 
     def before_commit() -> None:
         if parent_component:
