@@ -5,6 +5,7 @@ the JSON report. Commands reach a real process-based LocalCluster with ``--sched
 from __future__ import annotations
 
 import os
+import tempfile
 
 import dask.dataframe as dd
 import numpy as np
@@ -150,7 +151,8 @@ def test_storage_option_values_and_locations():
     assert _storage_options(None) is None
     assert _location("s3://bkt/pts.zarr") == "s3://bkt/pts.zarr"
     assert _location("gs://bkt/a b.parquet") == "gs://bkt/a b.parquet"
-    assert _location("file:///tmp/x.zarr") == "/tmp/x.zarr"
+    local = os.path.join(tempfile.gettempdir(), "x.zarr")
+    assert _location("file://" + local) == local
     assert _location("rel/x.zarr") == os.path.abspath("rel/x.zarr") and _location(None) is None
 
 
