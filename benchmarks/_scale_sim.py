@@ -79,7 +79,7 @@ def dclust_pass_graph_bytes(X) -> int:
     from dclust._dask.passes import map_reduce
     from dclust.kernels.stats import ClusterStats
 
-    return graph_bytes(map_reduce(_stats_partial, ClusterStats.merge_all, X, None, centres=np.zeros((K, D))))
+    return graph_bytes(map_reduce(_stats_partial, ClusterStats.merge_all, X, None, centers=np.zeros((K, D))))
 
 
 def scheduler_cpu(client) -> float:

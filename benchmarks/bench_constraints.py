@@ -164,8 +164,8 @@ def run(args, client) -> dict:
     from dclust.constraints import greedy_coloring
 
     t0 = time.perf_counter()
-    n_colours = int(greedy_coloring(G)[1].max() + 1) if G.n_links else 0
-    t_colour = time.perf_counter() - t0
+    n_colors = int(greedy_coloring(G)[1].max() + 1) if G.n_links else 0
+    t_color = time.perf_counter() - t0
     from dclust._dask.gmpr import LinkPlan
 
     def plan_bytes(g):
@@ -175,10 +175,10 @@ def run(args, client) -> dict:
     graph = {"n_links": G.n_links, "n_must": G.n_must, "n_cannot": G.n_cannot, "block_pairs": len(G.block_pairs()),
              "nbytes": G.nbytes, "bytes_per_link": G.nbytes / max(G.n_links, 1), "half_links": half.n_links,
              "half_nbytes": half.nbytes, "build_seconds": t_build, "write_seconds": t_write, "read_seconds": t_read,
-             "colouring_seconds": t_colour, "n_colours": n_colours, "path": str(gpath),
+             "coloring_seconds": t_color, "n_colors": n_colors, "path": str(gpath),
              "gmpr_plan_nbytes": plan_bytes(G), "gmpr_plan_half_nbytes": plan_bytes(half),
              "gmpr_endpoint_rows_nbytes": 2 * G.n_links * args.d * 8}
-    print(f"  graph: {G}  ({fmt_bytes(G.nbytes)}, {n_colours} colours)", flush=True)
+    print(f"  graph: {G}  ({fmt_bytes(G.nbytes)}, {n_colors} colours)", flush=True)
 
     it = args.iters
     common = dict(random_state=args.seed)
@@ -202,7 +202,7 @@ def run(args, client) -> dict:
             model, r = fit_timed(client, f"RDPMeans ({mode})", lambda: RDPMeans(
                 lam=args.lam, xi0=1.0, xi_rate=2.0, max_iter=it, mode=mode, **common), X, constraints=G)
             labels = np.asarray(model.labels_.compute())
-            r.update(n_colours=model.n_colors_, n_violated=list(model.n_violated_),
+            r.update(n_colors=model.n_colors_, n_violated=list(model.n_violated_),
                      ari=dclust.metrics.adjusted_rand_score(y, labels))
             runs.append(r)
         if "gmpr" not in args.skip:
@@ -251,7 +251,7 @@ def report(res: dict) -> str:
     g = res["graph"]
     rows = [[r["name"], r["n_iter"], f"{r['seconds_per_iteration']:.3f}", f"{r['per_iteration_vs_dpmeans']:.2f}x",
              f"{r['per_iteration_vs_kmeans']:.2f}x",
-             f"{r['first_iteration_seconds']:.3f}", r.get("n_colours", "-"), r["n_clusters"],
+             f"{r['first_iteration_seconds']:.3f}", r.get("n_colors", "-"), r["n_clusters"],
              fmt_bytes(r["peak_worker_memory"]), f"{r['ari']:.3f}" if "ari" in r else "-"] for r in res["runs"]]
     texts = [print_table(rows, ["method", "iters", "s/iter", "vs DPMeans", "vs KMeans", "1st iter s", "colour phases", "K",
                                 "peak worker mem", "ARI"],
@@ -260,7 +260,7 @@ def report(res: dict) -> str:
     texts.append(f"  graph: {fmt_bytes(g['nbytes'])} for {g['n_links']:,} links ({g['bytes_per_link']:.1f} B/link); "
                  f"{fmt_bytes(g['half_nbytes'])} for {g['half_links']:,} links; build {g['build_seconds']:.2f} s, "
                  f"write {g['write_seconds']:.2f} s, read {g['read_seconds']:.2f} s, colouring "
-                 f"{g['colouring_seconds']:.2f} s ({g['n_colours']} colours)")
+                 f"{g['coloring_seconds']:.2f} s ({g['n_colors']} colours)")
     texts.append(f"  GM-PR link plan: {fmt_bytes(g['gmpr_plan_nbytes'])} for {g['n_links']:,} links "
                  f"({g['gmpr_plan_nbytes'] / g['n_links']:.1f} B/link); {fmt_bytes(g['gmpr_plan_half_nbytes'])} for "
                  f"{g['half_links']:,} links ({g['gmpr_plan_half_nbytes'] / max(g['half_links'], 1):.1f} B/link); "

@@ -141,8 +141,8 @@ def anytime(args, client) -> dict:
     X = dclust.open_array(path)
     lam = args.lam
 
-    def full_objective(centres):
-        return float(reduce_stats(X, None, centres).cost + lam * centres.shape[0])
+    def full_objective(centers):
+        return float(reduce_stats(X, None, centers).cost + lam * centers.shape[0])
 
     times = []
     for _ in range(3):  # one streaming pass: the I/O floor (the first pass also warms the workers)

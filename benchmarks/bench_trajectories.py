@@ -102,14 +102,14 @@ def features(flights, n_lat=10, n_lon=20, max_points=60, noise=0.1):
         P, V = p[idx], v[idx]
         alpha = np.linalg.solve(k(P, P) + noise * np.eye(len(P)), V)
         out[i] = (k(grid, P) @ alpha).T.ravel()
-    centre = (lo + hi) / 2
-    return out, centre
+    center = (lo + hi) / 2
+    return out, center
 
 
-def flows(flights, centre):
+def flows(flights, center):
     """Proxy label: (entry octant, exit octant) of the flight around the region's centre."""
     def octant(pt):
-        ang = np.arctan2(pt[0] - centre[0], (pt[1] - centre[1]) * np.cos(np.deg2rad(centre[0])))
+        ang = np.arctan2(pt[0] - center[0], (pt[1] - center[1]) * np.cos(np.deg2rad(center[0])))
         return int(np.floor((ang + np.pi) / (np.pi / 4))) % 8
     return np.array([8 * octant(p[0]) + octant(p[-1]) for _, p, _ in flights], dtype=np.int64)
 
@@ -128,8 +128,8 @@ def main(argv=None) -> dict:
 
     t0 = time.perf_counter()
     flights = load_flights(args)
-    X, centre = features(flights)
-    y = flows(flights, centre)
+    X, center = features(flights)
+    y = flows(flights, center)
     counts = np.bincount(y, minlength=64)
     keep = counts[y] >= args.min_flow
     k = int((counts >= args.min_flow).sum())

@@ -405,21 +405,21 @@ def moving_gaussians(
         return np.stack([r * np.cos(a), r * np.sin(a)], axis=1)
 
     start = initial_clusters if process == "paper-code" else n_clusters
-    centres = {i: rng.uniform(0, 1, size=2) for i in range(start)}
+    centers = {i: rng.uniform(0, 1, size=2) for i in range(start)}
     next_id = start
     batches, labels, snapshots = [], [], []
     for t in range(n_steps):
         if process == "paper-code" and t > 0:
-            for i in list(centres):
+            for i in list(centers):
                 if rng.random() < death_prob:
-                    del centres[i]
+                    del centers[i]
                 else:
-                    centres[i] = fold(centres[i] + radial(1)[0])
-            if rng.random() < birth_prob or not centres:
-                centres[next_id] = rng.uniform(0, 1, size=2)
+                    centers[i] = fold(centers[i] + radial(1)[0])
+            if rng.random() < birth_prob or not centers:
+                centers[next_id] = rng.uniform(0, 1, size=2)
                 next_id += 1
-        ids = np.array(sorted(centres), dtype=np.int64)
-        C = np.array([centres[i] for i in ids])
+        ids = np.array(sorted(centers), dtype=np.int64)
+        C = np.array([centers[i] for i in ids])
         y = np.repeat(ids, points_per_cluster)
         base = np.repeat(C, points_per_cluster, axis=0)
         off = radial(y.size) if process == "paper-code" else rng.normal(0.0, std, size=(y.size, 2))
@@ -427,13 +427,13 @@ def moving_gaussians(
         labels.append(y)
         snapshots.append(C)
         if process == "per-axis":
-            for i in list(centres):
+            for i in list(centers):
                 if rng.random() < death_prob:
-                    del centres[i]
-                    centres[next_id] = rng.uniform(0, 1, size=2)
+                    del centers[i]
+                    centers[next_id] = rng.uniform(0, 1, size=2)
                     next_id += 1
-            for i in list(centres):
-                centres[i] = fold(centres[i] + rng.normal(0.0, std, size=2))
+            for i in list(centers):
+                centers[i] = fold(centers[i] + rng.normal(0.0, std, size=2))
     return MovingGaussians(batches, labels, snapshots)
 __all__ += ["MovingGaussians", "moving_gaussians"]
 

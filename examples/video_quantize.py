@@ -58,7 +58,7 @@ def main(argv=None) -> dict:
     k = max(1, round(dm["summary"]["k_median"]))
     job("kmeans", "kmeans", k=k, lam=None, T_Q=None, k_tau=None)
     job("dpmeans", "dpmeans", lam=args.lam, T_Q=None, k_tau=None)
-    print(f"{'method':<10} {'PSNR dB':>8} {'median |f-1|':>13} {'colours':>8} {'frames/s':>9}")
+    print(f"{'method':<10} {'PSNR dB':>8} {'median |f-1|':>13} {'colors':>8} {'frames/s':>9}")
     for name, s in results.items():
         print(f"{name:<10} {s['psnr']:>8.2f} {s['flicker_median_abs_dev']:>13.4f} {s['k_median']:>8.1f} "
               f"{s['fps']:>9.1f}")

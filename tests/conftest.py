@@ -15,9 +15,9 @@ sys.path.insert(0, os.path.dirname(__file__))  # tests/_support: helpers shared 
 def blobs():
     """3,000 x 3 float64 points in 5 Gaussian blobs, with true labels."""
     rng = np.random.default_rng(1)
-    centres = rng.uniform(-10, 10, size=(5, 3))
+    centers = rng.uniform(-10, 10, size=(5, 3))
     y = rng.integers(0, 5, size=3000)
-    X = centres[y] + rng.normal(size=(3000, 3))
+    X = centers[y] + rng.normal(size=(3000, 3))
     return X, y
 
 

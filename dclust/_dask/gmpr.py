@@ -225,18 +225,18 @@ def estep(X: da.Array, plan: LinkPlan, params: MixtureParams, split_every=None, 
     return tree_reduce(parts, GaussianStats.merge_all, split_every=split_every).compute()[()]
 
 
-def _init_kernel(Xb, *, offset, block_index, class_centres, sub_centres, diag):
+def _init_kernel(Xb, *, offset, block_index, class_centers, sub_centers, diag):
     X = np.asarray(Xb, dtype=np.float64)
-    M, K, D = sub_centres.shape
+    M, K, D = sub_centers.shape
     if not np.isfinite(X).all():
         out = GaussianStats.identity(M * K, D, M, diag)
         out.bad_block = block_index
         return out
-    cls = _nearest(X, class_centres)
+    cls = _nearest(X, class_centers)
     sub = np.empty(X.shape[0], dtype=np.intp)
     for m in range(M):
         rows = cls == m
-        sub[rows] = _nearest(X[rows], sub_centres[m])
+        sub[rows] = _nearest(X[rows], sub_centers[m])
     R = np.zeros((X.shape[0], M * K))
     R[np.arange(X.shape[0]), cls * K + sub] = 1.0
     return GaussianStats.from_weights(X, R, M, diag, class_counts=np.bincount(cls, minlength=M).astype(float))
@@ -247,11 +247,11 @@ def _nearest(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     return np.argmin(d, axis=1) if X.shape[0] else np.zeros(0, dtype=np.intp)
 
 
-def init_stats(X: da.Array, class_centres: np.ndarray, sub_centres: np.ndarray, diag: bool,
+def init_stats(X: da.Array, class_centers: np.ndarray, sub_centers: np.ndarray, diag: bool,
                split_every=None) -> GaussianStats:
     """One pass: hard statistics of the rows assigned to their nearest class centre, then to the nearest of that
     class's sub-centres (ALGORITHMS.md 6.5 steps 2 and 3)."""
-    parts = map_partials(_init_kernel, X, class_centres=class_centres, sub_centres=sub_centres, diag=diag)
+    parts = map_partials(_init_kernel, X, class_centers=class_centers, sub_centers=sub_centers, diag=diag)
     return tree_reduce(parts, GaussianStats.merge_all, split_every=split_every).compute()[()]
 
 

@@ -25,14 +25,14 @@ __all__ = [
 ]
 
 
-def reduce_stats(X: da.Array, w, centres: np.ndarray, split_every=None) -> ClusterStats:
+def reduce_stats(X: da.Array, w, centers: np.ndarray, split_every=None) -> ClusterStats:
     """One pass: nearest-centre statistics of all rows, tree-reduced."""
-    C = np.asarray(centres, dtype=np.float64)
-    return map_reduce(_stats_partial, ClusterStats.merge_all, X, w, split_every=split_every, centres=C).compute()[()]
+    C = np.asarray(centers, dtype=np.float64)
+    return map_reduce(_stats_partial, ClusterStats.merge_all, X, w, split_every=split_every, centers=C).compute()[()]
 
 
-def _stats_partial(Xb, wb, *, offset, block_index, centres):
-    return block_stats(Xb, centres, wb, offset=offset, block_index=block_index)
+def _stats_partial(Xb, wb, *, offset, block_index, centers):
+    return block_stats(Xb, centers, wb, offset=offset, block_index=block_index)
 
 
 def take_rows(X: da.Array, index) -> np.ndarray:
@@ -70,13 +70,13 @@ def _sample_partial(Xb, wb, *, offset, block_index, mix, threshold):
     return rows[ok], w[ok]
 
 
-def _round_partial(Xb, wb, *, offset, block_index, centres, oversampling, phi, mix):
+def _round_partial(Xb, wb, *, offset, block_index, centers, oversampling, phi, mix):
     """One k-means|| round on a block: the weight of the rows nearest to every centre, the rows kept with
     probability ``min(1, l * w * D(x)^2 / phi)`` (uniforms from the row keys) with their weights, the potential."""
-    labels, dist = nearest(Xb, centres)
+    labels, dist = nearest(Xb, centers)
     w = np.ones(Xb.shape[0]) if wb is None else np.asarray(wb, dtype=np.float64)
     finite = np.isfinite(dist) & (w > 0)
-    counts = np.bincount(labels[finite], weights=w[finite], minlength=centres.shape[0])
+    counts = np.bincount(labels[finite], weights=w[finite], minlength=centers.shape[0])
     pot = np.where(finite, w * np.where(finite, dist, 0.0), 0.0)
     u = order_keys(mix, np.arange(offset, offset + Xb.shape[0])).astype(np.float64) / 2.0**64
     keep = np.flatnonzero(u < np.minimum(1.0, oversampling * pot / phi)) if phi > 0 else np.empty(0, np.int64)
@@ -121,7 +121,7 @@ def kmeans_parallel(
     weights = np.ones(C.shape[0])
     for r in range(rounds):
         counts, rows, row_w, phi_now = map_reduce(
-            _round_partial, _merge_round, X, w, split_every=split_every, centres=C,
+            _round_partial, _merge_round, X, w, split_every=split_every, centers=C,
             oversampling=oversampling_factor * k, phi=phi, mix=seed_mix(seed + 1 + r),
         ).compute()[()]
         C = np.vstack([C, rows])
@@ -137,8 +137,8 @@ def kmeans_parallel(
     return lloyd(C, weights, kmeans_plusplus(C, weights, k, rng), max_iter=30)[0]
 
 
-def _farthest_partial(Xb, wb, *, offset, block_index, centres, m):
-    _, dist = nearest(Xb, centres)
+def _farthest_partial(Xb, wb, *, offset, block_index, centers, m):
+    _, dist = nearest(Xb, centers)
     dist = np.where(np.isnan(dist), -np.inf, dist)
     if wb is not None:
         dist = np.where(np.asarray(wb) > 0, dist, -np.inf)  # zero-weight rows can't become centres
@@ -154,11 +154,11 @@ def _merge_farthest(parts, m):
     return d[order], i[order], x[order]
 
 
-def farthest_rows(X: da.Array, w, centres: np.ndarray, m: int, split_every=None):
+def farthest_rows(X: da.Array, w, centers: np.ndarray, m: int, split_every=None):
     """The ``m`` rows farthest from their nearest centre (ties: lowest index): (distances, indices, rows)."""
-    C = np.asarray(centres, dtype=np.float64)
+    C = np.asarray(centers, dtype=np.float64)
     return map_reduce(_farthest_partial, functools.partial(_merge_farthest, m=m), X, w, split_every=split_every,
-                      centres=C, m=m).compute()[()]
+                      centers=C, m=m).compute()[()]
 
 
 def furthest_first(X: da.Array, k: int, start: np.ndarray, split_every=None) -> tuple[np.ndarray, np.ndarray]:

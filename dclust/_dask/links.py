@@ -83,8 +83,8 @@ class LinkLayout:
     nodes: np.ndarray  # global rows
     block: np.ndarray
     local: np.ndarray  # row within its block
-    colour: np.ndarray
-    n_colours: int
+    color: np.ndarray
+    n_colors: int
     adj: Any  # scipy CSR (n_nodes, n_nodes), signed values
     ptr: np.ndarray  # (n_blocks + 1,)
     pair_a: np.ndarray  # links as node ids (each pair once) and signed values
@@ -108,11 +108,11 @@ class LinkLayout:
             else np.zeros(0, np.int64)
         nb_blocks = len(self.chunks)
         self.phases = []
-        for c in range(self.n_colours):
+        for c in range(self.n_colors):
             per_block = []
             for b in range(nb_blocks):
                 lo, hi = int(self.ptr[b]), int(self.ptr[b + 1])
-                slots = np.flatnonzero(self.colour[lo:hi] == c)
+                slots = np.flatnonzero(self.color[lo:hi] == c)
                 if slots.size == 0:
                     per_block.append(None)
                     continue
@@ -130,14 +130,14 @@ def build_layout(graph, chunks: tuple[int, ...], mode: str) -> LinkLayout:
     """Colour the link graph (greedy, largest degree first; ``mode="jacobi"``: one class) and lay it out by block."""
     nodes, adj = link_adjacency(graph)
     if mode == "jacobi" or nodes.size == 0:
-        colour = np.zeros(nodes.size, dtype=np.int32)
+        color = np.zeros(nodes.size, dtype=np.int32)
     else:
-        colour = greedy_coloring(graph)[1]
+        color = greedy_coloring(graph)[1]
     offsets = block_offsets(chunks)
     block = np.searchsorted(offsets, nodes, side="right") - 1
     ptr = np.searchsorted(block, np.arange(len(chunks) + 1), side="left")
     a, b, s = graph.pairs()
     v = s * graph.weights()
-    n_colours = int(colour.max()) + 1 if colour.size else 0
-    return LinkLayout(tuple(chunks), nodes, block, nodes - offsets[block], colour, n_colours, adj, ptr,
+    n_colors = int(color.max()) + 1 if color.size else 0
+    return LinkLayout(tuple(chunks), nodes, block, nodes - offsets[block], color, n_colors, adj, ptr,
                       np.searchsorted(nodes, a), np.searchsorted(nodes, b), v.astype(np.float64))

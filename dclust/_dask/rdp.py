@@ -75,7 +75,7 @@ def records_from(state: dict) -> list[RDPPassRecord]:
 @dataclass
 class PassResult:
     stats: ClusterStats  # every row, labels in the pass's centre space
-    centres: np.ndarray  # snapshot followed by the centres opened in the pass
+    centers: np.ndarray  # snapshot followed by the centres opened in the pass
     record: RDPPassRecord
     driver_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows labelled on the driver
     driver_labels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -199,7 +199,7 @@ def _fused_block(part, phases, state, c, *, lam, xi, kind):
     pb = phases[0][c]
     C, z = state[0], state[1]
     res = linked_block(Xl, index, sel=pb.sel, indptr=pb.indptr, cols=pb.cols, vals=pb.vals, z_nb=z[pb.nb],
-                       centres=C, lam=lam, xi=xi, kind=kind, start=0, max_proposals=np.iinfo(np.int64).max)
+                       centers=C, lam=lam, xi=xi, kind=kind, start=0, max_proposals=np.iinfo(np.int64).max)
     return res, pb.ids, index[pb.sel]
 
 
@@ -243,7 +243,7 @@ def _phase_parts(layout):
     if layout.phase_parts is None:
         import dask.array as da
 
-        per_block = [tuple(layout.phases[c][b] for c in range(layout.n_colours)) for b in range(len(layout.chunks))]
+        per_block = [tuple(layout.phases[c][b] for c in range(layout.n_colors)) for b in range(len(layout.chunks))]
         layout.phase_parts = da.from_array(object_array(per_block), chunks=1, name=fresh_name(_phase_parts)).persist()
     return layout.phase_parts
 
@@ -255,11 +255,11 @@ def _epoch_task(epoch, C, *, lam, kind):
     return v, np.vstack([C, v[6]])
 
 
-def _colour_state(v, z):
+def _color_state(v, z):
     return v[1], z, [], []
 
 
-def _colour_graph(lparts, layout, state, *, lam, xi, kind, mix):
+def _color_graph(lparts, layout, state, *, lam, xi, kind, mix):
     """The task specs of all colour phases of a pass, starting from ``state`` (a task spec giving
     ``(C, z, stats, order)``). Returns ``(dsk, last key, dependencies)`` or None without colour phases."""
     from dask._task_spec import DataNode, List, Task, TaskRef
@@ -270,7 +270,7 @@ def _colour_graph(lparts, layout, state, *, lam, xi, kind, mix):
     phase_keys = list(pparts.__dask_keys__())
     dsk: dict = {}
     last = None
-    for c in range(layout.n_colours):
+    for c in range(layout.n_colors):
         blocks = [b for b, pb in enumerate(layout.phases[c]) if pb is not None]
         if not blocks:
             continue
@@ -287,7 +287,7 @@ def _colour_graph(lparts, layout, state, *, lam, xi, kind, mix):
     return None if last is None else (dsk, last, tag, [lparts, pparts])
 
 
-def _finish_colours(out, z, total, order_out):
+def _finish_colors(out, z, total, order_out):
     C, z_new, stats, order = out
     z[:] = z_new
     total.extend(stats)
@@ -295,7 +295,7 @@ def _finish_colours(out, z, total, order_out):
     return C
 
 
-def _colour_phases_fused(lparts, layout, C, z, *, lam, xi, kind, mix, total, order_out):
+def _color_phases_fused(lparts, layout, C, z, *, lam, xi, kind, mix, total, order_out):
     """All colour phases of a pass in ONE task graph (one round trip): phase ``c``'s block tasks read the state
     left by phase ``c - 1``'s validation task, which runs on a worker instead of the driver. Each phase is one
     OCC epoch (``max_proposals`` applies to phase 0 only): still serial RDP-means on the recorded order.
@@ -306,18 +306,18 @@ def _colour_phases_fused(lparts, layout, C, z, *, lam, xi, kind, mix, total, ord
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
 
-    if lparts is None or layout.n_colours == 0:
+    if lparts is None or layout.n_colors == 0:
         return C
-    g = _colour_graph(lparts, layout, DataNode(None, (C, z, [], [])), lam=lam, xi=xi, kind=kind, mix=mix)
+    g = _color_graph(lparts, layout, DataNode(None, (C, z, [], [])), lam=lam, xi=xi, kind=kind, mix=mix)
     if g is None:
         return C
     dsk, last, tag, deps = g
     graph = HighLevelGraph.from_collections(f"{tag}-validate", dsk, dependencies=deps)
     out = Delayed(last, graph, layer=f"{tag}-validate").compute()
-    return _finish_colours(out, z, total, order_out)
+    return _finish_colors(out, z, total, order_out)
 
 
-def _first_epoch_and_colours(X, lparts, layout, rule: RDPRule, z, *, lo, hi, xi, mix, split_every, order_out):
+def _first_epoch_and_colors(X, lparts, layout, rule: RDPRule, z, *, lo, hi, xi, mix, split_every, order_out):
     """Phase 0's first epoch (keys ``[lo, hi]``), its validation (in a task) and all colour phases in ONE graph
     and one ``dask.compute``. The colour phases start from the centres of that epoch, so they are kept only if
     it finished phase 0 (``hi`` is the last key). Returns ``(epoch record, n_rows, colours done)``."""
@@ -332,9 +332,9 @@ def _first_epoch_and_colours(X, lparts, layout, rule: RDPRule, z, *, lo, hi, xi,
     dsk = {vkey: Task(vkey, _epoch_task, TaskRef(ekey), rule.centers, lam=rule.lam, kind=rule.kind)}
     deps = [epoch]
     g = None
-    if hi == KEY_END - 1 and lparts is not None and layout.n_colours:
-        dsk[skey] = Task(skey, _colour_state, TaskRef(vkey), z)
-        g = _colour_graph(lparts, layout, TaskRef(skey), lam=rule.lam, xi=xi, kind=rule.kind, mix=mix)
+    if hi == KEY_END - 1 and lparts is not None and layout.n_colors:
+        dsk[skey] = Task(skey, _color_state, TaskRef(vkey), z)
+        g = _color_graph(lparts, layout, TaskRef(skey), lam=rule.lam, xi=xi, kind=rule.kind, mix=mix)
     if g is not None:
         dsk.update(g[0])
         deps += g[3]
@@ -345,7 +345,7 @@ def _first_epoch_and_colours(X, lparts, layout, rule: RDPRule, z, *, lo, hi, xi,
     part, n_rows, index = v[0], v[1], v[2]
     accepted = rule.record(*(v[:1] + v[2:]))
     if g is not None:
-        rule.centers = _finish_colours(out[1], z, rule.total, order_out)
+        rule.centers = _finish_colors(out[1], z, rule.total, order_out)
     return KeyedEpoch(lo, hi, index, accepted), n_rows, g is not None or hi == KEY_END - 1
 
 
@@ -369,10 +369,10 @@ def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_pro
             rate = opening_rate(rule.driver_labels[-1], C.shape[0])
     linked_order: list[np.ndarray] = []
     epochs: list[KeyedEpoch] = []
-    colours_done = False
+    colors_done = False
     if start < KEY_END:
         hi = next_epoch_end(start, X.shape[0], rate, max_proposals)
-        ep, n_rows, colours_done = _first_epoch_and_colours(X, lparts, layout, rule, z, lo=start, hi=hi, xi=xi,
+        ep, n_rows, colors_done = _first_epoch_and_colors(X, lparts, layout, rule, z, lo=start, hi=hi, xi=xi,
                                                             mix=mix, split_every=split_every,
                                                             order_out=linked_order)
         epochs.append(ep)
@@ -381,8 +381,8 @@ def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_pro
                                  rate=ep.proposals.size / max(n_rows + ep.proposals.size, 1),
                                  max_proposals=max_proposals, split_every=split_every)
             epochs += more
-    if not colours_done:
-        rule.centers = _colour_phases_fused(lparts, layout, rule.centers, z, lam=lam, xi=xi, kind=kind, mix=mix,
+    if not colors_done:
+        rule.centers = _color_phases_fused(lparts, layout, rule.centers, z, lam=lam, xi=xi, kind=kind, mix=mix,
                                             total=rule.total, order_out=linked_order)
     C = rule.centers
     stats = ClusterStats.merge_all(rule.total) if rule.total else ClusterStats.identity(C.shape[0], X.shape[1])
@@ -399,7 +399,7 @@ def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_pro
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _labels_block(Xb, arg, *, offset, block_index, mix, epochs, centres, remap, kind):
+def _labels_block(Xb, arg, *, offset, block_index, mix, epochs, centers, remap, kind):
     linked, linked_labels, drv_rows, drv_labels = arg
     n = Xb.shape[0]
     out = np.full(n, -1, dtype=np.int64)
@@ -408,7 +408,7 @@ def _labels_block(Xb, arg, *, offset, block_index, mix, epochs, centres, remap, 
         for lo, hi, k in epochs:
             rows = np.flatnonzero((keys >= np.uint64(lo)) & (keys <= np.uint64(hi)))
             if rows.size:
-                out[rows] = divergence_nearest(Xb[rows], centres[:k], kind)[0]
+                out[rows] = divergence_nearest(Xb[rows], centers[:k], kind)[0]
     out[drv_rows - offset] = drv_labels
     out[linked] = linked_labels
     return remap[out].astype(np.int32)
@@ -437,7 +437,7 @@ def final_labels(X, layout: LinkLayout, result: PassResult, z_pass, remap, *, mi
         lo, hi = int(layout.ptr[b]), int(layout.ptr[b + 1])
         args.append((layout.local[lo:hi], z_pass[lo:hi], result.driver_rows[m], result.driver_labels[m]))
     remap = np.append(np.asarray(remap, dtype=np.int64), -1)  # index -1 (never left) stays -1
-    parts = map_with_args(_labels_block, X, args, mix=mix, epochs=epochs, centres=result.centres, remap=remap,
+    parts = map_with_args(_labels_block, X, args, mix=mix, epochs=epochs, centers=result.centers, remap=remap,
                           kind=kind)
     return da.concatenate([parts.blocks[b].map_blocks(_unbox, dtype=np.int32, chunks=((X.chunks[0][b],),))
                            for b in range(nb)]) if nb else da.zeros(0, dtype=np.int32)

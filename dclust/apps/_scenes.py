@@ -45,7 +45,7 @@ class _Object:
         heading = rng.uniform(0, 2 * np.pi)
         self.vel = speed * np.array([np.cos(heading), np.sin(heading)])
         self.yaw = rng.uniform(0, np.pi)
-        self.colour = _PALETTE[oid % len(_PALETTE)]
+        self.color = _PALETTE[oid % len(_PALETTE)]
         if kind == "box":
             self.size = rng.uniform(0.6, 1.1, 3)
         elif kind == "sphere":
@@ -86,12 +86,12 @@ class MovingObjectsScene:
     frames every time it is iterated)."""
 
     def __init__(self, n_frames: int, n_points: int, n_objects: int, arena: float, speed: float,
-                 replace_prob: float, noise: float, colour_noise: float, separation: float, plane_width: float,
+                 replace_prob: float, noise: float, color_noise: float, separation: float, plane_width: float,
                  random_state: int) -> None:
         self.n_frames, self.n_points, self.n_objects = n_frames, n_points, n_objects
         self.separation, self.plane_width = separation, plane_width
         self.arena, self.speed, self.replace_prob = arena, speed, replace_prob
-        self.noise, self.colour_noise, self.random_state = noise, colour_noise, random_state
+        self.noise, self.color_noise, self.random_state = noise, color_noise, random_state
 
     def __len__(self) -> int:
         return self.n_frames
@@ -162,7 +162,7 @@ class MovingObjectsScene:
             p = p + np.array([o.pos[0], o.pos[1], o.height])
             xyz.append(p)
             nrm.append(q)
-            rgb.append(np.clip(o.colour + rng.normal(0, self.colour_noise, (int(n), 3)), 0, 1))
+            rgb.append(np.clip(o.color + rng.normal(0, self.color_noise, (int(n), 3)), 0, 1))
             ids.append(np.full(int(n), o.id, np.int64))
         xyz_a = np.concatenate(xyz)
         xyz_a += rng.normal(0, self.noise, xyz_a.shape)
@@ -179,7 +179,7 @@ def _check(name: str, ok: bool, expected: str, value: object) -> None:
 
 def moving_objects_scene(n_frames: int = 60, n_points: int = 30_000, n_objects: int = 6, *, arena: float = 12.0,
                          speed: float = 0.08, replace_prob: float = 0.01, noise: float = 0.01,
-                         colour_noise: float = 0.03, separation: float = 2.5, plane_width: float = 1.4,
+                         color_noise: float = 0.03, separation: float = 2.5, plane_width: float = 1.4,
                          random_state: int = 0) -> MovingObjectsScene:
     """A sequence of point-cloud frames of moving boxes, spheres and planes, with ground-truth object ids.
 
@@ -226,9 +226,9 @@ def moving_objects_scene(n_frames: int = 60, n_points: int = 30_000, n_objects: 
     _check("speed", speed >= 0, "a float >= 0", speed)
     _check("replace_prob", 0 <= replace_prob <= 1, "a probability in [0, 1]", replace_prob)
     _check("noise", noise >= 0, "a float >= 0", noise)
-    _check("colour_noise", colour_noise >= 0, "a float >= 0", colour_noise)
+    _check("color_noise", color_noise >= 0, "a float >= 0", color_noise)
     _check("separation", separation >= 0, "a float >= 0", separation)
     _check("plane_width", plane_width > 0, "a float > 0", plane_width)
     return MovingObjectsScene(int(n_frames), int(n_points), int(n_objects), float(arena), float(speed),
-                              float(replace_prob), float(noise), float(colour_noise), float(separation),
+                              float(replace_prob), float(noise), float(color_noise), float(separation),
                               float(plane_width), int(random_state))

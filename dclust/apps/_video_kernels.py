@@ -98,9 +98,9 @@ def features(pixels: np.ndarray, colorspace: str) -> np.ndarray:
     return srgb_to_lab(P) if colorspace == "lab" else P.astype(np.float64)
 
 
-def palette_rgb(centres: np.ndarray, colorspace: str) -> np.ndarray:
+def palette_rgb(centers: np.ndarray, colorspace: str) -> np.ndarray:
     """uint8 RGB of feature-space centres (the same conversion for every pixel of a cluster)."""
-    C = np.asarray(centres, dtype=np.float64).reshape(-1, 3)
+    C = np.asarray(centers, dtype=np.float64).reshape(-1, 3)
     return lab_to_srgb(C) if colorspace == "lab" else np.clip(np.rint(C), 0, 255).astype(np.uint8)
 
 

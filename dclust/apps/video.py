@@ -110,7 +110,7 @@ class Palette:
     """One frame's palette: persistent ids, centres in the colour space, their RGB, and the fit's counts."""
 
     ids: np.ndarray
-    centres: np.ndarray
+    centers: np.ndarray
     rgb: np.ndarray
     births: int = 0
     deaths: int = 0
@@ -119,7 +119,7 @@ class Palette:
     converged: bool = True
 
     def to_json(self) -> dict:
-        return {"ids": self.ids.tolist(), "centres": self.centres.tolist(), "rgb": self.rgb.tolist(),
+        return {"ids": self.ids.tolist(), "centres": self.centers.tolist(), "rgb": self.rgb.tolist(),
                 "births": self.births, "deaths": self.deaths, "revivals": self.revivals, "n_iter": self.n_iter,
                 "converged": self.converged}
 
@@ -130,13 +130,13 @@ class Palette:
                    int(d["revivals"]), int(d["n_iter"]), bool(d["converged"]))
 
 
-def _top(ids, centres, counts, max_colors):
+def _top(ids, centers, counts, max_colors):
     """The ``max_colors`` clusters with the most sample pixels (lower id first on ties), in id order."""
     if max_colors is None or ids.size <= max_colors:
-        return ids, centres
+        return ids, centers
     order = np.lexsort((ids, -counts))[:max_colors]
     keep = np.sort(order)
-    return ids[keep], centres[keep]
+    return ids[keep], centers[keep]
 
 
 class _DMeansFitter:
@@ -150,11 +150,11 @@ class _DMeansFitter:
             warnings.simplefilter("ignore", ConvergenceWarning)
             m = self.model.partial_fit(X)
         seen = m.ages_ == 1
-        ids, centres = m.cluster_ids_[seen], m.cluster_centers_[seen]
+        ids, centers = m.cluster_ids_[seen], m.cluster_centers_[seen]
         counts = np.array([np.count_nonzero(m.labels_ == i) for i in ids]) if self.p["max_colors"] else None
-        ids, centres = _top(ids, centres, counts, self.p["max_colors"])
+        ids, centers = _top(ids, centers, counts, self.p["max_colors"])
         h = m.history_
-        return Palette(ids, centres, palette_rgb(centres, self.p["colorspace"]), int(h["births"][-1]),
+        return Palette(ids, centers, palette_rgb(centers, self.p["colorspace"]), int(h["births"][-1]),
                        int(h["deaths"][-1]), int(h["revivals"][-1]), int(m.n_iter_), bool(m.converged_))
 
     def save(self, directory: str, n: int) -> str:
@@ -187,23 +187,23 @@ class _KMeansFitter:
 
     def __init__(self, p: dict) -> None:
         self.p = p
-        self.centres: np.ndarray | None = None
+        self.centers: np.ndarray | None = None
 
     def fit(self, t: int, X: np.ndarray, prev: Palette | None) -> Palette:
         k = self.p["k"]
         births = deaths = 0
         uniq = np.unique(X, axis=0)
         if uniq.shape[0] < k:  # every colour of the sample is a centre: nothing to fit
-            self.centres = uniq
+            self.centers = uniq
             return Palette(np.arange(uniq.shape[0], dtype=np.int64), uniq, palette_rgb(uniq, self.p["colorspace"]),
                            uniq.shape[0], 0 if prev is None else int(prev.ids.size), 0, 0, True)
-        if self.centres is None or self.centres.shape[0] < k:  # first frame, or after a frame of fewer colours
+        if self.centers is None or self.centers.shape[0] < k:  # first frame, or after a frame of fewer colours
             births, deaths = k, 0 if prev is None else int(prev.ids.size)
             C = kmeans_plusplus(uniq, np.ones(uniq.shape[0]), k, np.random.default_rng([self.p["seed"], t, 1]))
         else:
-            C = self.centres.copy()
+            C = self.centers.copy()
         C, _, n_iter, converged, _ = lloyd(X, None, C, max_iter=self.p["max_iter"], rtol=1e-8)
-        self.centres = C
+        self.centers = C
         return Palette(np.arange(k, dtype=np.int64), C, palette_rgb(C, self.p["colorspace"]), births, deaths, 0,
                        n_iter, converged)
 
@@ -211,7 +211,7 @@ class _KMeansFitter:
         return None
 
     def restore(self, directory: str, name: str | None, palettes: list[Palette]) -> None:
-        self.centres = palettes[-1].centres.copy() if palettes else None
+        self.centers = palettes[-1].centers.copy() if palettes else None
 
 
 class _DPMeansFitter:
@@ -226,11 +226,11 @@ class _DPMeansFitter:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             m.partial_fit(X)
-        ids, centres = np.arange(m.cluster_ids_.size, dtype=np.int64), m.cluster_centers_
+        ids, centers = np.arange(m.cluster_ids_.size, dtype=np.int64), m.cluster_centers_
         counts = np.bincount(m.labels_, minlength=ids.size) if self.p["max_colors"] else None
-        ids, centres = _top(ids, centres, counts, self.p["max_colors"])
+        ids, centers = _top(ids, centers, counts, self.p["max_colors"])
         ids = np.arange(ids.size, dtype=np.int64)
-        return Palette(ids, centres, palette_rgb(centres, self.p["colorspace"]), int(ids.size),
+        return Palette(ids, centers, palette_rgb(centers, self.p["colorspace"]), int(ids.size),
                        0 if prev is None else int(prev.ids.size), 0, int(m.n_iter_), bool(m.converged_))
 
     def save(self, directory: str, n: int) -> None:
@@ -618,7 +618,7 @@ def _run_local(src, sink, p, fitter, palettes, metrics, ckpt, max_frames, n_tota
             t, O, pal, watch = item
             Q = np.empty_like(O)
             table.reset()
-            sse, dq, do = quantise_rows(O, 0, O.shape[0], p["colorspace"], pal.centres, pal.rgb, metrics.prevO,
+            sse, dq, do = quantise_rows(O, 0, O.shape[0], p["colorspace"], pal.centers, pal.rgb, metrics.prevO,
                                         metrics.prevQ, Q, table)
             metrics.prevO, metrics.prevQ = O, Q
             rec = _record(t, pal, sse, dq, do, n_values)
@@ -722,7 +722,7 @@ def _run_distributed(src, sink, p, fitter, palettes, metrics, ckpt, max_frames, 
             pal = fitter.fit(t, _sample(src.frame(t), t, p), palettes[-1] if palettes else None)
             palettes.append(pal)
         prev = palettes[t - 1] if t > 0 else pal
-        fut = client.submit(_quantise_task, src.path, t, pal.centres, pal.rgb, prev.centres, prev.rgb,
+        fut = client.submit(_quantise_task, src.path, t, pal.centers, pal.rgb, prev.centers, prev.rgb,
                             p["colorspace"], out_tmp, pure=False)
         pending.append((t, fut, pal, watch))
         while len(pending) >= in_flight:

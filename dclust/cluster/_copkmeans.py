@@ -31,11 +31,11 @@ __all__ = ["COPKMeans"]
 
 
 @numba.njit(cache=True, nogil=True)
-def _sweep(P, w, centres, order, indptr, indices, labels):
+def _sweep(P, w, centers, order, indptr, indices, labels):
     """One constrained assignment sweep over the components in ``order``; returns the number of components that
     had no feasible cluster (placed in their nearest one). ``labels`` is overwritten."""
     m, d = P.shape
-    k = centres.shape[0]
+    k = centers.shape[0]
     for t in range(m):
         labels[t] = -1
     forbidden = np.full(k, -1, dtype=np.int64)
@@ -50,7 +50,7 @@ def _sweep(P, w, centres, order, indptr, indices, labels):
         for j in range(k):
             dist = 0.0
             for f in range(d):
-                diff = P[c, f] - centres[j, f]
+                diff = P[c, f] - centers[j, f]
                 dist += diff * diff
             if dist < near_d:
                 near, near_d = j, dist

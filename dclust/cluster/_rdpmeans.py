@@ -214,7 +214,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         lparts = extract_linked(arr, layout, mix=mix) if layout.n_nodes else None
         if state is None:
             emit(ProgressEvent("RDPMeans", "init", 0, float("nan"), 1, watch.lap(),
-                               {"lam": lam, "colours": layout.n_colours, "linked_rows": layout.n_nodes}))
+                               {"lam": lam, "colors": layout.n_colors, "linked_rows": layout.n_nodes}))
 
         def data_term(stats):
             if kind == "euclidean":
@@ -244,9 +244,9 @@ class RDPMeans(CentroidMixin, BaseEstimator):
                            prefix=(p_end, p_index, p_rows) if it == 0 else None)
             if it == first and it > 0:
                 ck.check_content(*res.stats.total())  # every row is in a pass: the resumed data
-            assign_hist.append(res.stats.cost + xi * links(z) + lam * res.centres.shape[0])
+            assign_hist.append(res.stats.cost + xi * links(z) + lam * res.centers.shape[0])
             keep = np.flatnonzero(res.stats.weight > 0)
-            remap = np.full(res.centres.shape[0], -1, dtype=np.int64)
+            remap = np.full(res.centers.shape[0], -1, dtype=np.int64)
             remap[keep] = np.arange(keep.size)
             z_pass = z.copy()
             stats = res.stats.select(keep)
@@ -287,7 +287,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         self.xi_history_ = xi_hist
         self.n_iter_ = it + 1
         self.converged_ = converged
-        self.n_colors_ = int(layout.n_colours)
+        self.n_colors_ = int(layout.n_colors)
         same = z[layout.pair_a] == z[layout.pair_b]
         self.n_violated_ = (int((~same & (layout.pair_v > 0)).sum()), int((same & (layout.pair_v < 0)).sum()))
         self.n_features_in_ = d

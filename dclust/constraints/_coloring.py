@@ -25,19 +25,19 @@ def link_adjacency(graph) -> tuple[np.ndarray, sp.csr_matrix]:
 @numba.njit(cache=True, nogil=True)
 def _greedy(indptr, indices, order):
     m = indptr.size - 1
-    colour = np.full(m, -1, dtype=np.int32)
+    color = np.full(m, -1, dtype=np.int32)
     mark = np.full(m + 1, -1, dtype=np.int64)  # mark[c] == v: colour c is used by a neighbour of v
     for t in range(order.size):
         v = order[t]
         for p in range(indptr[v], indptr[v + 1]):
-            c = colour[indices[p]]
+            c = color[indices[p]]
             if c >= 0:
                 mark[c] = v
         c = 0
         while mark[c] == v:
             c += 1
-        colour[v] = c
-    return colour
+        color[v] = c
+    return color
 
 
 def greedy_coloring(graph) -> tuple[np.ndarray, np.ndarray]:
@@ -67,5 +67,5 @@ def greedy_coloring(graph) -> tuple[np.ndarray, np.ndarray]:
     nodes, A = link_adjacency(graph)
     degree = np.diff(A.indptr)
     order = np.lexsort((np.arange(nodes.size), -degree)).astype(np.int64)
-    colour = _greedy(A.indptr.astype(np.int64), A.indices.astype(np.int64), order)
-    return nodes, colour
+    color = _greedy(A.indptr.astype(np.int64), A.indices.astype(np.int64), order)
+    return nodes, color

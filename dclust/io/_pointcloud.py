@@ -138,7 +138,7 @@ def _has(props: set[str] | Sequence[str]) -> frozenset:
     return frozenset(out)
 
 
-def _colour(cols: Sequence[np.ndarray]) -> np.ndarray:
+def _color(cols: Sequence[np.ndarray]) -> np.ndarray:
     c = np.stack([np.asarray(v) for v in cols], axis=1)
     if c.dtype.kind in "iu":
         return c.astype(np.float64) / float(np.iinfo(c.dtype).max)
@@ -147,7 +147,7 @@ def _colour(cols: Sequence[np.ndarray]) -> np.ndarray:
 
 def _from_fields(get: Callable[[str], np.ndarray], has: frozenset, name: str) -> PointFrame:
     xyz = np.stack([np.asarray(get(a), dtype=np.float64) for a in ("x", "y", "z")], axis=1)
-    rgb = _colour([get(a) for a in ("red", "green", "blue")]) if "rgb" in has else None
+    rgb = _color([get(a) for a in ("red", "green", "blue")]) if "rgb" in has else None
     nrm = (np.stack([np.asarray(get(a), dtype=np.float64) for a in ("nx", "ny", "nz")], axis=1)
            if "normals" in has else None)
     return PointFrame(xyz, rgb, nrm, name)

@@ -380,13 +380,13 @@ def write_png(image: np.ndarray, path: str | os.PathLike, *, overwrite: bool = F
     target = check_output(path, overwrite, "png")
     img = np.ascontiguousarray(image, dtype=np.uint8)
     h, w, c = img.shape
-    colour_type = {3: 2, 4: 6}[c]
+    color_type = {3: 2, 4: 6}[c]
     raw = np.concatenate([np.zeros((h, 1), np.uint8), img.reshape(h, w * c)], axis=1).tobytes()
 
     def chunk(tag: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
 
-    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, colour_type, 0, 0, 0))
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color_type, 0, 0, 0))
            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
     write_bytes(png, target)
     return target

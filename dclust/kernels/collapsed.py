@@ -192,8 +192,8 @@ def _capped_pass(X, order, C, z, lam, kmax):
     n, d = X.shape
     k0 = C.shape[0]
     cap = max(k0, min(kmax, k0 + n))
-    centres = np.empty((cap, d))
-    centres[:k0] = C
+    centers = np.empty((cap, d))
+    centers[:k0] = C
     k = k0
     labels = z.copy()
     for t in range(order.shape[0]):
@@ -203,28 +203,28 @@ def _capped_pass(X, order, C, z, lam, kmax):
         for c in range(k):
             s = 0.0
             for j in range(d):
-                u = X[i, j] - centres[c, j]
+                u = X[i, j] - centers[c, j]
                 s += u * u
             if s < best:  # T2
                 best = s
                 bk = c
         if k < kmax and (k == 0 or best > lam):  # T3, and never beyond kmax
-            centres[k] = X[i]
+            centers[k] = X[i]
             labels[i] = k
             k += 1
         else:
             labels[i] = bk
-    return labels, centres[:k].copy()
+    return labels, centers[:k].copy()
 
 
-def capped_pass(X: np.ndarray, order: np.ndarray, centres: np.ndarray, labels: np.ndarray, lam: float,
+def capped_pass(X: np.ndarray, order: np.ndarray, centers: np.ndarray, labels: np.ndarray, lam: float,
                 max_clusters: int) -> tuple[np.ndarray, np.ndarray]:
     """One label pass of capped DP-means (1.2 with at most ``max_clusters`` centres), then the mean update.
 
     Returns ``(labels, centres)`` with empty clusters deleted and the rest numbered in creation order.
     """
     X = np.ascontiguousarray(X, dtype=np.float64)
-    C = np.ascontiguousarray(centres, dtype=np.float64).reshape(-1, X.shape[1])
+    C = np.ascontiguousarray(centers, dtype=np.float64).reshape(-1, X.shape[1])
     z, C = _capped_pass(X, np.asarray(order, dtype=np.int64), C, np.asarray(labels, dtype=np.int64), float(lam),
                         int(max_clusters))
     used = np.flatnonzero(np.bincount(z, minlength=C.shape[0]))
@@ -240,29 +240,29 @@ def capped_dpmeans_reference(X, lam, order, max_clusters, *, init="mean", max_it
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]
     if init == "mean":
-        centres, z = [X.mean(axis=0)], np.zeros(n, dtype=np.int64)
+        centers, z = [X.mean(axis=0)], np.zeros(n, dtype=np.int64)
     else:
-        centres, z = [], np.full(n, -1, dtype=np.int64)
+        centers, z = [], np.full(n, -1, dtype=np.int64)
     history = []
     for _ in range(max_iter):
         new = z.copy()
         for i in order:
-            d = [float(((X[i] - c) ** 2).sum()) for c in centres]
-            if len(centres) < max_clusters and (not d or min(d) > lam):
-                centres.append(X[i].copy())
-                new[i] = len(centres) - 1
+            d = [float(((X[i] - c) ** 2).sum()) for c in centers]
+            if len(centers) < max_clusters and (not d or min(d) > lam):
+                centers.append(X[i].copy())
+                new[i] = len(centers) - 1
             else:
                 new[i] = int(np.argmin(d))
-        used = [c for c in range(len(centres)) if (new == c).any()]
+        used = [c for c in range(len(centers)) if (new == c).any()]
         remap = {c: r for r, c in enumerate(used)}
         new = np.array([remap[c] for c in new], dtype=np.int64)
-        centres = [X[new == c].mean(axis=0) for c in range(len(used))]
+        centers = [X[new == c].mean(axis=0) for c in range(len(used))]
         history.append(collapsed_objective(X, new, lam))
         changed = not np.array_equal(new, z)
         z = new
         if not changed:
             break
-    return z, np.array(centres), history
+    return z, np.array(centers), history
 
 
 # ------------------------------------------------------------------------------ collapsed BP-means (2.3)

@@ -14,8 +14,8 @@ __all__ = ["serial_assign", "dpmeans_reference"]
 def _serial_assign(P, C, lam):
     m, d = P.shape
     k0 = C.shape[0]
-    centres = np.empty((k0 + m, d))
-    centres[:k0] = C
+    centers = np.empty((k0 + m, d))
+    centers[:k0] = C
     k = k0
     labels = np.empty(m, dtype=np.int64)
     dist = np.empty(m)
@@ -25,20 +25,20 @@ def _serial_assign(P, C, lam):
         for c in range(k):
             s = 0.0
             for j in range(d):
-                t = P[i, j] - centres[c, j]
+                t = P[i, j] - centers[c, j]
                 s += t * t
             if s < best:
                 best = s
                 bk = c
         if k == 0 or best > lam:  # T3: open only when strictly better
-            centres[k] = P[i]
+            centers[k] = P[i]
             labels[i] = k
             dist[i] = 0.0
             k += 1
         else:
             labels[i] = bk
             dist[i] = best
-    return labels, dist, centres[k0:k].copy()
+    return labels, dist, centers[k0:k].copy()
 
 
 def serial_assign(P: np.ndarray, C: np.ndarray, lam: float):
@@ -64,32 +64,32 @@ def dpmeans_reference(X, lam, orders, *, init="mean", max_iter=100, sample_weigh
     if isinstance(orders, np.ndarray) and orders.ndim == 1:
         orders = [orders]
     if init == "mean":
-        centres = [np.average(X, axis=0, weights=w)]
+        centers = [np.average(X, axis=0, weights=w)]
         z = np.zeros(n, dtype=np.int64)
     else:
-        centres = []
+        centers = []
         z = np.full(n, -1, dtype=np.int64)
     history = []
     for p in range(max_iter):
         order = orders[min(p, len(orders) - 1)]
         new_z = z.copy()
         for i in order:
-            d = [float(((X[i] - c) ** 2).sum()) for c in centres]
+            d = [float(((X[i] - c) ** 2).sum()) for c in centers]
             if not d or min(d) > lam:
-                centres.append(X[i].copy())
-                new_z[i] = len(centres) - 1
+                centers.append(X[i].copy())
+                new_z[i] = len(centers) - 1
             else:
                 new_z[i] = int(np.argmin(d))
-        used = [c for c in range(len(centres)) if (new_z == c).any()]
+        used = [c for c in range(len(centers)) if (new_z == c).any()]
         remap = {c: r for r, c in enumerate(used)}
         new_z = np.array([remap[c] for c in new_z])
-        centres = [np.average(X[new_z == c], axis=0, weights=w[new_z == c]) if w[new_z == c].sum() > 0
+        centers = [np.average(X[new_z == c], axis=0, weights=w[new_z == c]) if w[new_z == c].sum() > 0
                    else X[new_z == c].mean(axis=0) for c in range(len(used))]
-        sse = sum(float((w[new_z == c] * ((X[new_z == c] - centres[c]) ** 2).sum(axis=1)).sum())
+        sse = sum(float((w[new_z == c] * ((X[new_z == c] - centers[c]) ** 2).sum(axis=1)).sum())
                   for c in range(len(used)))
         history.append(sse + lam * len(used))
         changed = not np.array_equal(new_z, z)
         z = new_z
         if not changed:
             break
-    return z, np.array(centres), history
+    return z, np.array(centers), history

@@ -29,7 +29,7 @@ def kmeans_plusplus(
     m = P.shape[0]
     trials = n_local_trials or 2 + int(np.log(k))
     first = rng.choice(m, p=w / w.sum())
-    centres = [P[first]]
+    centers = [P[first]]
     closest = ((P - P[first]) ** 2).sum(axis=1)
     for _ in range(1, k):
         pot = w * closest
@@ -42,9 +42,9 @@ def kmeans_plusplus(
         d_cand = ((P[None, :, :] - P[cand][:, None, :]) ** 2).sum(axis=2)
         new_closest = np.minimum(closest[None, :], d_cand)
         best = int(np.argmin((new_closest * w[None, :]).sum(axis=1)))
-        centres.append(P[cand[best]])
+        centers.append(P[cand[best]])
         closest = new_closest[best]
-    return np.array(centres)
+    return np.array(centers)
 
 
 def lloyd_pass(P: np.ndarray, w, C: np.ndarray):

@@ -153,7 +153,7 @@ class LinkedBlockResult:
 
 
 def linked_block(
-    Xl, index, *, sel, indptr, cols, vals, z_nb, centres, lam, xi, kind, start, max_proposals
+    Xl, index, *, sel, indptr, cols, vals, z_nb, centers, lam, xi, kind, start, max_proposals
 ) -> LinkedBlockResult:
     """One epoch of a colour phase on one block's linked rows.
 
@@ -162,10 +162,10 @@ def linked_block(
     ``z_nb`` the current labels of the columns. From position ``start``, each row takes the cluster minimising
     ``D(x, mu_k) - xi * L[k]`` unless all exceed ``lam`` (then it is proposed; at most ``max_proposals``).
     """
-    k = centres.shape[0]
+    k = centers.shape[0]
     part = np.asarray(sel[start:], dtype=np.int64)
     X = Xl[part]
-    D = _divergences(X, centres, kind)
+    D = _divergences(X, centers, kind)
     sub = indptr[start:] - indptr[start]
     lo, hi = indptr[start], indptr[-1]
     L = link_scores(sub, cols[lo:hi], vals[lo:hi], z_nb, k)
@@ -188,7 +188,7 @@ def linked_block(
 
 
 def validate_proposals(
-    rows: np.ndarray, lam: float, kind: str, centres: np.ndarray | None = None
+    rows: np.ndarray, lam: float, kind: str, centers: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Serial DP-means assignment of ``rows`` in order, with link terms 0, against ``centres`` plus the centres
     it opens (the OCC validation of ALGORITHMS.md 8.2 and 8.4).
@@ -200,9 +200,9 @@ def validate_proposals(
     ``new_centres``.
     """
     rows = np.asarray(rows, dtype=np.float64)
-    d_ = rows.shape[1] if rows.ndim == 2 else np.shape(centres)[1]
+    d_ = rows.shape[1] if rows.ndim == 2 else np.shape(centers)[1]
     rows = rows.reshape(-1, d_)
-    C = np.empty((0, d_)) if centres is None else np.asarray(centres, dtype=np.float64).reshape(-1, d_)
+    C = np.empty((0, d_)) if centers is None else np.asarray(centers, dtype=np.float64).reshape(-1, d_)
     if kind == "euclidean":
         return serial_assign(rows, C, lam)
     labels = np.empty(rows.shape[0], dtype=np.int64)
@@ -263,45 +263,45 @@ def rdpmeans_reference(
     if isinstance(orders, np.ndarray) and orders.ndim == 1:
         orders = [orders]
     max_xi = xi0 * xi_rate ** (max_iter - 1) if max_xi is None else max_xi
-    centres = [X.mean(axis=0)]
+    centers = [X.mean(axis=0)]
     z = np.zeros(n, dtype=np.int64)
     hist = {"xi": [], "start": [], "assign": [], "objective": [], "changed": []}
 
     def D(x, c):
         return float(divergence_rows(x[None], c[None], divergence)[0])
 
-    def objective(z, centres, xi, k):
-        data = sum(D(X[r], centres[z[r]]) for r in range(n))
+    def objective(z, centers, xi, k):
+        data = sum(D(X[r], centers[z[r]]) for r in range(n))
         return data + xi * link_term(z[np.asarray(i, int)], z[np.asarray(j, int)], value) + lam * k
 
     xi = xi0
     for p in range(max_iter):
         order = orders[min(p, len(orders) - 1)]
         hist["xi"].append(xi)
-        hist["start"].append(objective(z, centres, xi, len(centres)))
+        hist["start"].append(objective(z, centers, xi, len(centers)))
         new_z = z.copy()
         for r in order:
             r = int(r)
-            dist = [D(X[r], c) for c in centres]
+            dist = [D(X[r], c) for c in centers]
             for nb, v in nbrs[r]:
                 dist[new_z[nb]] -= xi * v
             b = int(np.argmin(dist))
             if dist[b] > lam:
-                centres.append(X[r].copy())
-                new_z[r] = len(centres) - 1
+                centers.append(X[r].copy())
+                new_z[r] = len(centers) - 1
             else:
                 new_z[r] = b
-        hist["assign"].append(objective(new_z, centres, xi, len(centres)))
-        used = [c for c in range(len(centres)) if (new_z == c).any()]
-        remap = np.full(len(centres), -1)
+        hist["assign"].append(objective(new_z, centers, xi, len(centers)))
+        used = [c for c in range(len(centers)) if (new_z == c).any()]
+        remap = np.full(len(centers), -1)
         remap[used] = np.arange(len(used))
         new_z = remap[new_z]
-        centres = [X[new_z == c].mean(axis=0) for c in range(len(used))]
-        hist["objective"].append(objective(new_z, centres, xi, len(centres)))
+        centers = [X[new_z == c].mean(axis=0) for c in range(len(used))]
+        hist["objective"].append(objective(new_z, centers, xi, len(centers)))
         changed = not np.array_equal(new_z, z)
         hist["changed"].append(changed)
         z = new_z
         if not changed and xi >= max_xi:
             break
         xi *= xi_rate
-    return z, np.array(centres), hist
+    return z, np.array(centers), hist

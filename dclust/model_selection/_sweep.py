@@ -236,8 +236,8 @@ def suggest_lam(lams: Any, n_clusters: Any) -> tuple[float | None, int | None]:
     if best is None:
         return None, None
     a, b = best
-    centre = (left_edges[a] + right_edges[b - 1]) / 2
-    j = a + int(np.argmin(np.abs(lam[a:b] - centre)))
+    center = (left_edges[a] + right_edges[b - 1]) / 2
+    j = a + int(np.argmin(np.abs(lam[a:b] - center)))
     return float(raw[j]), int(k[j])
 
 

@@ -146,8 +146,8 @@ def test_zarr_output_is_exact_and_uses_each_frames_palette(video, decoded, tmp_p
     assert q.shape == (T, H, W, 3) and q.dtype == np.uint8 and q.attrs["fps"] == 10
     q = q[...]
     for t, f in enumerate(doc["frames"]):
-        colours = {tuple(c) for c in f["rgb"]}
-        assert {tuple(c) for c in q[t].reshape(-1, 3)} <= colours  # every pixel takes a palette colour
+        colors = {tuple(c) for c in f["rgb"]}
+        assert {tuple(c) for c in q[t].reshape(-1, 3)} <= colors  # every pixel takes a palette colour
         mse = float(((q[t].astype(np.int64) - decoded[t]) ** 2).mean())
         assert f["mse"] == pytest.approx(mse, rel=1e-12)
         assert f["psnr"] == pytest.approx(psnr(mse))

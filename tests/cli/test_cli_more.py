@@ -32,9 +32,9 @@ def stream_store(tmp_path_factory):
     """T time steps of 2-D points around a changing set of centres: (0,0) and (8,0), then (0,8) is born and
     (0,0) disappears, then (0,0) comes back while (8,0) goes."""
     rng = np.random.default_rng(0)
-    centres = [[(0, 0), (8, 0)]] * 2 + [[(0, 8), (8, 0)]] * 2 + [[(0, 8), (0, 0)]] * 2
+    centers = [[(0, 0), (8, 0)]] * 2 + [[(0, 8), (8, 0)]] * 2 + [[(0, 8), (0, 0)]] * 2
     X = np.concatenate([np.array(c)[rng.integers(2, size=BATCH)] + rng.normal(scale=0.3, size=(BATCH, 2))
-                        for c in centres]).astype(np.float32)
+                        for c in centers]).astype(np.float32)
     p = str(tmp_path_factory.mktemp("stream") / "x.zarr")
     dclust.write_array(X, p, chunks=CHUNK)
     return p

@@ -64,7 +64,7 @@ def test_kmeans_and_dpmeans_methods_to_zarr(video, tmp_path):
     assert r.exit_code == 2 and "--k" in r.output
 
 
-def test_kmeans_quantises_a_fade_in_from_black_with_the_colours_each_frame_has(tmp_path):
+def test_kmeans_quantises_a_fade_in_from_black_with_the_colors_each_frame_has(tmp_path):
     """A real clip (PyAV, H.264) fading in from black: frame 0 is all black, the next frames hold few colours."""
     full = np.stack(list(synthetic_frames(T, W, H, seed=7)))
     fade = (full * (np.arange(T) / (T - 1))[:, None, None, None] ** 3).round().astype(np.uint8)

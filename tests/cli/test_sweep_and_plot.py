@@ -114,9 +114,9 @@ def test_plot_commands_from_real_runs(store, address, tmp_path):
 
 def test_plot_tracks_and_palette(address, tmp_path):
     rng = np.random.default_rng(0)
-    centres = [[(0, 0), (8, 0)]] * 2 + [[(0, 8), (8, 0)]] * 2 + [[(0, 8), (0, 0)]] * 2
+    centers = [[(0, 0), (8, 0)]] * 2 + [[(0, 8), (8, 0)]] * 2 + [[(0, 8), (0, 0)]] * 2
     X = np.concatenate([np.array(c)[rng.integers(2, size=200)] + rng.normal(scale=0.3, size=(200, 2))
-                        for c in centres])
+                        for c in centers])
     x, labels = tmp_path / "s.zarr", tmp_path / "ids.zarr"
     dclust.write_array(X, str(x), chunks=400)
     ok_json(run(["stream", "dmeans", x, "--batch-rows", 200, "--lam", 9, "--T-Q", 10, "--k-tau", 1.1, "--labels",

@@ -34,8 +34,8 @@ def iter_events(make, X):
 @pytest.fixture(scope="module")
 def data():
     rng = np.random.default_rng(7)
-    centres = rng.uniform(-10, 10, size=(6, 3))
-    X = centres[rng.integers(0, 6, 2400)] + rng.normal(size=(2400, 3))
+    centers = rng.uniform(-10, 10, size=(6, 3))
+    X = centers[rng.integers(0, 6, 2400)] + rng.normal(size=(2400, 3))
     return da.from_array(X, chunks=(400, -1)), X
 
 
@@ -43,8 +43,8 @@ def data():
 def dp_data():
     """Well separated blobs: DP-means (seed 1) converges in 5 passes."""
     rng = np.random.default_rng(7)
-    centres = rng.uniform(-30, 30, size=(6, 3))
-    return da.from_array(centres[rng.integers(0, 6, 2400)] + rng.normal(size=(2400, 3)), chunks=(400, -1))
+    centers = rng.uniform(-30, 30, size=(6, 3))
+    return da.from_array(centers[rng.integers(0, 6, 2400)] + rng.normal(size=(2400, 3)), chunks=(400, -1))
 
 
 KM = dict(n_clusters=6, init="random", n_init=2, random_state=3)
@@ -149,8 +149,8 @@ def test_dpmeans_with_n_clusters_resumes_with_the_same_lam(dp_data, tmp_path):
 
 def stream_data():
     rng = np.random.default_rng(3)
-    centres = rng.uniform(-10, 10, (4, 2))
-    X = np.concatenate([centres[rng.integers(0, 4, 150)] + 0.3 * rng.normal(size=(150, 2)) + 0.3 * t
+    centers = rng.uniform(-10, 10, (4, 2))
+    X = np.concatenate([centers[rng.integers(0, 4, 150)] + 0.3 * rng.normal(size=(150, 2)) + 0.3 * t
                         for t in range(6)])
     return X, da.from_array(X, chunks=(150, -1))
 

@@ -88,9 +88,9 @@ def resumes(make, X, G, ref, k, ck, check=None):
 def rdp_data():
     """600 x 2 points in four blobs (150-row chunks) and 60 noisy links across blocks; count data for KL."""
     rng = np.random.default_rng(0)
-    centres = rng.uniform(-8, 8, (4, 2))
+    centers = rng.uniform(-8, 8, (4, 2))
     y = rng.integers(0, 4, 600)
-    X = centres[y] + rng.normal(size=(600, 2))
+    X = centers[y] + rng.normal(size=(600, 2))
     i, j = rng.integers(0, 600, 80), rng.integers(0, 600, 80)
     keep = i < j
     must = (y[i] == y[j])[keep] ^ (rng.random(keep.sum()) < 0.1)

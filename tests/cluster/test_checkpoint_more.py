@@ -68,8 +68,8 @@ def same_model(a, b, extra=()):
 @pytest.fixture(scope="module")
 def blobs():
     rng = np.random.default_rng(5)
-    centres = rng.uniform(-10, 10, (5, 2))
-    return centres[rng.integers(0, 5, 300)] + 1.5 * rng.normal(size=(300, 2))
+    centers = rng.uniform(-10, 10, (5, 2))
+    return centers[rng.integers(0, 5, 300)] + 1.5 * rng.normal(size=(300, 2))
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,9 @@ def _fit(X, chunks=None, **kw):
 def test_dp8_occ_equals_serial_dpmeans_on_serial_order(blobs, rows, prefix_size, max_proposals, init):
     X, _ = blobs
     m = _fit(X, rows, lam=30.0, init=init, prefix_size=prefix_size, max_proposals=max_proposals)
-    z, centres, history = dpmeans_reference(X, 30.0, m.serial_order_, init=init)
+    z, centers, history = dpmeans_reference(X, 30.0, m.serial_order_, init=init)
     np.testing.assert_array_equal(m.predict(X), z)
-    np.testing.assert_allclose(m.cluster_centers_, centres, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(m.cluster_centers_, centers, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(m.objective_history_, history, rtol=1e-10)
     assert m.n_iter_ == len(history)
     for order in m.serial_order_:
@@ -80,9 +80,9 @@ def test_dp4_tiny_lam_gives_one_cluster_per_distinct_point():
 @pytest.mark.parametrize("seed", range(4))
 def test_dp5_separated_blobs_are_recovered_exactly_in_two_passes(seed):
     rng = np.random.default_rng(seed)
-    centres = np.array([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0], [20.0, 20.0]])
+    centers = np.array([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0], [20.0, 20.0]])
     y = rng.integers(0, 4, size=400)
-    X = centres[y] + rng.uniform(-1, 1, size=(400, 2))
+    X = centers[y] + rng.uniform(-1, 1, size=(400, 2))
     m = _fit(X, 64, lam=9.0, init="empty", random_state=seed)
     assert dclust.metrics.adjusted_rand_score(y, m.predict(X)) == 1.0
     assert m.n_iter_ == 2

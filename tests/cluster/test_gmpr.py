@@ -123,8 +123,8 @@ def test_log_likelihood_never_decreases(cov, M, K):
     """GP1 with reg_covar = 0 on well-conditioned data, with must- and cannot-links (M = 3: the SLSQP path)."""
     rng = np.random.default_rng(2)
     n = 500
-    centres = rng.uniform(-6, 6, size=(5, 2))
-    X = centres[rng.integers(0, 5, n)] + rng.normal(size=(n, 2))
+    centers = rng.uniform(-6, 6, size=(5, 2))
+    X = centers[rng.integers(0, 5, n)] + rng.normal(size=(n, 2))
     G = _links(rng, n, 120)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)

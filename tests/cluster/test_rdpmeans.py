@@ -24,9 +24,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::dclust.errors.ConvergenceWarnin
 def three():
     """240 x 2 points in three overlapping blobs, with labels."""
     rng = np.random.default_rng(0)
-    centres = np.array([[0.0, 0.0], [3.5, 0.0], [0.0, 3.5]])
+    centers = np.array([[0.0, 0.0], [3.5, 0.0], [0.0, 3.5]])
     y = np.repeat([0, 1, 2], 80)
-    return centres[y] + rng.normal(size=(240, 2)), y
+    return centers[y] + rng.normal(size=(240, 2)), y
 
 
 def _check_serial(model, X, G, **kw):
@@ -41,7 +41,7 @@ def _check_serial(model, X, G, **kw):
 
 
 @pytest.mark.parametrize("chunks, noisy", [(70, False), (240, True), (33, True)])
-def test_coloured_occ_equals_serial_rdpmeans_on_serial_order(three, chunks, noisy):
+def test_colored_occ_equals_serial_rdpmeans_on_serial_order(three, chunks, noisy):
     X, y = three
     Xd = da.from_array(X, chunks=(chunks, -1))
     G = ConstraintGraph.from_labels_sample(y, 0.01, rng=1, p=0.85 if noisy else 1.0, chunks=Xd.chunks[0])
@@ -229,7 +229,7 @@ def test_n_clusters_sets_lam_by_the_furthest_first_heuristic(three):
     assert m.lam_ > 0 and m.n_clusters_ >= 2
 
 
-def test_colour_phases_of_a_pass_run_as_one_task_graph(three):
+def test_color_phases_of_a_pass_run_as_one_task_graph(three):
     """ALGORITHMS.md 8.4 with the proposals validated inside the graph: one compute per pass for all colour
     phases however many colours, and still serial RDP-means on ``serial_order_``."""
     from dask.callbacks import Callback
@@ -280,7 +280,7 @@ def test_a_pass_with_unlinked_and_linked_rows_is_one_compute(three):
     _check_serial(m, X, G, max_iter=4)
 
 
-def test_tiled_divergences_of_a_colour_phase_equal_the_direct_ones():
+def test_tiled_divergences_of_a_color_phase_equal_the_direct_ones():
     """The colour-phase kernel computes Euclidean divergences in row tiles: bit-identical to the direct matrix
     (the serial-order equality depends on it)."""
     from dclust.kernels.divergence import divergence_matrix

@@ -20,9 +20,9 @@ from dclust.metrics import adjusted_rand_score
 @pytest.fixture(scope="module")
 def four_blobs():
     rng = np.random.default_rng(3)
-    centres = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [6.0, 6.0]])
+    centers = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [6.0, 6.0]])
     y = rng.integers(0, 4, size=400)
-    return centres[y] + 0.5 * rng.standard_normal((400, 2)), y
+    return centers[y] + 0.5 * rng.standard_normal((400, 2)), y
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,9 @@ from dclust.kernels.tvclust import LinkLists, NIWPrior, log_predictive, option_l
 @pytest.fixture(scope="module")
 def three_blobs():
     rng = np.random.default_rng(0)
-    centres = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
+    centers = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
     y = rng.integers(0, 3, 240)
-    X = centres[y] + rng.normal(size=(240, 2))
+    X = centers[y] + rng.normal(size=(240, 2))
     i, j = rng.integers(0, 240, 80), rng.integers(0, 240, 80)
     G = ConstraintGraph.from_pairs(i, j, y[i] == y[j], n_samples=240)
     return X, y, G

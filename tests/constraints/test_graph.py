@@ -178,12 +178,12 @@ def test_noiseless_labels_are_always_feasible_and_noisy_ones_need_the_flag():
     assert ConstraintGraph.from_labels_sample(y, 0.5, rng=0, p=0.6).n_links == round(0.5 * 60 * 59 / 2)
 
 
-def test_greedy_colouring_separates_linked_rows():
+def test_greedy_coloring_separates_linked_rows():
     G, _ = _random_graph(n=300, m=900, seed=4, chunks=(100, 200))
-    nodes, colour = greedy_coloring(G)
+    nodes, color = greedy_coloring(G)
     a, b, _ = G.pairs()
-    ca, cb = colour[np.searchsorted(nodes, a)], colour[np.searchsorted(nodes, b)]
+    ca, cb = color[np.searchsorted(nodes, a)], color[np.searchsorted(nodes, b)]
     assert (ca != cb).all()
     degree = np.bincount(np.searchsorted(nodes, np.concatenate([a, b])))
-    assert colour.max() + 1 <= degree.max() + 1
+    assert color.max() + 1 <= degree.max() + 1
     np.testing.assert_array_equal(nodes, G.nodes())

@@ -24,7 +24,7 @@ def store(tmp_path_factory):
 
 
 def _graph_bytes(X) -> int:
-    parts = map_reduce(_stats_partial, ClusterStats.merge_all, X, None, centres=np.zeros((4, X.shape[1])))
+    parts = map_reduce(_stats_partial, ClusterStats.merge_all, X, None, centers=np.zeros((4, X.shape[1])))
     (optimized,) = dask.optimize(parts)  # what compute() ships: culled to the keys the pass needs
     return len(cloudpickle.dumps(dict(optimized.__dask_graph__())))
 
@@ -47,9 +47,9 @@ def test_grouped_and_ungrouped_passes_agree(store, rows):
     X, path = store
     Xd = dclust.open_array(path) if rows == 10 else da.from_array(X, chunks=(rows, 3))
     C = X[:4].astype(np.float64)
-    grouped = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centres=C).compute()[()]
+    grouped = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centers=C).compute()[()]
     with dask.config.set({"dclust.pass-grouping": False}):
-        single = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centres=C).compute()[()]
+        single = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centers=C).compute()[()]
     np.testing.assert_array_equal(grouped.weight, single.weight)
     np.testing.assert_allclose(grouped.mean, single.mean, rtol=1e-10)
     np.testing.assert_allclose(grouped.scatter, single.scatter, rtol=1e-10)

@@ -8,8 +8,8 @@ from dclust.kernels.distances import assign_stats, nearest
 from dclust.kernels.stats import ClusterStats
 
 
-def _partial(Xb, wb, *, offset, block_index, centres):
-    return assign_stats(Xb, centres, wb, offset=offset, block_index=block_index)[0]
+def _partial(Xb, wb, *, offset, block_index, centers):
+    return assign_stats(Xb, centers, wb, offset=offset, block_index=block_index)[0]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def test_tree_result_equals_single_chunk(data, split_every, rows):
     single = assign_stats(X, C, w)[0]
     dX = da.from_array(X, chunks=(rows, -1))
     dw = da.from_array(w, chunks=(rows,))
-    tree = tree_reduce(map_partials(_partial, dX, dw, centres=C), ClusterStats.merge_all, split_every=split_every)
+    tree = tree_reduce(map_partials(_partial, dX, dw, centers=C), ClusterStats.merge_all, split_every=split_every)
     s = tree.compute()[()]
     np.testing.assert_allclose(s.weight, single.weight, rtol=1e-10)
     np.testing.assert_allclose(s.mean, single.mean, rtol=1e-10)
@@ -42,7 +42,7 @@ def test_tree_result_equals_single_chunk(data, split_every, rows):
 def test_fan_in_is_bounded_by_split_every(data, split_every):
     X, w, C = data
     dX = da.from_array(X, chunks=(50, -1))  # 101 blocks
-    tree = tree_reduce(map_partials(_partial, dX, None, centres=C), ClusterStats.merge_all, split_every=split_every)
+    tree = tree_reduce(map_partials(_partial, dX, None, centers=C), ClusterStats.merge_all, split_every=split_every)
     graph = tree.__dask_graph__()
     layers = [name for name in graph.layers if "dclust-tree-reduce" in name]
     assert layers, "the reduction must go through dask.array.reduction"
@@ -60,7 +60,7 @@ def test_fan_in_is_bounded_by_split_every(data, split_every):
 def test_map_labels_keeps_row_chunks(data):
     X, _, C = data
     dX = da.from_array(X, chunks=(700, -1))
-    labels = map_labels(lambda xb, offset, block_index, centres: nearest(xb, centres)[0], dX, centres=C)
+    labels = map_labels(lambda xb, offset, block_index, centers: nearest(xb, centers)[0], dX, centers=C)
     assert labels.chunks == (dX.chunks[0],)
     np.testing.assert_array_equal(labels.compute(), nearest(X, C)[0])
 

@@ -72,8 +72,8 @@ def address():
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     rng = np.random.default_rng(7)
-    centres = rng.uniform(-30, 30, size=(6, 3))
-    X = (centres[rng.integers(0, 6, 6000)] + rng.normal(size=(6000, 3))).astype(np.float32)
+    centers = rng.uniform(-30, 30, size=(6, 3))
+    X = (centers[rng.integers(0, 6, 6000)] + rng.normal(size=(6000, 3))).astype(np.float32)
     path = tmp_path_factory.mktemp("data") / "points.zarr"
     dclust.write_array(da.from_array(X, chunks=(1000, -1)), path)
     return str(path)

@@ -32,8 +32,8 @@ def dask_cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     rng = np.random.default_rng(5)
-    centres = rng.uniform(-10, 10, size=(6, 4))
-    X = (centres[rng.integers(0, 6, 20_000)] + rng.normal(size=(20_000, 4))).astype(np.float32)
+    centers = rng.uniform(-10, 10, size=(6, 4))
+    X = (centers[rng.integers(0, 6, 20_000)] + rng.normal(size=(20_000, 4))).astype(np.float32)
     path = tmp_path_factory.mktemp("data") / "points.zarr"
     dclust.write_array(da.from_array(X, chunks=(2_500, -1)), path)
     return path, X

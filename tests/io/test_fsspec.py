@@ -40,8 +40,8 @@ def mem():
 
 def _blobs(n=600, d=3, seed=0):
     rng = np.random.default_rng(seed)
-    centres = rng.uniform(-10, 10, size=(4, d))
-    return (centres[rng.integers(0, 4, n)] + rng.normal(size=(n, d))).astype(np.float64)
+    centers = rng.uniform(-10, 10, size=(4, d))
+    return (centers[rng.integers(0, 4, n)] + rng.normal(size=(n, d))).astype(np.float64)
 
 
 def _listing(fs, root):

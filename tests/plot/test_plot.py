@@ -105,10 +105,10 @@ def test_palette_timeline_of_a_real_video_job(tmp_path):
 
 def test_track_lifetimes_of_a_stream(tmp_path):
     rng = np.random.default_rng(0)
-    centres = [[(0, 0), (8, 0)]] * 2 + [[(0, 8), (8, 0)]] * 2 + [[(0, 8), (0, 0)]] * 2
+    centers = [[(0, 0), (8, 0)]] * 2 + [[(0, 8), (8, 0)]] * 2 + [[(0, 8), (0, 0)]] * 2
     dm = dclust.DynamicMeans(lam=9.0, T_Q=10.0, k_tau=1.1, random_state=0)
     steps = []
-    for c in centres:
+    for c in centers:
         batch = np.array(c)[rng.integers(2, size=200)] + rng.normal(scale=0.3, size=(200, 2))
         steps.append(np.asarray(dm.partial_fit(batch).labels_))
     fig = plot.plot_track_lifetimes(steps)

@@ -60,8 +60,8 @@ def test_any_chunking_and_task_grouping_gives_the_same_model(overlapping, cuts, 
 
 def test_the_serial_order_is_the_oracle_for_any_chunking(overlapping):
     fit = _fit(overlapping, (700, 900, 1400))
-    labels, centres, history = dpmeans_reference(overlapping, 60.0, fit.serial_order_, max_iter=40)
-    assert centres.shape[0] == fit.n_clusters_
+    labels, centers, history = dpmeans_reference(overlapping, 60.0, fit.serial_order_, max_iter=40)
+    assert centers.shape[0] == fit.n_clusters_
     np.testing.assert_allclose(history, fit.objective_history_, rtol=1e-9)
     same = _fit(overlapping, 3000)
     assert [o.tolist() for o in same.serial_order_] == [o.tolist() for o in fit.serial_order_]

@@ -29,9 +29,9 @@ def data():
     """Overlapping blobs (many proposals and epochs: where the order matters most), their labels, must/cannot
     links, and latent-feature data for BP-means."""
     rng = np.random.default_rng(0)
-    centres = np.array([[0.0, 0.0], [3.5, 0.0], [0.0, 3.5]])
+    centers = np.array([[0.0, 0.0], [3.5, 0.0], [0.0, 3.5]])
     y = np.repeat([0, 1, 2], N // 3)
-    X = centres[y] + rng.normal(size=(N, 2))
+    X = centers[y] + rng.normal(size=(N, 2))
     A = np.array([[3.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 3.0]])
     F = rng.integers(0, 2, size=(N, 3)) @ A + 0.4 * rng.normal(size=(N, 3))
     return X, y, ConstraintGraph.from_labels_sample(y, 0.05, rng=0), F
@@ -136,8 +136,8 @@ def _stream_fit(batches, chunks):
 @given(chunks=st.lists(st.one_of(st.none(), st.integers(1, 90)), min_size=1, max_size=3))
 def test_dynamic_means_same_model_for_any_chunking_of_the_same_batches(chunks):
     rng = np.random.default_rng(1)
-    centres = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
-    batches = [centres[rng.integers(0, 3, 90)] + t * 0.3 + rng.normal(size=(90, 2)) for t in range(3)]
+    centers = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
+    batches = [centers[rng.integers(0, 3, 90)] + t * 0.3 + rng.normal(size=(90, 2)) for t in range(3)]
     a, b = _stream_fit(batches, [None]), _stream_fit(batches, chunks)
     np.testing.assert_array_equal(a.cluster_ids_, b.cluster_ids_)
     np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, rtol=1e-10, atol=1e-12)

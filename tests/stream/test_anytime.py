@@ -12,10 +12,10 @@ from dclust.stream import AnytimeDPMeans
 
 def _blobs(n=2000, seed=0):
     """Blobs whose squared diameter (< 2) is below lam = 4 and whose points are > 2 sqrt(lam) apart (DP5)."""
-    centres = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [10.0, 10.0], [20.0, 5.0]])
+    centers = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [10.0, 10.0], [20.0, 5.0]])
     rng = np.random.default_rng(seed)
-    y = rng.integers(0, len(centres), size=n)
-    return centres[y] + rng.uniform(-0.45, 0.45, size=(n, 2)), y
+    y = rng.integers(0, len(centers), size=n)
+    return centers[y] + rng.uniform(-0.45, 0.45, size=(n, 2)), y
 
 
 def test_dm4_anytime_equals_dpmeans_on_separated_blobs():
@@ -27,8 +27,8 @@ def test_dm4_anytime_equals_dpmeans_on_separated_blobs():
     z = model.predict(X)
     assert adjusted_rand_score(dp.predict(X), z) == 1.0 and adjusted_rand_score(y, z) == 1.0
     assert model.n_clusters_ == dp.n_clusters_ == 5
-    for cid, centre in zip(model.cluster_ids_, model.cluster_centers_):
-        np.testing.assert_allclose(centre, X[z == cid].mean(axis=0), rtol=1e-10)  # running mean of all its points
+    for cid, center in zip(model.cluster_ids_, model.cluster_centers_):
+        np.testing.assert_allclose(center, X[z == cid].mean(axis=0), rtol=1e-10)  # running mean of all its points
     total = sum(((X[z == c] - m) ** 2).sum() for c, m in zip(model.cluster_ids_, model.cluster_centers_))
     assert total + 4.0 * model.n_clusters_ == pytest.approx(dp.objective_, rel=1e-10)
 

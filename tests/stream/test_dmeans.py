@@ -26,10 +26,10 @@ def _intermittent(n_steps=12, seed=3):
     return [X[y != hide] if t in (3, 4) else X for t, (X, y) in enumerate(zip(data.batches, data.labels))]
 
 
-def _separated(seed=0, n=600, centres=((0, 0), (10, 0), (0, 10), (10, 10))):
+def _separated(seed=0, n=600, centers=((0, 0), (10, 0), (0, 10), (10, 10))):
     rng = np.random.default_rng(seed)
-    y = rng.integers(0, len(centres), size=n)
-    return np.asarray(centres, float)[y] + rng.uniform(-0.5, 0.5, size=(n, 2)), y
+    y = rng.integers(0, len(centers), size=n)
+    return np.asarray(centers, float)[y] + rng.uniform(-0.5, 0.5, size=(n, 2)), y
 
 
 # ------------------------------------------------------------------------------------------- parameters
@@ -89,9 +89,9 @@ def test_bad_batches_raise_clear_errors():
 def test_dm3_one_batch_with_q_tau_zero_is_dpmeans_empty_init(blobs):
     X, _ = blobs
     dm = DynamicMeans(lam=30.0, Q=0.0, tau=0.0, random_state=4).partial_fit(X)
-    z, centres, history = dpmeans_reference(X, 30.0, dm.serial_order_[0], init="empty")
+    z, centers, history = dpmeans_reference(X, 30.0, dm.serial_order_[0], init="empty")
     np.testing.assert_array_equal(dm.labels_, z)  # ids are given in creation order, as DP-means labels are
-    np.testing.assert_allclose(dm.cluster_centers_, centres, rtol=1e-10)
+    np.testing.assert_allclose(dm.cluster_centers_, centers, rtol=1e-10)
     np.testing.assert_allclose(dm.objective_history_, history, rtol=1e-10)
 
 
@@ -154,7 +154,7 @@ def test_occ_batch_equals_serial_reference_on_serial_order(rows, prefix_size, ma
 
 def test_dask_batch_equals_numpy_batch():
     X1, _ = _separated(2)
-    X2, _ = _separated(3, centres=((0.3, 0), (10, 0.2), (20, 20), (0, 10.1)))
+    X2, _ = _separated(3, centers=((0.3, 0), (10, 0.2), (20, 20), (0, 10.1)))
     fits = []
     for batch in (X2, da.from_array(X2, chunks=(70, 2))):
         dm = DynamicMeans(lam=9.0, T_Q=4, k_tau=1.5, random_state=0, prefix_size=20, max_proposals=3)

@@ -15,14 +15,14 @@ LINEAR = dict(lam=10.0, T_Q=5, k_tau=1.5, kernel="linear")
 def _blobs_stream(n_steps=8, n_blobs=4, dim=10, per_blob=50, hide=(2, (3, 4)), seed=0):
     """Blobs at 10 e_k (sd 0.1) moving by N(0, 0.05^2) per step; blob hide[0] skips the steps hide[1]."""
     rng = np.random.default_rng(seed)
-    centres = 10.0 * np.eye(dim)[:n_blobs]
+    centers = 10.0 * np.eye(dim)[:n_blobs]
     batches, labels = [], []
     for t in range(n_steps):
-        centres = centres + 0.05 * rng.standard_normal(centres.shape)
+        centers = centers + 0.05 * rng.standard_normal(centers.shape)
         y = np.repeat(np.arange(n_blobs), per_blob)
         if hide is not None and t in hide[1]:
             y = y[y != hide[0]]
-        batches.append(centres[y] + 0.1 * rng.standard_normal((len(y), dim)))
+        batches.append(centers[y] + 0.1 * rng.standard_normal((len(y), dim)))
         labels.append(y)
     return batches, labels
 
@@ -41,7 +41,7 @@ def _problem(seed=0, n=40, k_old=3, d=2):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_DM1_DM2_monotone_and_fixed_point_with_explicit_centres(seed):
+def test_DM1_DM2_monotone_and_fixed_point_with_explicit_centers(seed):
     """Linear kernel, so theta_k = (gamma phi + sum y) / (gamma + n) is explicit: the passes never raise eq. 32 and
     at the end every point's cost is minimal among the eq. 28 options."""
     Y, Phi, gamma, penalty = _problem(seed)

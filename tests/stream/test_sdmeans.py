@@ -19,14 +19,14 @@ LINEAR = dict(lam=10.0, T_Q=5, k_tau=1.5, kernel="linear")
 def _blobs_stream(n_steps=8, n_blobs=4, dim=10, per_blob=50, hide=(2, (3, 4)), seed=0):
     """SD3 data: blobs at 10 e_k (sd 0.1), moving by N(0, 0.05^2) per step; blob hide[0] skips steps hide[1]."""
     rng = np.random.default_rng(seed)
-    centres = 10.0 * np.eye(dim)[:n_blobs]
+    centers = 10.0 * np.eye(dim)[:n_blobs]
     batches, labels = [], []
     for t in range(n_steps):
-        centres = centres + 0.05 * rng.standard_normal(centres.shape)
+        centers = centers + 0.05 * rng.standard_normal(centers.shape)
         y = np.repeat(np.arange(n_blobs), per_blob)
         if hide is not None and t in hide[1]:
             y = y[y != hide[0]]
-        batches.append(centres[y] + 0.1 * rng.standard_normal((len(y), dim)))
+        batches.append(centers[y] + 0.1 * rng.standard_normal((len(y), dim)))
         labels.append(y)
     return batches, labels
 
@@ -214,7 +214,7 @@ def test_SD4_first_step_linear_cost_equals_dmeans_cost():
     assert sd.objective_ == pytest.approx(sse + 10.0 * len(ids), rel=1e-9)
 
 
-def test_predict_and_feature_space_centres():
+def test_predict_and_feature_space_centers():
     batches, _ = _blobs_stream(n_steps=3, hide=None)
     sd = SpectralDynamicMeans(**LINEAR, random_state=0).fit(batches)
     assert np.array_equal(sd.predict(batches[-1]), sd.labels_)
