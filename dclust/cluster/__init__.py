@@ -10,7 +10,9 @@ from ._lcvqe import LCVQE
 from ._mahalanobis import MahalanobisKMeans
 from ._mpckmeans import MPCKMeans
 from ._rdpmeans import RDPMeans
-from ._references import DPMMGibbs, IBPGibbs, SpectralClustering
+from ._dpmm import DPMMGibbs
+from ._ibp import IBPGibbs
+from ._spectral import SpectralClustering
 from ._tvclust import TVClust
 from ._tvclust_variational import TVClustVariational
 

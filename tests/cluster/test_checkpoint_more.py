@@ -19,7 +19,7 @@ from _support.checkpoints import Stop, snapshot, stop_after
 import dclust
 from dclust._cli.main import app
 from dclust.cluster._collapsed import CappedDPMeans, CollapsedBPMeans, CollapsedDPMeans
-from dclust.cluster._references import DPMMGibbs, IBPGibbs, SpectralClustering
+from dclust.cluster import DPMMGibbs, IBPGibbs, SpectralClustering
 from dclust.errors import StorageError
 from dclust.io._checkpoint import Checkpointer
 

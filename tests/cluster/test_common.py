@@ -58,7 +58,7 @@ def _is_fitted(est) -> bool:
 def _batch_estimators():
     import dclust.cluster  # noqa: F401  (registers)
     import dclust.cluster._collapsed  # noqa: F401  (registers the in-memory collapsed/capped DP-means)
-    import dclust.cluster._references  # noqa: F401  (registers the in-memory reference estimators)
+    import dclust.cluster  # noqa: F401  (registers the in-memory reference estimators)
 
     return sorted(name for name, cls in ESTIMATORS.items() if cls.__module__.startswith("dclust.cluster"))
 
