@@ -180,7 +180,7 @@ def test_bpmeans_resumes_to_the_uninterrupted_model(features, tmp_path):
     with pytest.raises(StorageError, match=r"lam=8\.0 \(now 9\.0\)"):
         dclust.BPMeans(**{**BP, "lam": 9.0}, checkpoint=ck).fit(X)
     with pytest.raises(StorageError, match="a checkpoint of KFeatures"):
-        dclust.KFeatures(n_features=2, checkpoint=ck).fit(X)
+        dclust.KFeatures(n_components=2, checkpoint=ck).fit(X)
     with pytest.raises(StorageError, match="row_chunks"):
         dclust.BPMeans(**BP, checkpoint=ck).fit(X.rechunk((150, -1)))
     assert snapshot(ck) == before
