@@ -1,6 +1,7 @@
 """Batch estimators with scikit-learn conventions."""
 
 from ._bpmeans import BPMeans
+from ._copkmeans import COPKMeans
 from ._collapsed import CappedDPMeans, CollapsedBPMeans, CollapsedDPMeans
 from ._dpmeans import DPMeans
 from ._gmpr import GMPR
@@ -21,6 +22,7 @@ __all__ = [
     "CappedDPMeans",
     "CollapsedDPMeans",
     "CollapsedBPMeans",
+    "COPKMeans",
     "DPMeans",
     "DPMMGibbs",
     "GMPR",

@@ -25,7 +25,8 @@ from .._fit import Step, best_of, finish, restore_finished
 from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus
-from ._base import CHECKPOINT, BaseEstimator
+from .._registry import register
+from ._base import CHECKPOINT, BaseEstimator, CentroidMixin
 
 __all__ = ["COPKMeans"]
 
@@ -63,7 +64,8 @@ def _sweep(P, w, centers, order, indptr, indices, labels):
     return n_bad
 
 
-class COPKMeans(BaseEstimator):
+@register
+class COPKMeans(CentroidMixin, BaseEstimator):
     """Constrained k-means with hard must-links (merged) and cannot-links (avoided while feasible).
 
     Parameters
@@ -179,20 +181,15 @@ class COPKMeans(BaseEstimator):
         self.n_components_ = int(n_comp)
         self.n_iter_ = best["n_iter"]
         self.n_features_in_ = d
-        if ck.active:  # not a registered estimator (dclust.load cannot read it): the attributes go in the state
+        if ck.active:  # the fitted attributes go in the finished state, so a rerun restores them without a pass
             ck.save({"phase": "done", "attributes": {k: v for k, v in vars(self).items()
                                                      if k.endswith("_") and not k.startswith("_")}})
         return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters,
                       save=False)
 
-    def predict(self, X) -> np.ndarray:
-        """Nearest centre of every row (links are not used)."""
-        self._check_fitted("cluster_centers_")
-        arr, _ = check_array(X)
-        Xn = np.asarray(arr.compute(), dtype=np.float64)
-        return ((Xn[:, None, :] - self.cluster_centers_[None]) ** 2).sum(axis=2).argmin(axis=1)
-
     def fit_predict(self, X, y=None, constraints=None) -> np.ndarray:
+        """``fit(X, constraints=constraints).labels_``; ``predict`` labels new rows by the nearest center (links
+        are not used)."""
         return self.fit(X, constraints=constraints).labels_
 
 
