@@ -16,17 +16,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import dask.array as da
 import numba
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .._fit import Step, best_of, finish, restore_finished
-from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints
+from .._validation import SEED, Interval, Options, as_generator, check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus
 from .._registry import register
-from ._base import CHECKPOINT, BaseEstimator, CentroidMixin
+from ._base import CHECKPOINT, CentroidMixin
+from ._inmemory import _InMemory
 
 __all__ = ["COPKMeans"]
 
@@ -65,7 +67,7 @@ def _sweep(P, w, centers, order, indptr, indices, labels):
 
 
 @register
-class COPKMeans(CentroidMixin, BaseEstimator):
+class COPKMeans(CentroidMixin, _InMemory):
     """Constrained k-means with hard must-links (merged) and cannot-links (avoided while feasible).
 
     Parameters
@@ -106,6 +108,7 @@ class COPKMeans(CentroidMixin, BaseEstimator):
     (0, 0)
     """
 
+    _cost_note = "an in-memory reference: constrained Lloyd sweeps over the must-link components"
     _parameter_constraints = {
         "n_clusters": [Interval("int", 1, None)],
         "n_init": [Interval("int", 1, None)],
@@ -136,14 +139,9 @@ class COPKMeans(CentroidMixin, BaseEstimator):
     def fit(self, X, y=None, constraints=None) -> "COPKMeans":
         """Cluster ``X`` (read into memory) under optional must/cannot links (a ``ConstraintGraph``)."""
         self._validate_params()
-        arr, _ = check_array(X)
-        n, d = arr.shape
-        if n > self.max_samples:
-            raise InvalidDataError(
-                message("COPKMeans.fit(X)", f"at most max_samples={self.max_samples} rows (in-memory reference)",
-                        f"{n} rows", "Use dclust.RDPMeans or dclust.GMPR at scale, or raise max_samples.")
-            )
-        Xn = np.asarray(arr.compute(), dtype=np.float64)
+        Xn, _ = self._load(X)
+        n, d = Xn.shape
+        arr = da.from_array(Xn, chunks=Xn.shape)
         i, j, s = self._links(constraints, n)
         ck = self._checkpointer(arr, constraints=constraints)
         state = ck.resume()
