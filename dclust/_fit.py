@@ -39,7 +39,8 @@ from ._dask.passes import persist_if_fits
 from .errors import ConvergenceWarning
 
 __all__ = [
-    "ProgressEvent", "on_progress", "emit", "Stopwatch", "logger", "NoCheckpoint", "rng_state", "set_rng_state", "restore_rng",
+    "ProgressEvent", "on_progress", "emit", "Stopwatch", "logger", "NoCheckpoint", "rng_state", "set_rng_state",
+    "restore_rng",
     "Step", "LoopResult", "fit_loop", "best_of", "warn_unconverged", "persisted", "restore_finished", "finish",
 ]
 
