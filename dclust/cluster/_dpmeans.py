@@ -18,7 +18,20 @@ from ..kernels.distances import seed_mix
 from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
 from ._partial import dpmeans_partial_fit
 
-__all__ = ["DPMeans"]
+__all__ = ["DPMeans", "heuristic_lam"]
+
+
+def heuristic_lam(name: str, X, mean: np.ndarray, n_clusters: int, split_every=None) -> float:
+    """The ``lam`` of ``n_clusters=``: the squared distance of the k-th furthest-first point (from ``mean``, one
+    pass per point); InvalidDataError when X has fewer distinct points."""
+    lams, _ = furthest_first(X, n_clusters, mean, split_every)
+    lam = float(lams[-1])
+    if lam <= 0:
+        raise InvalidDataError(
+            message(f"{name}(n_clusters=...)", f"at least {n_clusters} distinct points", "fewer distinct points",
+                    "Lower n_clusters or pass lam directly.")
+        )
+    return lam
 
 
 class _Passes(Step):
@@ -46,16 +59,7 @@ class _Passes(Step):
         raise_if_bad_block(all_stats, X)
         ck.check_content(*all_stats.total())
         mean = all_stats.mean[:1]
-        if est.n_clusters is not None:
-            lams, _ = furthest_first(X, est.n_clusters, mean, est.split_every)
-            lam = float(lams[-1])
-            if lam <= 0:
-                raise InvalidDataError(
-                    message("DPMeans(n_clusters=...)", f"at least {est.n_clusters} distinct points",
-                            "fewer distinct points", "Lower n_clusters or pass lam directly.")
-                )
-        else:
-            lam = float(est.lam)
+        lam = heuristic_lam("DPMeans", X, mean, est.n_clusters, est.split_every) if est.lam is None else float(est.lam)
         if est.init == "mean":
             C, fp = mean.copy(), all_stats.fingerprint[:1].copy()
         else:

@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from .._dask.passes import map_labels
-from .._dask.init import furthest_first
 from .._dask.links import build_layout
 from .._fit import Step, finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._dask.rdp import extract_linked, final_labels, init_pass, rdp_pass, records_from, records_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints, check_lam_or_n_clusters
 from ..constraints import ConstraintGraph
-from ..errors import InvalidDataError, InvalidParameterError, message
+from ..errors import InvalidParameterError, message
 from ..kernels.distances import seed_mix
 from ..kernels.divergence import divergence_nearest, neg_entropy, smooth_rows
 from ..kernels.rdpmeans import link_term
+from ._dpmeans import heuristic_lam
 from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block, wrap_output
 
 __all__ = ["RDPMeans"]
@@ -70,16 +70,7 @@ class _Passes(Step):
         raise_if_bad_block(stats0, X)
         self.ck.check_content(*stats0.total())
         mean = stats0.mean[:1]
-        if est.n_clusters is None:
-            lam = float(est.lam)
-        else:
-            lams, _ = furthest_first(X, est.n_clusters, mean, est.split_every)
-            lam = float(lams[-1])
-            if lam <= 0:
-                raise InvalidDataError(
-                    message("RDPMeans(n_clusters=...)", f"at least {est.n_clusters} distinct points",
-                            "fewer distinct points", "Lower n_clusters or pass lam directly.")
-                )
+        lam = heuristic_lam("RDPMeans", X, mean, est.n_clusters, est.split_every) if est.lam is None else float(est.lam)
         self._linked(seed)
         self.prefix = (p_end, p_index, p_rows)
         return {"seed": seed, "lam": lam, "H": H, "next_xi": float(est.xi0), "centers": mean.copy(),
