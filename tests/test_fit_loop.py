@@ -205,6 +205,25 @@ def test_unconverged_fits_warn_from_the_loop_and_again_from_their_finished_check
     assert converged.converged_ and converged.n_iter_ > 2
 
 
+@pytest.mark.parametrize("name", ["DPMeans", "RDPMeans", "BPMeans"])
+def test_their_checkpoints_of_format_1_are_refused_not_misread(name, store, tmp_path):
+    """Format 1 held these estimators' own loop states: refused with a FormatVersionError, before any pass."""
+    from dclust.errors import FormatVersionError
+
+    ck = tmp_path / "ck"
+    with pytest.raises(Stop), dclust.on_progress(stop_after(1)):
+        ESTIMATORS[name](ck).fit(store)
+    doc = json.loads((ck / "zarr.json").read_text())
+    doc["attributes"]["dclust_checkpoint"]["format"] = 1
+    (ck / "zarr.json").write_text(json.dumps(doc))
+    events = []
+    with pytest.raises(FormatVersionError, match=rf"a {name} checkpoint of format 2 or newer.*format 1, written by "
+                                                 "an older dclust.*Remove the checkpoint"), \
+            dclust.on_progress(events.append):
+        ESTIMATORS[name](ck).fit(store)
+    assert events == []
+
+
 def test_a_resumed_loop_state_that_does_not_fit_is_refused(store, tmp_path):
     from dclust.errors import StorageError
 
