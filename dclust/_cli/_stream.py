@@ -46,6 +46,7 @@ from ._options import (
     _estimator_params,
     _location,
     _positive,
+    example,
     shared_options,
 )
 from ._session import _Session, _usage
@@ -143,7 +144,8 @@ def _totals(history: dict[str, list]) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@stream_app.command("dmeans")
+@stream_app.command("dmeans", epilog=example(
+    'dclust stream dmeans points.zarr --batch-rows 10000 --lam 4.0 --T-Q 10 --k-tau 1.1 --labels ids.zarr'))
 @shared_options()
 def stream_dmeans(
     s: _Session,
@@ -254,7 +256,8 @@ def _stream_dmeans(s: _Session, model: Any, X: Any, done: int, batch_rows: int, 
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@stream_app.command("anytime-dpmeans")
+@stream_app.command("anytime-dpmeans", epilog=example(
+    'dclust stream anytime-dpmeans points.zarr --lam 4.0 --batch-rows 50000 --labels labels.zarr --model dp.zarr'))
 @shared_options()
 def stream_anytime_dpmeans(
     s: _Session,

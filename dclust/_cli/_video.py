@@ -37,6 +37,7 @@ from ._options import (
     VerboseOpt,
     _bounded,
     _positive,
+    example,
 )
 from ._session import _command, _memory_limit, _usage
 
@@ -95,7 +96,8 @@ def _frame_progress(console: Any, enabled: bool, description: str) -> Iterator[N
             progress.stop()
 
 
-@video_app.command("quantize")
+@video_app.command("quantize", epilog=example(
+    'dclust video quantize clip.mp4 quantized.mp4 --lam 800 --palette-png palette.png --report report.json'))
 def quantize(
     input_path: Annotated[str, typer.Argument(metavar="IN", help="Video file (mp4, avi, mkv, ...) or Zarr frames "
                                               "store (T, H, W, 3) uint8.")],
