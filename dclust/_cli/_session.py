@@ -91,11 +91,8 @@ class _Session:
         resume = checkpoint is not None and os.path.lexists(checkpoint)
         if checkpoint is not None and not resume:
             outputs = {**outputs, "--checkpoint": checkpoint}
-        elif resume:  # rewritten after every iteration: its directory must be writable too
-            from dclust._store._atomic import check_location
-
-            check_location(os.path.abspath(checkpoint), "--checkpoint")
-        _check_outputs(outputs, self.overwrite, inputs + ((checkpoint,) if resume else ()))
+        _check_outputs(outputs, self.overwrite, inputs + ((checkpoint,) if resume else ()),
+                       rewritten={"--checkpoint": checkpoint} if resume else None)  # rewritten after every iteration
         return resume
 
     def open_input(self, path: str, **kwargs: Any) -> tuple[Any, int, int]:
@@ -197,22 +194,18 @@ def _command(json_out: bool, quiet: bool, debug: bool, **options: Any) -> Iterat
         _fail(exc, 1, debug)
 
 
-def _check_outputs(outputs: dict[str, str], overwrite: bool, inputs: tuple[str, ...] = ()) -> None:
-    """Before any work: outputs are distinct, are not inputs, and may be written (the io layer's own check)."""
-    from dclust._store._atomic import _check_new_target, _resolve  # the check write_array/write_labels/save run
-
-    seen: dict[str, str] = {}
-    for name, path in [(f"input {p}", p) for p in inputs]:
-        seen[_resolve(path, "input")[0]] = name
-    for option, path in outputs.items():
-        url, local = _resolve(path, option)
-        if url in seen:
-            raise _usage(f"{option} {path!r} is the same store as {seen[url]}; give every output its own path.")
-        seen[url] = option
-        if local is not None:  # remote URLs are checked by the writer itself, still before writing
-            try:
-                _check_new_target(local, overwrite, option)
-            except StorageError as exc:
-                raise StorageError(
-                    _one_line(str(exc)).replace("overwrite=True", "--overwrite").replace(f"{option}(path=", f"{option} (")
-                ) from None
+def _check_outputs(outputs: dict[str, str], overwrite: bool, inputs: tuple[str, ...] = (),
+                   rewritten: dict[str, str] | None = None) -> None:
+    """Before any work: :func:`dclust.io.check_outputs` (the check write_array/write_labels/save run), its errors
+    worded for the command line."""
+    try:
+        dclust.io.check_outputs(outputs, inputs, overwrite=overwrite, rewritten=rewritten)
+    except InvalidParameterError as exc:  # two outputs, or an output and an input, at one path
+        raise _usage(str(exc)) from None
+    except StorageError as exc:
+        if not any(f"{option}(path=" in str(exc) for option in outputs):
+            raise
+        text = _one_line(str(exc)).replace("overwrite=True", "--overwrite")
+        for option in outputs:
+            text = text.replace(f"{option}(path=", f"{option} (")
+        raise StorageError(text) from None

@@ -155,7 +155,7 @@ def quantize(
         raise _usage("give D-Means' temporal parameters as one pair: --T-Q and --k-tau, or --Q and --tau.")
     with _command(json_out, quiet, debug, verbose=verbose) as s:
         from dclust.apps.video import quantize_video
-        from dclust.io._video import is_zarr_path
+        from dclust.io.video import is_zarr_path
 
         if scheduler and not is_zarr_path(input_path):
             raise _usage(f"--scheduler needs a Zarr frames store as IN (workers read the frames from it); "

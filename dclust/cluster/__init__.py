@@ -1,5 +1,8 @@
-"""Batch estimators with scikit-learn conventions."""
+"""Batch estimators with scikit-learn conventions, and the in-memory k-means pieces they share
+(:func:`kmeans_plusplus`, :func:`lloyd`) and the parameter check of every estimator (:func:`validate_params`)."""
 
+from .._validation import validate_params
+from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ._bpmeans import BPMeans
 from ._collapsed import CappedDPMeans, CollapsedBPMeans, CollapsedDPMeans
 from ._dpmeans import DPMeans
@@ -33,4 +36,7 @@ __all__ = [
     "StepwiseKFeatures",
     "TVClust",
     "TVClustVariational",
+    "kmeans_plusplus",
+    "lloyd",
+    "validate_params",
 ]
