@@ -53,7 +53,8 @@ class BatchLabelsWriter:
     >>> w.write(0, np.array([7, 7]))
     >>> w.write(2, np.array([8, 7]))
     >>> w.write(4, np.array([9]))
-    >>> w.commit()
+    >>> w.commit() == path
+    True
     >>> dclust.open_array(path).compute().tolist()
     [7, 7, 8, 7, 9]
     """
