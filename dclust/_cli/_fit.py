@@ -100,7 +100,8 @@ def _fit(s: _Session, estimator: Any, input_path: str, labels: str, model: str |
     s.report(result, f"fit {name}", rows)
 
 
-@fit_app.command("kmeans", epilog=example("dclust fit kmeans points.zarr --k 16 --labels labels.zarr --model km.zarr"))
+@fit_app.command(
+    "kmeans", epilog=example("dclust fit kmeans points.zarr --k 16 --labels labels.zarr --model km.zarr"))
 @shared_options()
 def fit_kmeans(
     s: _Session,
@@ -117,7 +118,8 @@ def fit_kmeans(
     _fit(s, dclust.KMeans(**params), input_path, labels, model, checkpoint)
 
 
-@fit_app.command("dpmeans", epilog=example("dclust fit dpmeans points.zarr --lam 4.0 --labels labels.zarr --model dp.zarr"))
+@fit_app.command(
+    "dpmeans", epilog=example("dclust fit dpmeans points.zarr --lam 4.0 --labels labels.zarr --model dp.zarr"))
 @shared_options()
 def fit_dpmeans(
     s: _Session,
@@ -146,7 +148,8 @@ class BPInit(str, Enum):
     empty = "empty"
 
 
-@fit_app.command("bpmeans", epilog=example("dclust fit bpmeans points.zarr --lam 2.0 --features features.zarr --model bp.zarr"))
+@fit_app.command(
+    "bpmeans", epilog=example("dclust fit bpmeans points.zarr --lam 2.0 --features features.zarr --model bp.zarr"))
 @shared_options()
 def fit_bpmeans(
     s: _Session,
@@ -215,7 +218,9 @@ def fit_bpmeans(
     s.report(result, "fit BPMeans", {**rows, **_checkpoint_row(checkpoint, resume)})
 
 
-@fit_app.command("rdpmeans", epilog=example("dclust fit rdpmeans points.zarr --lam 4.0 --constraints links.csv --labels labels.zarr --model rdp.zarr"))
+@fit_app.command(
+    "rdpmeans", epilog=example("dclust fit rdpmeans points.zarr --lam 4.0 --constraints links.csv "
+                               "--labels labels.zarr --model rdp.zarr"))
 @shared_options()
 def fit_rdpmeans(
     s: _Session,
@@ -273,7 +278,9 @@ class Covariance(str, Enum):
     diag = "diag"
 
 
-@fit_app.command("gmpr", epilog=example("dclust fit gmpr points.zarr --classes 3 --constraints links.csv --labels labels.zarr --model gmpr.zarr"))
+@fit_app.command(
+    "gmpr", epilog=example("dclust fit gmpr points.zarr --classes 3 --constraints links.csv --labels labels.zarr "
+                           "--model gmpr.zarr"))
 @shared_options()
 def fit_gmpr(
     s: _Session,

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import time
 from enum import Enum
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -161,7 +161,8 @@ def generate_blobs(
 ModelArg = Annotated[str, typer.Argument(metavar="MODEL.zarr", help="A model saved by 'dclust fit'.")]
 
 
-@app.command("predict", epilog=example("dclust predict km.zarr points.zarr --labels labels.zarr"))
+@app.command(
+    "predict", epilog=example("dclust predict km.zarr points.zarr --labels labels.zarr"))
 @shared_options()
 def predict(s: _Session, model: ModelArg, input_path: InputArg, labels: LabelsOpt) -> None:
     """Label every point of IN with its nearest cluster of a saved model."""

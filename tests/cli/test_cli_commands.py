@@ -63,10 +63,13 @@ def test_every_entry_point_knows_every_command(entry):
     top = subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=120, env=env)
     fit = subprocess.run([*argv, "fit", "--help"], capture_output=True, text=True, timeout=120, env=env)
     assert top.returncode == 0 and fit.returncode == 0, (top.stderr, fit.stderr)
-    listed = {line.split()[1] for line in top.stdout.splitlines() if line.startswith("│ ") and len(line.split()) > 2}
-    assert set(TOP_LEVEL) <= listed, (TOP_LEVEL, top.stdout)
-    listed_fit = {line.split()[1] for line in fit.stdout.splitlines() if line.startswith("│ ") and len(line.split()) > 2}
-    assert set(FIT) <= listed_fit, fit.stdout
+    assert set(TOP_LEVEL) <= _listed(top.stdout), top.stdout
+    assert set(FIT) <= _listed(fit.stdout), fit.stdout
+
+
+def _listed(help_text):
+    """The command names of a group's --help (the first word of each row of its Commands box)."""
+    return {line.split()[1] for line in help_text.splitlines() if line.startswith("│ ") and len(line.split()) > 2}
 
 
 # ----------------------------------------------------------------------------------- fit --labels without --model
