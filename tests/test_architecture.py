@@ -149,6 +149,31 @@ def test_apps_and_cli_use_only_the_public_api(package):
     assert not bad, "\n".join(bad)
 
 
+def test_the_cli_has_no_import_circles_and_nothing_imports_its_main():
+    """main.py imports every command module and registers its commands; no module imports main (so ``python -m
+    dclust._cli.main`` builds the same app as ``dclust``) and the modules of _cli import each other without
+    circles."""
+    graph: dict[str, set[str]] = {}
+    for module, path in modules():
+        if module.startswith("dclust._cli"):
+            found = imports(path.read_text(), module, path.name == "__init__.py")
+            graph[module] = {reached for target, names, _ in found for reached in _resolve(target, names)
+                             if reached.startswith("dclust._cli.")}
+    assert not [m for m, deps in graph.items() if "dclust._cli.main" in deps]
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, "import circle: " + " -> ".join(path + (module,))
+        if module in done:
+            return
+        for dep in graph.get(module, ()):
+            visit(dep, path + (module,))
+        done.add(module)
+
+    for module in graph:
+        visit(module, ())
+
+
 @pytest.mark.parametrize("source, needle", [
     ("from dclust.kernels import distances", "private module dclust.kernels"),
     ("from dclust.kernels.kmeans import lloyd", "private module dclust.kernels.kmeans"),
