@@ -61,8 +61,9 @@ class _FrameProgress:
                     f"deaths {event.extra['deaths']}")
 
 
-@pointcloud_app.command("track", epilog=example(
-    'dclust pointcloud track "frames/*.ply" segments.zarr --lam 0.5 --T-Q 10 --k-tau 1.1 --tracks tracks.csv'))
+@pointcloud_app.command(
+    "track", epilog=example('dclust pointcloud track "frames/*.ply" segments.zarr --lam 0.5 --T-Q 10 --k-tau 1.1 '
+                            "--tracks tracks.csv"))
 @shared_options(component=False, tls=False)
 def pointcloud_track(
     s: _Session,

@@ -109,8 +109,9 @@ def _totals(history: dict[str, list]) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@stream_app.command("dmeans", epilog=example(
-    'dclust stream dmeans points.zarr --batch-rows 10000 --lam 4.0 --T-Q 10 --k-tau 1.1 --labels ids.zarr'))
+@stream_app.command(
+    "dmeans", epilog=example("dclust stream dmeans points.zarr --batch-rows 10000 --lam 4.0 --T-Q 10 --k-tau 1.1 "
+                             "--labels ids.zarr"))
 @shared_options()
 def stream_dmeans(
     s: _Session,
@@ -218,8 +219,9 @@ def _stream_dmeans(s: _Session, model: Any, X: Any, done: int, writer: BatchLabe
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@stream_app.command("anytime-dpmeans", epilog=example(
-    'dclust stream anytime-dpmeans points.zarr --lam 4.0 --batch-rows 50000 --labels labels.zarr --model dp.zarr'))
+@stream_app.command(
+    "anytime-dpmeans", epilog=example("dclust stream anytime-dpmeans points.zarr --lam 4.0 --batch-rows 50000 "
+                                      "--labels labels.zarr --model dp.zarr"))
 @shared_options()
 def stream_anytime_dpmeans(
     s: _Session,

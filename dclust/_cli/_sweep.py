@@ -63,8 +63,7 @@ def _sweep_table(sw: model_selection.LamSweep) -> Table:
     return table
 
 
-@sweep_app.command("dpmeans", epilog=example(
-    'dclust sweep dpmeans points.zarr --n-lams 16 --plot sweep.png'))
+@sweep_app.command("dpmeans", epilog=example("dclust sweep dpmeans points.zarr --n-lams 16 --plot sweep.png"))
 @shared_options()
 def sweep_dpmeans(
     s: _Session,

@@ -96,8 +96,9 @@ def _frame_progress(console: Any, enabled: bool, description: str) -> Iterator[N
             progress.stop()
 
 
-@video_app.command("quantize", epilog=example(
-    'dclust video quantize clip.mp4 quantized.mp4 --lam 800 --palette-png palette.png --report report.json'))
+@video_app.command(
+    "quantize", epilog=example("dclust video quantize clip.mp4 quantized.mp4 --lam 800 --palette-png palette.png "
+                               "--report report.json"))
 def quantize(
     input_path: Annotated[str, typer.Argument(metavar="IN", help="Video file (mp4, avi, mkv, ...) or Zarr frames "
                                               "store (T, H, W, 3) uint8.")],
