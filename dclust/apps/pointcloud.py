@@ -26,7 +26,7 @@ from scipy.optimize import linear_sum_assignment
 from threadpoolctl import threadpool_limits
 
 from dclust import ProgressEvent, emit_progress, metrics
-from dclust.cluster import validate_params
+from dclust.cluster import nearest, validate_params
 from dclust.errors import InvalidDataError, InvalidParameterError, message
 from dclust.io.pointcloud import (
     FEATURES,
@@ -201,7 +201,9 @@ class PointCloudTracker:
 
             _, nn = cKDTree(sample).query(X, k=1)
             return np.asarray(m.labels_, dtype=np.int64)[nn]
-        return np.asarray(m.predict(X), dtype=np.int64)  # the nearest of the clusters with data in this frame
+        live = m.ages_ == 1  # the clusters with data in this frame
+        slots, _ = nearest(X, m.cluster_centers_[live])
+        return m.cluster_ids_[live][slots]
 
     @property
     def history_(self) -> dict:

@@ -1,7 +1,8 @@
 """Batch estimators with scikit-learn conventions, and the in-memory k-means pieces they share
-(:func:`kmeans_plusplus`, :func:`lloyd`) and the parameter check of every estimator (:func:`validate_params`)."""
+(:func:`kmeans_plusplus`, :func:`lloyd`, :func:`nearest`) and the parameter check of every estimator (:func:`validate_params`)."""
 
 from .._validation import validate_params
+from ..kernels.distances import nearest
 from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ._bpmeans import BPMeans
 from ._collapsed import CappedDPMeans, CollapsedBPMeans, CollapsedDPMeans
@@ -38,5 +39,6 @@ __all__ = [
     "TVClustVariational",
     "kmeans_plusplus",
     "lloyd",
+    "nearest",
     "validate_params",
 ]
