@@ -23,7 +23,6 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
-from threadpoolctl import threadpool_limits
 
 from dclust import ProgressEvent, emit_progress, metrics
 from dclust.cluster import nearest, validate_params
@@ -46,6 +45,16 @@ from ._scenes import moving_objects_scene
 __all__ = ["PointCloudTracker", "TrackResult", "track", "tracking_scores", "moving_objects_scene"]
 
 _DEFAULT_SAMPLE = {False: 10_000, True: 1_000}
+_BLAS: list = []  # the threadpoolctl controller, made once (it inspects the loaded libraries)
+
+
+def _one_blas_thread() -> Any:
+    """BLAS limited to one thread for the ``with`` block."""
+    if not _BLAS:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0].limit(limits=1, user_api="blas")
 
 
 def _bad(name: str, expected: str, value: Any, fix: str) -> InvalidParameterError:
@@ -186,7 +195,7 @@ class PointCloudTracker:
         if self.spectral:
             # one BLAS thread for the dense eigendecomposition: on 2 shared cores two OpenBLAS threads made a
             # 650 x 650 eigh 3-20x slower (measured: 0.35 s per frame with one thread, 1-9 s with two)
-            with threadpool_limits(limits=1, user_api="blas"):
+            with _one_blas_thread():
                 self.model_.partial_fit(X if idx is None else X[idx])
         else:
             self.model_.partial_fit(X if idx is None else X[idx])
