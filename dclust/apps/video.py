@@ -683,6 +683,13 @@ def synthetic_frames(n_frames: int, width: int, height: int, *, seed: int = 0, n
     Every surface carries a fixed grain texture (standard deviation ``texture``) that moves with it, so frames have
     many distinct colours while the frame-to-frame change comes from motion and lighting, as in rendered video;
     ``noise`` adds fresh per-frame sensor noise on top.
+
+    Examples
+    --------
+    >>> from dclust.apps.video import synthetic_frames
+    >>> frames = list(synthetic_frames(3, 32, 24, seed=1))
+    >>> len(frames), frames[0].shape, frames[0].dtype.name
+    (3, (24, 32, 3), 'uint8')
     """
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
