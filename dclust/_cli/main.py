@@ -33,8 +33,8 @@ one JSON object with ``--json``).
 
 ``--checkpoint CK`` (fit kmeans, dpmeans, bpmeans, rdpmeans, gmpr) saves the fit's state in the directory CK after
 every iteration (atomically); rerunning the same command after a crash resumes from it and ends with the identical
-model. The labels and the model are written after the fit, each under a temporary name renamed into place when
-complete.
+model. The labels and (with ``--model``) the model are written after the fit, each under a temporary name renamed into
+place when complete.
 
 Exit codes: 0 success; 2 usage error (bad or conflicting options, including dclust's InvalidParameterError);
 1 data or runtime error (missing input, existing output without ``--overwrite``, invalid data, a lost scheduler,
