@@ -126,6 +126,25 @@ def public_api_violations(source: str, module: str, is_package: bool = False) ->
     return bad
 
 
+def private_attributes(source: str, module: str) -> list[str]:
+    """``dclust._x`` / ``dclust.io._y`` attribute chains in ``source`` (private API reached through ``import
+    dclust``)."""
+    tree = ast.parse(source)
+    inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and id(node) not in inner:  # whole chains only
+            chain, root = [node.attr], node.value
+            while isinstance(root, ast.Attribute):
+                chain.append(root.attr)
+                root = root.value
+            names = list(reversed(chain))
+            if isinstance(root, ast.Name) and root.id == "dclust" and any(
+                    n.startswith("_") and not (n.startswith("__") and n.endswith("__")) for n in names):
+                bad.append(f"{module}:{node.lineno}: uses dclust.{'.'.join(names)}")
+    return sorted(set(bad))
+
+
 def test_every_package_has_a_layer():
     unknown = {package_of(m) for m, _ in modules()} - set(LEVEL)
     assert not unknown, f"add these packages to the layer table (and to docs/architecture.md): {unknown}"
@@ -146,6 +165,7 @@ def test_apps_and_cli_use_only_the_public_api(package):
     for module, path in modules():
         if module == package or module.startswith(package + "."):
             bad += public_api_violations(path.read_text(), module, path.name == "__init__.py")
+            bad += private_attributes(path.read_text(), module)
     assert not bad, "\n".join(bad)
 
 
@@ -189,6 +209,8 @@ def test_the_check_catches_a_private_import(source, needle):
     assert len(found) == 1 and needle in found[0], found
     assert public_api_violations("from dclust.io import open_array\nimport dclust\nfrom . import _scenes",
                                  "dclust.apps.video") == []
+    assert private_attributes("import dclust\ndclust._fit.emit(e)\ndclust.io.open_array(p)", "dclust._cli.x") == [
+        "dclust._cli.x:2: uses dclust._fit.emit"]
 
 
 def test_the_check_catches_an_upward_import():
