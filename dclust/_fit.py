@@ -92,7 +92,18 @@ def on_progress(callback: Callable[[ProgressEvent], None]) -> Iterator[None]:
 
 
 def emit(event: ProgressEvent) -> None:
-    """Log ``event`` on the ``dclust`` logger (INFO) and pass it to the callbacks of :func:`on_progress`."""
+    """Log ``event`` on the ``dclust`` logger (INFO) and pass it to the callbacks of :func:`on_progress`
+    (public as ``dclust.emit_progress``: the applications' jobs report their steps through it).
+
+    Examples
+    --------
+    >>> import dclust
+    >>> events = []
+    >>> with dclust.on_progress(events.append):
+    ...     dclust.emit_progress(dclust.ProgressEvent("myjob", "iter", 1, 0.5, 3, 0.01))
+    >>> events[0].estimator, events[0].n_clusters
+    ('myjob', 3)
+    """
     logger.info(
         "%s %s %d: objective=%.6g K=%d (%.3fs)",
         event.estimator, event.phase, event.iteration, event.objective, event.n_clusters, event.seconds,
