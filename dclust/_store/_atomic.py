@@ -249,7 +249,7 @@ def _roll_forward(fs: Any, root: str, tmp: str) -> None:
     if data:
         fs.copy([f"{tmp}/{k}" for k in data], [f"{root}/{k}" for k in data])
     for key in sorted((k for k in new if _is_metadata(k)), key=_depth, reverse=True):
-        fs.copy(f"{tmp}/{key}", f"{root}/{key}")
+        fs.copy([f"{tmp}/{key}"], [f"{root}/{key}"])
     fs.rm_file(_journal_path(root))
     fs.invalidate_cache()
     if fs.exists(tmp):
