@@ -51,6 +51,8 @@ import dclust
 
 from ._display import key_value_table, learned_attributes
 from ._options import (
+    StorageOptionOpt,
+    _storage_options,
     _location,
     ClusterLamOpt,
     DebugOpt,
@@ -265,10 +267,12 @@ def predict(s: _Session, model: ModelArg, input_path: InputArg, labels: LabelsOp
 
 
 @app.command("info")
-def info(model: ModelArg, json_out: JsonOpt = False, debug: DebugOpt = False) -> None:
+def info(model: ModelArg, json_out: JsonOpt = False, debug: DebugOpt = False,
+         storage_option: StorageOptionOpt = None) -> None:
     """Show a saved model: estimator, parameters, learned scalars and array shapes."""
     with _command(json_out, True, debug) as s:
-        estimator = dclust.load(model)
+        options = _storage_options(storage_option)
+        estimator = dclust.load(model, **({"storage_options": options} if options else {}))
         name = type(estimator).__name__
         params = estimator.get_params()
         scalars, shapes = learned_attributes(estimator)

@@ -258,3 +258,61 @@ def test_an_overwrite_killed_after_its_commit_reads_as_the_new_version(what, poi
     assert _hidden(fs, url) == []
     np.testing.assert_array_equal(np.asarray(zarr.open(store=target, mode="r", storage_options=options)[...])
                                   if what != "save" else _read(what, target, options), _version(what, 1))
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def test_every_cli_json_output_keeps_s3_urls(bucket, tmp_path):
+    """Every command that reads and writes S3 through ``--storage-option`` (no AWS_*) reports the URLs it was given,
+    never a local path made of them; the outputs are where the URLs say."""
+    from distributed import LocalCluster
+
+    from tests._support.cli import ok_json, run
+
+    url, options, _ = bucket
+    flags = [f for k, v in options.items() for f in ("--storage-option", f"{k}={v}")]
+    dclust.write_array(_points(), f"{url}/in.zarr", chunks=100, storage_options=options)
+    (tmp_path / "links.csv").write_text("i,j,type\n0,1,must\n2,3,cannot\n")
+    outputs = []
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        common = ["--scheduler", cluster.scheduler_address, "--quiet", "--json", *flags]
+        commands = [
+            ["fit", "kmeans", f"{url}/in.zarr", "--k", 3, "--seed", 0, "--labels", f"{url}/l.zarr", "--model",
+             f"{url}/m.zarr", "--checkpoint", f"{url}/ck.zarr", *common],
+            ["fit", "dpmeans", f"{url}/in.zarr", "--lam", 40, "--seed", 0, "--labels", f"{url}/dl.zarr", "--model",
+             f"{url}/dm.zarr", *common],
+            ["predict", f"{url}/m.zarr", f"{url}/in.zarr", "--labels", f"{url}/p.zarr", *common],
+            ["info", f"{url}/m.zarr", "--json", *flags],
+            ["constraints", "import", tmp_path / "links.csv", "--chunks-like", f"{url}/in.zarr", f"{url}/g.zarr",
+             "--quiet", "--json", *flags],
+            ["stream", "anytime-dpmeans", f"{url}/in.zarr", "--lam", 40, "--batch-rows", 100, "--seed", 0,
+             "--labels", f"{url}/s.zarr", "--model", f"{url}/sm.zarr", *common],
+            ["clean", f"{url}/l.zarr", "--json", *flags],
+        ]
+        for args in commands:
+            outputs.append(ok_json(run(args)))
+    seen = [s for out in outputs for s in _strings(out) if "s3:" in s]
+    assert seen and all(s.startswith(f"{url}/") for s in seen), seen
+    assert {outputs[0]["input"], outputs[0]["labels"], outputs[0]["model"], outputs[0]["checkpoint"]} == {
+        f"{url}/in.zarr", f"{url}/l.zarr", f"{url}/m.zarr", f"{url}/ck.zarr"}
+    assert outputs[2]["labels"] == f"{url}/p.zarr" and outputs[3]["model"] == f"{url}/m.zarr"
+    assert outputs[4]["output"] == f"{url}/g.zarr" and outputs[5]["labels"] == f"{url}/s.zarr"
+    assert outputs[6]["path"] == f"{url}/l.zarr" and outputs[6]["removed"] == []
+    model = dclust.load(f"{url}/m.zarr", storage_options=options)
+    np.testing.assert_array_equal(dclust.open_array(f"{url}/p.zarr", storage_options=options).compute(),
+                                  model.predict(_points()))
+    np.testing.assert_array_equal(dclust.load(f"{url}/ck.zarr", storage_options=options).cluster_centers_,
+                                  model.cluster_centers_)
+    assert dclust.ConstraintGraph.from_zarr(f"{url}/g.zarr", storage_options=options).n_must == 1
