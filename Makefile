@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# the image the deploy/ files run: dclust:<the package version> (deploy/README.md)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= dclust
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench venv clean image
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +27,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	for b in engine kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links; do $(PY) benchmarks/bench_$$b.py || exit 1; done
+
+image:
+	docker build -f deploy/Dockerfile -t $(IMAGE):$(VERSION) .
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache
