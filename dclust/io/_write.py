@@ -1,4 +1,4 @@
-"""Writing arrays and labels to Zarr, streamed chunk by chunk and atomically.
+"""Writing arrays to Zarr, streamed chunk by chunk and atomically (labels: :mod:`._labels`).
 
 The atomic commit (temporary sibling + rename locally, root metadata last on object stores), the checks of the
 output location before any work, and the chunk checksum live in :mod:`dclust._store` (one of each for every
@@ -54,7 +54,7 @@ from .._store._atomic import (  # noqa: F401 - also the names other io modules a
 from .._store._zarr import checksummed, stream_array
 from ..errors import InvalidDataError, InvalidParameterError, StorageError, message
 
-__all__ = ["write_array", "write_labels"]
+__all__ = ["write_array"]
 
 _CODECS = ("auto", "none", "lz4", "zstd")
 
@@ -376,50 +376,3 @@ def _open_remote_group(url: str, what: str, options: dict | None) -> Any:
             message(f"{what}(path={url!r})", "an existing Zarr group (or a new location)",
                     "a location that exists but is not a Zarr group", "Choose another path.")
         ) from exc
-
-
-def write_labels(
-    labels: Any, path: str | os.PathLike, *, overwrite: bool = False, storage_options: dict[str, Any] | None = None
-) -> str:
-    """Write cluster labels to a new Zarr store, streamed and atomic.
-
-    The store's root is the array itself, so ``zarr.open_array(path)`` and ``dclust.open_array(path)`` both
-    return it.
-
-    Parameters
-    ----------
-    labels : dask.array.Array or numpy.ndarray of int, shape (n_samples,)
-        Labels, e.g. ``model.predict(X)``; a lazy dask array is computed block by block while it is written.
-        An xarray DataArray is written through its ``.data``.
-    path : str or os.PathLike
-        Local path or fsspec URL of the new store.
-    overwrite : bool, default False
-        Replace an existing label store; otherwise an existing path raises before anything is written.
-    storage_options : dict, optional
-        Arguments of the fsspec filesystem of a URL ``path`` (as in :func:`write_array`).
-
-    Returns
-    -------
-    str
-        The store's location.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, os, zarr
-    >>> p = write_labels(np.array([0, 1, 1, 0], dtype=np.int32), os.path.join(tempfile.mkdtemp(), "labels.zarr"))
-    >>> zarr.open_array(p, mode="r")[:].tolist()
-    [0, 1, 1, 0]
-    """
-    y = labels.data if _is_xarray(labels) else labels
-    ndim = getattr(y, "ndim", None)
-    dtype = getattr(y, "dtype", None)
-    if ndim is None or dtype is None:
-        y = np.asarray(y)
-        ndim, dtype = y.ndim, y.dtype
-    if ndim != 1 or np.dtype(dtype).kind not in "iu":
-        raise InvalidDataError(
-            message("write_labels(labels=...)", "a 1-D integer array of shape (n_samples,)",
-                    f"ndim {ndim}, dtype {dtype}", "Pass model.predict(X) or model.labels_.")
-        )
-    return _write(y, path, component=None, overwrite=overwrite, codec="auto", chunks=None, what="write_labels",
-                  storage_options=storage_options)
