@@ -281,10 +281,11 @@ def test_every_cli_json_output_keeps_s3_urls(bucket, tmp_path):
 
     from tests._support.cli import ok_json, run
 
-    url, options, _ = bucket
+    url, options, fs = bucket
     flags = [f for k, v in options.items() for f in ("--storage-option", f"{k}={v}")]
     dclust.write_array(_points(), f"{url}/in.zarr", chunks=100, storage_options=options)
     (tmp_path / "links.csv").write_text("i,j,type\n0,1,must\n2,3,cannot\n")
+    fs.pipe_file(f"{url[5:]}/links.csv", b"i,j,type\n0,1,must\n2,3,cannot\n")
     outputs = []
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
         common = ["--scheduler", cluster.scheduler_address, "--quiet", "--json", *flags]
@@ -300,6 +301,9 @@ def test_every_cli_json_output_keeps_s3_urls(bucket, tmp_path):
             ["stream", "anytime-dpmeans", f"{url}/in.zarr", "--lam", 40, "--batch-rows", 100, "--seed", 0,
              "--labels", f"{url}/s.zarr", "--model", f"{url}/sm.zarr", *common],
             ["clean", f"{url}/l.zarr", "--json", *flags],
+            ["fit", "rdpmeans", f"{url}/in.zarr", "--lam", 40, "--constraints", f"{url}/links.csv", "--seed", 0,
+             "--labels", f"{url}/rl.zarr", "--model", f"{url}/rm.zarr", *common],
+            ["sweep", "dpmeans", f"{url}/in.zarr", "--n-lams", 3, "--sample-size", 200, "--seed", 0, *common],
         ]
         for args in commands:
             outputs.append(ok_json(run(args)))
@@ -310,6 +314,8 @@ def test_every_cli_json_output_keeps_s3_urls(bucket, tmp_path):
     assert outputs[2]["labels"] == f"{url}/p.zarr" and outputs[3]["model"] == f"{url}/m.zarr"
     assert outputs[4]["output"] == f"{url}/g.zarr" and outputs[5]["labels"] == f"{url}/s.zarr"
     assert outputs[6]["path"] == f"{url}/l.zarr" and outputs[6]["removed"] == []
+    assert (outputs[7]["constraints"], outputs[7]["model"]) == (f"{url}/links.csv", f"{url}/rm.zarr")
+    assert outputs[8]["input"] == f"{url}/in.zarr" and outputs[8]["command"] == "sweep dpmeans"
     model = dclust.load(f"{url}/m.zarr", storage_options=options)
     np.testing.assert_array_equal(dclust.open_array(f"{url}/p.zarr", storage_options=options).compute(),
                                   model.predict(_points()))
