@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# the image the deploy/ files run: dclust:<the package version> (deploy/README.md)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= dclust
 
-.PHONY: demo test test-fast bench venv clean
+.PHONY: demo test test-fast bench venv clean image
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +30,9 @@ test-fast: $(STAMP)  # everything but the tests marked slow (benchmark scripts e
 
 bench: $(STAMP)
 	for b in engine kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links faces; do $(PY) benchmarks/bench_$$b.py || exit 1; done
+
+image:
+	docker build -f deploy/Dockerfile -t $(IMAGE):$(VERSION) .
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache
