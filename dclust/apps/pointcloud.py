@@ -27,17 +27,7 @@ from scipy.optimize import linear_sum_assignment
 from dclust import ProgressEvent, emit_progress, metrics
 from dclust.cluster import nearest, validate_params
 from dclust.errors import InvalidDataError, InvalidParameterError, message
-from dclust.io.pointcloud import (
-    FEATURES,
-    FrameLabelsWriter,
-    PointFrame,
-    atomic_file,
-    check_new_file,
-    check_new_store,
-    scan_frames,
-    write_labels_store,
-    write_table,
-)
+from dclust.io import pointcloud as pc
 from dclust.stream import DynamicMeans, SpectralDynamicMeans
 
 from ._scenes import moving_objects_scene
@@ -65,9 +55,9 @@ def _check_features(features: Sequence[str], weights: Sequence[float] | None) ->
     if isinstance(features, str):
         features = [f.strip() for f in features.split(",") if f.strip()]
     features = tuple(features)
-    if not features or any(f not in FEATURES for f in features) or len(set(features)) != len(features) \
+    if not features or any(f not in pc.FEATURES for f in features) or len(set(features)) != len(features) \
             or "xyz" not in features:
-        raise _bad("features", f"distinct names from {', '.join(FEATURES)}, including 'xyz'", ",".join(features),
+        raise _bad("features", f"distinct names from {', '.join(pc.FEATURES)}, including 'xyz'", ",".join(features),
                    "Pass e.g. features='xyz,rgb'.")
     if weights is None:
         w = np.ones(len(features))
@@ -164,10 +154,10 @@ class PointCloudTracker:
 
     # ------------------------------------------------------------------------------------------------------ frames
     def feature_matrix(self, frame: Any) -> np.ndarray:
-        """The weighted (n, d) feature matrix of a frame (a :class:`PointFrame`, a scene frame, or an (n, 3) xyz
-        array when only xyz is used)."""
+        """The weighted (n, d) feature matrix of a frame (a :class:`~dclust.io.pointcloud.PointFrame`, a scene
+        frame, or an (n, 3) xyz array when only xyz is used)."""
         if isinstance(frame, np.ndarray):
-            frame = PointFrame(frame)
+            frame = pc.PointFrame(frame)
         xyz = np.asarray(frame.xyz, dtype=np.float64)
         if xyz.ndim != 2 or xyz.shape[1] != 3:
             raise InvalidDataError(message("point-cloud frame", "xyz of shape (n, 3)", f"shape {xyz.shape}",
@@ -408,11 +398,11 @@ def track(source: Any, out: str | os.PathLike, *, lam: float, T_Q: float, k_tau:
                                 fit_sample=fit_sample, n_restarts=n_restarts, random_state=random_state)
     if not isinstance(overwrite, bool):
         raise _bad("overwrite", "True or False", overwrite, "Pass a bool.")
-    local = check_new_store(out, overwrite)
+    local = pc.check_new_store(out, overwrite)
     outputs = {local: "OUT.zarr"}
     tracks_path = plot_path = None
     if tracks is not None:
-        tracks_path = check_new_file(os.fspath(tracks), overwrite, "--tracks")
+        tracks_path = pc.check_new_file(os.fspath(tracks), overwrite, "--tracks")
         low = tracks_path.lower()
         if not low.endswith((".parquet", ".pq", ".csv")):
             raise _bad("tracks", "a path ending in .parquet, .pq or .csv", os.fspath(tracks),
@@ -425,7 +415,7 @@ def track(source: Any, out: str | os.PathLike, *, lam: float, T_Q: float, k_tau:
                                   "not installed; install the extra: pip install 'dclust[pointcloud]' (or write "
                                   ".csv)") from exc
     if plot is not None:
-        plot_path = check_new_file(os.fspath(plot), overwrite, "--plot")
+        plot_path = pc.check_new_file(os.fspath(plot), overwrite, "--plot")
         _matplotlib()
     for path, name in ((tracks_path, "--tracks"), (plot_path, "--plot")):
         if path is not None:
@@ -433,7 +423,7 @@ def track(source: Any, out: str | os.PathLike, *, lam: float, T_Q: float, k_tau:
                 raise _bad(name, "a path of its own", path, f"It is also {outputs[path]}; give every output its "
                            "own path.")
             outputs[path] = name
-    src = scan_frames(source)
+    src = pc.scan_frames(source)
     src.require(tracker.features)
     for f in src.frames:
         if isinstance(f.loc, str) and os.path.abspath(f.loc) in outputs:
@@ -454,7 +444,7 @@ def track(source: Any, out: str | os.PathLike, *, lam: float, T_Q: float, k_tau:
     tmp_files: list[str] = []
 
     def fill(tmp: str) -> None:
-        writer = FrameLabelsWriter(tmp, n_frames, max_points, src.counts, attrs)
+        writer = pc.FrameLabelsWriter(tmp, n_frames, max_points, src.counts, attrs)
         t0 = time.perf_counter()
         for t in range(n_frames):
             tf = time.perf_counter()
@@ -479,13 +469,13 @@ def track(source: Any, out: str | os.PathLike, *, lam: float, T_Q: float, k_tau:
         # side outputs go to temporary names now; they are renamed once the store is in place
         if tracks_path is not None:
             tmp_files.append(_hidden(tracks_path))
-            write_table(table.columns(), tmp_files[-1])
+            pc.write_table(table.columns(), tmp_files[-1])
         if plot_path is not None:
             tmp_files.append(_hidden(plot_path))
-            atomic_file(tmp_files[-1], lambda p: _plot(p, shots))
+            pc.atomic_file(tmp_files[-1], lambda p: _plot(p, shots))
 
     try:
-        write_labels_store(local, overwrite, fill)
+        pc.write_labels_store(local, overwrite, fill)
         for tmp, final in zip(tmp_files, [p for p in (tracks_path, plot_path) if p is not None]):
             os.replace(tmp, final)
     finally:
