@@ -20,7 +20,7 @@ import numpy as np
 from ..kernels.bpmeans import bp_block, gram_partial, serial_sweep
 from ..kernels.distances import block_stats, epoch_stats, order_keys
 from ..kernels.dpmeans import serial_assign
-from ..kernels.dynmeans import dm_propose, label_pass
+from ..kernels.dynmeans import dm_assign, dm_propose, label_pass
 from ..kernels.stats import ClusterStats
 from .features import FeatureOverflow, Gram, _gram_of, bits_from_parts, widen
 from .passes import block_offsets, map_partials, map_reduce
@@ -269,18 +269,20 @@ class DMRule(OCCRule):
     driver runs the serial label pass on the proposals against the state as it stands (ALGORITHMS.md 8.5).
 
     The previous labels are not stored (O(N)), so exact ties between a row's previous cluster and a lower slot go
-    to the lower slot."""
+    to the lower slot. ``fused=True`` runs the blocks with :func:`~dclust.kernels.dynmeans.dm_assign` (one fused
+    read per block, distances from BLAS tiles; a row within rounding of a tie may take the other slot)."""
 
     merge = staticmethod(ClusterStats.merge_all)
 
-    def __init__(self, state):
+    def __init__(self, state, *, fused: bool = False):
         self.state = state
+        self.fused = bool(fused)
         self.total: list[ClusterStats] = []
 
     def block_task(self):
         s = self.state
         snapshot = type(s)(s.phi, s.gamma, s.ages, s.lam, s.Q, s.theta.copy(), s.inst.copy())
-        return dm_propose, {"state": snapshot}
+        return (dm_assign if self.fused else dm_propose), {"state": snapshot}
 
     def accept(self, partial, index, rows, weight, extra) -> int:
         before = self.state.n_slots
