@@ -10,6 +10,7 @@ that order nor the model depends on the chunking, the grouping of blocks into ta
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -263,6 +264,10 @@ class DPRule(OCCRule):
         return _stats_or_identity(self.total, *self.centers.shape)
 
 
+#: Rows below which a fused D-Means epoch in memory runs in one thread.
+_MIN_HALF = 65536
+
+
 class DMRule(OCCRule):
     """D-Means (one label pass of a time step): a row whose best eq. 28 option in the snapshot is an
     instantiated cluster is kept; a row whose best option is a revival or a new cluster is proposed, and the
@@ -283,6 +288,22 @@ class DMRule(OCCRule):
         s = self.state
         snapshot = type(s)(s.phi, s.gamma, s.ages, s.lam, s.Q, s.theta.copy(), s.inst.copy())
         return (dm_assign if self.fused else dm_propose), {"state": snapshot}
+
+    def epoch(self, X, w, *, mix: int, lo: int, hi: int, split_every=None):
+        """As :meth:`OCCRule.epoch`; a large batch in memory with ``fused`` runs as two halves in two threads
+        (the kernel releases the GIL; the halves are fixed by the batch's length, so the sums are too)."""
+        if not (self.fused and isinstance(X, np.ndarray) and X.shape[0] >= 2 * _MIN_HALF):
+            return super().epoch(X, w, mix=mix, lo=lo, hi=hi, split_every=split_every)
+        fn, kwargs = self.block_task()
+        cuts = (0, X.shape[0] // 2, X.shape[0])
+
+        def half(i):
+            a, b = cuts[i], cuts[i + 1]
+            return _epoch_partial(X[a:b], None if w is None else w[a:b], offset=a, block_index=0, propose=fn,
+                                  mix=mix, lo=lo, hi=hi, **kwargs)
+
+        with ThreadPoolExecutor(2) as pool:
+            return _merge_epoch(list(pool.map(half, (0, 1))), self.merge)
 
     def accept(self, partial, index, rows, weight, extra) -> int:
         before = self.state.n_slots

@@ -31,6 +31,7 @@ __all__ = [
     "dm_propose",
     "dm_assign",
     "keyed_rows",
+    "first_nonfinite_row",
     "serial_step",
     "assign_instantiated",
     "end_of_pass",
@@ -373,35 +374,54 @@ def dm_assign(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: i
     return stats, int(n_taken), proposals[:n_prop], ()
 
 
-@numba.njit(**_JIT)
-def _keyed_rows(X, mix, offset, end):
+@numba.njit(**_FAST)
+def _first_nonfinite(X):
     n, d = X.shape
+    for s in range(0, n, _TILE):  # x * 0 is NaN exactly for NaN/inf: a branch-free sum per tile of rows
+        e = min(n, s + _TILE)
+        acc = 0.0
+        for i in range(s, e):
+            for j in range(d):
+                acc += X[i, j] * 0.0
+        if acc != 0.0:
+            for i in range(s, e):
+                for j in range(d):
+                    if not np.isfinite(X[i, j]):
+                        return i
+    return -1
+
+
+def first_nonfinite_row(X) -> int:
+    """Index of the first row of ``X`` (n, D) holding NaN or infinity, or -1 (one read, no temporary).
+
+    >>> first_nonfinite_row(np.array([[0.0, 1.0], [2.0, np.nan]]))
+    1
+    """
+    return int(_first_nonfinite(_float_block(X)))
+
+
+@numba.njit(**_JIT)
+def _keyed_rows(mix, offset, n, end):
     out = np.empty(n, dtype=np.int64)
     m = 0
-    first_bad = -1
     for i in range(n):
-        if first_bad < 0:
-            for j in range(d):
-                if not np.isfinite(X[i, j]):
-                    first_bad = i
-                    break
         if _key(np.uint64(offset + i) ^ mix) < end:
             out[m] = i
             m += 1
-    return out[:m], first_bad
+    return out[:m]
 
 
 def keyed_rows(X, *, mix: int, offset: int, end: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """The rows of a block whose order key (:func:`dclust.kernels.distances.order_keys`) is below ``end``, in one
-    read that also checks every row for NaN/inf.
+    """The rows of a block whose order key (:func:`dclust.kernels.distances.order_keys`) is below ``end``, and a
+    check of every row for NaN/inf.
 
     Returns ``(local, keys, first_bad)``: local indices (in row order), their keys, and the first local row that
     holds NaN or inf (-1 when none).
     """
     X = _float_block(X)
     end = min(int(end), 2**64 - 1)
-    local, first_bad = _keyed_rows(X, np.uint64(mix), np.uint64(offset), np.uint64(end))
-    return local, order_keys(mix, local + offset), int(first_bad)
+    local = _keyed_rows(np.uint64(mix), np.uint64(offset), X.shape[0], np.uint64(end))
+    return local, order_keys(mix, local + offset), first_nonfinite_row(X)
 
 
 def serial_step(Y, w, state: StepState, *, max_iter: int):
@@ -431,11 +451,11 @@ def serial_step(Y, w, state: StepState, *, max_iter: int):
     for it in range(max_iter):
         prev = z.copy()
         inst_before = cur.inst.copy()
-        label_pass(Y, order, z, cur)
+        cost = label_pass(Y, order, z, cur)
         opened = np.zeros(cur.n_slots, dtype=np.bool_)
         opened[inst_before.size:] = True
         opened[: inst_before.size] = ~inst_before & cur.inst[: inst_before.size]
-        stats = ClusterStats.from_labels(Y, z, cur.n_slots, w)
+        stats = stats_from_assignment(Y, z, cost, w, cur.n_slots, 0)
         res = end_of_pass(stats.weight, stats.mean, stats.scatter, cur)
         rate = float(np.count_nonzero(opened)) / max(m, 1)
         remap = np.full(cur.n_slots, -1, dtype=np.int64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -21,6 +22,21 @@ from ._dynamic import DynamicBase
 __all__ = ["AnytimeDPMeans"]
 
 _BATCH_STREAM = 0xA7
+
+
+def _prefetched(arr, w, order, start: int):
+    """``(j, (batch, weights))`` for the batches ``order[start:]`` of ``arr`` (and ``w``), each loaded (persisted)
+    in a background thread while the one before it is processed."""
+
+    def load(j):
+        return tuple(None if a is None else a.blocks[int(order[j])].persist() for a in (arr, w))
+
+    with ThreadPoolExecutor(1) as pool:
+        nxt = pool.submit(load, start) if start < len(order) else None
+        for j in range(start, len(order)):
+            current = nxt.result()
+            nxt = pool.submit(load, j + 1) if j + 1 < len(order) else None
+            yield j, current
 
 
 @register
@@ -201,9 +217,8 @@ class AnytimeDPMeans(DynamicBase):
             self.batch_order_ = block_rng(self.seed_, _BATCH_STREAM).permutation(n_blocks).astype(np.int64)
         self._ck_fp = fp
         try:
-            for j in range(int(self.n_batches_), n_blocks):
-                b = int(self.batch_order_[j])
-                self.partial_fit(arr.blocks[b], sample_weight=None if w is None else w.blocks[b])
+            for j, (batch, wb) in _prefetched(arr, w, self.batch_order_, int(self.n_batches_)):
+                self.partial_fit(batch, sample_weight=wb)
                 if j == n_blocks - 1 and self.consolidate:
                     self._set_summaries(*consolidate_summaries(self.cluster_centers_, self.weights_, self.lam_)[:2])
                     save_state(self, fp)  # a rerun after the read resumes the consolidated model
