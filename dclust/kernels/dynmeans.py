@@ -118,39 +118,69 @@ def _sqdist(Y, i, C, k):
 @numba.njit(**_JIT)
 def _label_pass(Y, order, z, cost, theta, inst, phi, gamma, revc, revb, n_slots, lam, prefer_current):
     n_old = phi.shape[0]
+    d = Y.shape[1]
+    # Centres transposed (D, slots) so that a row's distances to every slot run along contiguous memory; each
+    # distance sums its D terms in the order of _sqdist, so the arithmetic (and every decision) is the same.
+    thT = np.empty((d, theta.shape[0]))
+    for k in range(n_slots):
+        for j in range(d):
+            thT[j, k] = theta[k, j]
+    phT = np.ascontiguousarray(phi.T)
+    dist = np.empty(theta.shape[0])
+    rdist = np.empty(n_old)
+    n_unrevived = 0
+    for k in range(n_old):
+        if not inst[k]:
+            n_unrevived += 1
     for i in order:
+        for k in range(n_slots):
+            dist[k] = 0.0
+        for j in range(d):
+            y = Y[i, j]
+            for k in range(n_slots):
+                t = y - thT[j, k]
+                dist[k] += t * t
         best = np.inf
         bk = -1
         revive = False
         cur = z[i]
         if prefer_current and cur >= 0:  # T1: the current cluster wins ties
-            best = _sqdist(Y, i, theta, cur)
+            best = dist[cur]
             bk = cur
         for k in range(n_slots):  # T2: instantiated before revived, lowest slot first
-            if inst[k]:
-                c = _sqdist(Y, i, theta, k)
-                if c < best:
-                    best = c
-                    bk = k
-        for k in range(n_old):
-            if not inst[k]:
-                c = revb[k] + revc[k] * _sqdist(Y, i, phi, k)
-                if c < best:
-                    best = c
-                    bk = k
-                    revive = True
+            if inst[k] and dist[k] < best:
+                best = dist[k]
+                bk = k
+        if n_unrevived > 0:
+            for k in range(n_old):
+                rdist[k] = 0.0
+            for j in range(d):
+                y = Y[i, j]
+                for k in range(n_old):
+                    t = y - phT[j, k]
+                    rdist[k] += t * t
+            for k in range(n_old):
+                if not inst[k]:
+                    c = revb[k] + revc[k] * rdist[k]
+                    if c < best:
+                        best = c
+                        bk = k
+                        revive = True
         if lam < best:  # T3: a new cluster only when strictly better
             bk = n_slots
             n_slots += 1
-            for j in range(Y.shape[1]):
+            for j in range(d):
                 theta[bk, j] = Y[i, j]
+                thT[j, bk] = Y[i, j]
             inst[bk] = True
             best = lam
         elif revive:  # one-point optimum of the revived cluster
             g = gamma[bk]
-            for j in range(Y.shape[1]):
+            for j in range(d):
                 theta[bk, j] = (g * phi[bk, j] + Y[i, j]) / (g + 1.0)
+                thT[j, bk] = theta[bk, j]
             inst[bk] = True
+            n_unrevived -= 1
         z[i] = bk
         cost[i] = best
     return n_slots
