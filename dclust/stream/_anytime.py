@@ -54,7 +54,7 @@ class AnytimeDPMeans(DynamicBase):
     batch_rows : int, optional
         Rows per batch. The data is re-chunked to this many rows (prefer a multiple of the store's chunk size);
         by default each row chunk of the data is one batch. Every batch is loaded into memory.
-    sample_rows : int or None, default 8192
+    sample_rows : int or None, default 4096
         Per batch, D-Means iterates to convergence on a keyed random sample of about this many rows (the same rows
         for any chunking and any number of workers), then one labelling pass over the whole batch assigns every
         row (eq. 28 against the sample's fixed point) and updates the centres (eq. 29) from all of them: two reads
@@ -118,7 +118,7 @@ class AnytimeDPMeans(DynamicBase):
     split_every = None
 
     def __init__(self, *, lam=None, batch_rows=None, max_iter=100, n_restarts=1, random_state=None,
-                 checkpoint=None, summary_factor=1.0, consolidate=True, sample_rows=8192):
+                 checkpoint=None, summary_factor=1.0, consolidate=True, sample_rows=4096):
         self.lam = lam
         self.sample_rows = sample_rows
         self.summary_factor = summary_factor
