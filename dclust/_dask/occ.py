@@ -266,6 +266,14 @@ class DPRule(OCCRule):
 
 #: Rows below which a fused D-Means epoch in memory runs in one thread.
 _MIN_HALF = 65536
+_POOL: list = []
+
+
+def _halves_pool() -> ThreadPoolExecutor:
+    """The two threads of in-memory fused D-Means epochs (started once per process)."""
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(2, thread_name_prefix="dclust-dm"))
+    return _POOL[0]
 
 
 class DMRule(OCCRule):
@@ -302,8 +310,7 @@ class DMRule(OCCRule):
             return _epoch_partial(X[a:b], None if w is None else w[a:b], offset=a, block_index=0, propose=fn,
                                   mix=mix, lo=lo, hi=hi, **kwargs)
 
-        with ThreadPoolExecutor(2) as pool:
-            return _merge_epoch(list(pool.map(half, (0, 1))), self.merge)
+        return _merge_epoch(list(_halves_pool().map(half, (0, 1))), self.merge)
 
     def accept(self, partial, index, rows, weight, extra) -> int:
         before = self.state.n_slots

@@ -441,17 +441,17 @@ def _keyed_rows(mix, offset, n, end):
     return out[:m]
 
 
-def keyed_rows(X, *, mix: int, offset: int, end: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """The rows of a block whose order key (:func:`dclust.kernels.distances.order_keys`) is below ``end``, and a
-    check of every row for NaN/inf.
+def keyed_rows(X, *, mix: int, offset: int, end: int, check: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
+    """The rows of a block whose order key (:func:`dclust.kernels.distances.order_keys`) is below ``end``, and
+    (with ``check``) a check of every row for NaN/inf.
 
     Returns ``(local, keys, first_bad)``: local indices (in row order), their keys, and the first local row that
-    holds NaN or inf (-1 when none).
+    holds NaN or inf (-1 when none or not checked).
     """
     X = _float_block(X)
     end = min(int(end), 2**64 - 1)
     local = _keyed_rows(np.uint64(mix), np.uint64(offset), X.shape[0], np.uint64(end))
-    return local, order_keys(mix, local + offset), first_nonfinite_row(X)
+    return local, order_keys(mix, local + offset), first_nonfinite_row(X) if check else -1
 
 
 def serial_step(Y, w, state: StepState, *, max_iter: int):

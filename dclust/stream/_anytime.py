@@ -47,6 +47,13 @@ class AnytimeDPMeans(DynamicBase):
     cluster's centre is the running mean of every point it ever received). With ``lam`` the DP-means penalty,
     after a full pass the clusters approximate batch :class:`dclust.DPMeans` ([DM] 4.1; ALGORITHMS.md DM4).
 
+    Each batch is read into memory once (the next one is read while this one is processed). D-Means' iterations
+    run on a keyed sample of ``sample_rows`` rows of the batch; one labelling pass over every row (two threads, a
+    fused kernel with no per-row output) then gives the centres, the weights and the objective of the whole
+    batch; the batch that starts the read first has one full D-Means pass, so that its clusters open as in
+    D-Means (:mod:`dclust.stream._anytime_step`). The model is the same for any chunking of the data and any
+    number of workers.
+
     Parameters
     ----------
     lam : float
@@ -81,7 +88,9 @@ class AnytimeDPMeans(DynamicBase):
     cluster_centers_ : ndarray, shape (n_clusters_, n_features)
         Every cluster found so far (running means).
     cluster_ids_, weights_, ages_, labels_, objective_, history_, n_batches_ :
-        As in :class:`DynamicMeans`; ``labels_`` are the last batch's, ``objective_`` its eq. 18 objective.
+        As in :class:`DynamicMeans`; ``labels_`` are the last batch's (lazy for dask input: computed when read),
+        ``objective_`` its eq. 18 objective; ``serial_order_`` has one order per full pass of the last batch (the
+        sample's passes are serial D-Means on the sample's key order).
     n_clusters_ : int
         Number of clusters so far.
     batch_order_ : ndarray of int64

@@ -24,8 +24,8 @@ from ..kernels.stats import ClusterStats
 __all__ = ["sampled_step"]
 
 
-def _sample_partial(Xb, wb, *, offset, block_index, mix, end):
-    local, keys, first_bad = keyed_rows(Xb, mix=mix, offset=offset, end=end)
+def _sample_partial(Xb, wb, *, offset, block_index, mix, end, check):
+    local, keys, first_bad = keyed_rows(Xb, mix=mix, offset=offset, end=end, check=check)
     total = float(Xb.shape[0]) if wb is None else float(np.sum(wb, dtype=np.float64))
     w = np.ones(local.size) if wb is None else np.asarray(wb, dtype=np.float64)[local]
     rows = np.asarray(Xb[local], dtype=np.float64).reshape(-1, Xb.shape[1])
@@ -61,8 +61,9 @@ def sampled_step(X, w, state: StepState, *, mix: int, sample_rows: int, max_iter
     """
     n, d = X.shape
     end = KEY_END if sample_rows >= n else (int(sample_rows) * KEY_END) // max(n, 1)
+    # rows in memory were checked for NaN/inf by partial_fit; blocks of a dask array are checked here
     bad, total, keys, index, rows, sw = run_pass(_sample_partial, _merge_sample, X, w, split_every=split_every,
-                                                 mix=mix, end=end)
+                                                 mix=mix, end=end, check=not isinstance(X, np.ndarray))
     check = ClusterStats.identity(0, d)
     check.bad_block = int(bad)
     if bad >= 0:
