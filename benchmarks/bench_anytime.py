@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HERE, best_of, fmt_s, machine_info, print_table, timed, write_json  # noqa: E402
+from _common import HERE, fmt_s, machine_info, print_table, timed, write_json  # noqa: E402
 
 T_ANYTIME = 4.0
 PATHS = ("threads", "processes")
@@ -153,11 +153,9 @@ def main(argv=None) -> dict:
     paths = [p for p in args.paths.split(",") if p]
     if not set(paths) <= set(PATHS):
         raise SystemExit(f"--paths must be a subset of {','.join(PATHS)}")
-    import dclust
-
     t0 = time.perf_counter()
-    res = {"machine": machine_info(), "dclust": str(Path(dclust.__file__).resolve().parent.parent.name),
-           "target_ratio": T_ANYTIME, "configs": [run_config(args, *_config(c), paths) for c in args.configs.split(",")]}
+    res = {"machine": machine_info(), "target_ratio": T_ANYTIME,
+           "configs": [run_config(args, *_config(c), paths) for c in args.configs.split(",")]}
     rows = []
     for c in res["configs"]:
         for name, r in c["paths"].items():

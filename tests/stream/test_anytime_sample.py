@@ -38,7 +38,7 @@ def test_serial_step_is_serial_dmeans_on_a_first_and_a_later_batch():
     assert converged and history == pytest.approx(ref1["objectives"][0], rel=1e-12) and n_iter == len(history)
     np.testing.assert_allclose(res.theta, ref1["centres"], rtol=1e-12)
     ref2 = dmeans_reference([B1, B2], lam, 0.0, 0.0, [np.arange(300), np.arange(200)])
-    cur, res, history, _, converged, rate = serial_step(B2, None, _state(ref1, lam), max_iter=100)
+    _, res, history, _, converged, rate = serial_step(B2, None, _state(ref1, lam), max_iter=100)
     assert converged and rate == 0.0
     assert history == pytest.approx(ref2["objectives"][1], rel=1e-12)
     # slots: the old clusters (ids 0..K1-1), then the new ones in creation order (the next ids)
@@ -145,7 +145,7 @@ def test_sampled_read_is_on_a_par_with_iterating_on_every_row():
 def test_resume_with_samples_equals_uninterrupted(tmp_path):
     X = _overlapping(1500, seed=2)
     Xd = da.from_array(X, chunks=(300, 3))
-    params = dict(lam=6.0, sample_rows=60, random_state=5, checkpoint=tmp_path / "ck")
+    params = {"lam": 6.0, "sample_rows": 60, "random_state": 5, "checkpoint": tmp_path / "ck"}
     full = AnytimeDPMeans(**{**params, "checkpoint": None}).fit(Xd)
     AnytimeDPMeans(**params).fit(Xd, callback=lambda m: m.n_batches_ == 2)
     resumed = AnytimeDPMeans(**params).fit(Xd)
