@@ -115,6 +115,18 @@ def _sqdist(Y, i, C, k):
     return s
 
 
+@numba.njit(inline="always", **_JIT)
+def _row_dists(Y, i, CT, n, out):
+    """``out[k] = ||Y[i] - C[k]||^2`` for the first ``n`` columns of ``CT = C.T``, terms summed as in _sqdist."""
+    for k in range(n):
+        out[k] = 0.0
+    for j in range(Y.shape[1]):
+        y = Y[i, j]
+        for k in range(n):
+            t = y - CT[j, k]
+            out[k] += t * t
+
+
 @numba.njit(**_JIT)
 def _label_pass(Y, order, z, cost, theta, inst, phi, gamma, revc, revb, n_slots, lam, prefer_current):
     n_old = phi.shape[0]
@@ -133,13 +145,7 @@ def _label_pass(Y, order, z, cost, theta, inst, phi, gamma, revc, revb, n_slots,
         if not inst[k]:
             n_unrevived += 1
     for i in order:
-        for k in range(n_slots):
-            dist[k] = 0.0
-        for j in range(d):
-            y = Y[i, j]
-            for k in range(n_slots):
-                t = y - thT[j, k]
-                dist[k] += t * t
+        _row_dists(Y, i, thT, n_slots, dist)
         best = np.inf
         bk = -1
         revive = False
@@ -152,13 +158,7 @@ def _label_pass(Y, order, z, cost, theta, inst, phi, gamma, revc, revb, n_slots,
                 best = dist[k]
                 bk = k
         if n_unrevived > 0:
-            for k in range(n_old):
-                rdist[k] = 0.0
-            for j in range(d):
-                y = Y[i, j]
-                for k in range(n_old):
-                    t = y - phT[j, k]
-                    rdist[k] += t * t
+            _row_dists(Y, i, phT, n_old, rdist)
             for k in range(n_old):
                 if not inst[k]:
                     c = revb[k] + revc[k] * rdist[k]
