@@ -10,6 +10,7 @@ that order nor the model depends on the chunking, the grouping of blocks into ta
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -20,7 +21,7 @@ import numpy as np
 from ..kernels.bpmeans import bp_block, gram_partial, serial_sweep
 from ..kernels.distances import block_stats, epoch_stats, order_keys
 from ..kernels.dpmeans import serial_assign
-from ..kernels.dynmeans import dm_propose, label_pass
+from ..kernels.dynmeans import dm_assign, dm_propose, label_pass
 from ..kernels.stats import ClusterStats
 from .features import FeatureOverflow, Gram, _gram_of, bits_from_parts, widen
 from .passes import block_offsets, map_partials, map_reduce
@@ -263,24 +264,53 @@ class DPRule(OCCRule):
         return _stats_or_identity(self.total, *self.centers.shape)
 
 
+#: Rows below which a fused D-Means epoch in memory runs in one thread.
+_MIN_HALF = 65536
+_POOL: list = []
+
+
+def _halves_pool() -> ThreadPoolExecutor:
+    """The two threads of in-memory fused D-Means epochs (started once per process)."""
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(2, thread_name_prefix="dclust-dm"))
+    return _POOL[0]
+
+
 class DMRule(OCCRule):
     """D-Means (one label pass of a time step): a row whose best eq. 28 option in the snapshot is an
     instantiated cluster is kept; a row whose best option is a revival or a new cluster is proposed, and the
     driver runs the serial label pass on the proposals against the state as it stands (ALGORITHMS.md 8.5).
 
     The previous labels are not stored (O(N)), so exact ties between a row's previous cluster and a lower slot go
-    to the lower slot."""
+    to the lower slot. ``fused=True`` runs the blocks with :func:`~dclust.kernels.dynmeans.dm_assign` (one fused
+    read per block, distances from BLAS tiles; a row within rounding of a tie may take the other slot)."""
 
     merge = staticmethod(ClusterStats.merge_all)
 
-    def __init__(self, state):
+    def __init__(self, state, *, fused: bool = False):
         self.state = state
+        self.fused = bool(fused)
         self.total: list[ClusterStats] = []
 
     def block_task(self):
         s = self.state
         snapshot = type(s)(s.phi, s.gamma, s.ages, s.lam, s.Q, s.theta.copy(), s.inst.copy())
-        return dm_propose, {"state": snapshot}
+        return (dm_assign if self.fused else dm_propose), {"state": snapshot}
+
+    def epoch(self, X, w, *, mix: int, lo: int, hi: int, split_every=None):
+        """As :meth:`OCCRule.epoch`; a large batch in memory with ``fused`` runs as two halves in two threads
+        (the kernel releases the GIL; the halves are fixed by the batch's length, so the sums are too)."""
+        if not (self.fused and isinstance(X, np.ndarray) and X.shape[0] >= 2 * _MIN_HALF):
+            return super().epoch(X, w, mix=mix, lo=lo, hi=hi, split_every=split_every)
+        fn, kwargs = self.block_task()
+        cuts = (0, X.shape[0] // 2, X.shape[0])
+
+        def half(i):
+            a, b = cuts[i], cuts[i + 1]
+            return _epoch_partial(X[a:b], None if w is None else w[a:b], offset=a, block_index=0, propose=fn,
+                                  mix=mix, lo=lo, hi=hi, **kwargs)
+
+        return _merge_epoch(list(_halves_pool().map(half, (0, 1))), self.merge)
 
     def accept(self, partial, index, rows, weight, extra) -> int:
         before = self.state.n_slots

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from .distances import order_keys, stats_from_assignment
+from .distances import _FAST, _TILE, _float_block, _key, _one_blas_thread, order_keys, stats_from_assignment
+from .stats import ClusterStats
 
 __all__ = [
     "reparameterise",
@@ -28,6 +29,10 @@ __all__ = [
     "label_pass",
     "best_options",
     "dm_propose",
+    "dm_assign",
+    "keyed_rows",
+    "first_nonfinite_row",
+    "serial_step",
     "assign_instantiated",
     "end_of_pass",
     "PassResult",
@@ -110,42 +115,72 @@ def _sqdist(Y, i, C, k):
     return s
 
 
+@numba.njit(inline="always", **_JIT)
+def _row_dists(Y, i, CT, n, out):
+    """``out[k] = ||Y[i] - C[k]||^2`` for the first ``n`` columns of ``CT = C.T``, terms summed as in _sqdist."""
+    for k in range(n):
+        out[k] = 0.0
+    for j in range(Y.shape[1]):
+        y = Y[i, j]
+        for k in range(n):
+            t = y - CT[j, k]
+            out[k] += t * t
+
+
 @numba.njit(**_JIT)
 def _label_pass(Y, order, z, cost, theta, inst, phi, gamma, revc, revb, n_slots, lam, prefer_current):
     n_old = phi.shape[0]
+    d = Y.shape[1]
+    # Centres transposed (D, slots) so that a row's distances to every slot run along contiguous memory; each
+    # distance sums its D terms in the order of _sqdist, so the arithmetic (and every decision) is the same.
+    thT = np.empty((d, theta.shape[0]))
+    for k in range(n_slots):
+        for j in range(d):
+            thT[j, k] = theta[k, j]
+    phT = np.ascontiguousarray(phi.T)
+    dist = np.empty(theta.shape[0])
+    rdist = np.empty(n_old)
+    n_unrevived = 0
+    for k in range(n_old):
+        if not inst[k]:
+            n_unrevived += 1
     for i in order:
+        _row_dists(Y, i, thT, n_slots, dist)
         best = np.inf
         bk = -1
         revive = False
         cur = z[i]
         if prefer_current and cur >= 0:  # T1: the current cluster wins ties
-            best = _sqdist(Y, i, theta, cur)
+            best = dist[cur]
             bk = cur
         for k in range(n_slots):  # T2: instantiated before revived, lowest slot first
-            if inst[k]:
-                c = _sqdist(Y, i, theta, k)
-                if c < best:
-                    best = c
-                    bk = k
-        for k in range(n_old):
-            if not inst[k]:
-                c = revb[k] + revc[k] * _sqdist(Y, i, phi, k)
-                if c < best:
-                    best = c
-                    bk = k
-                    revive = True
+            if inst[k] and dist[k] < best:
+                best = dist[k]
+                bk = k
+        if n_unrevived > 0:
+            _row_dists(Y, i, phT, n_old, rdist)
+            for k in range(n_old):
+                if not inst[k]:
+                    c = revb[k] + revc[k] * rdist[k]
+                    if c < best:
+                        best = c
+                        bk = k
+                        revive = True
         if lam < best:  # T3: a new cluster only when strictly better
             bk = n_slots
             n_slots += 1
-            for j in range(Y.shape[1]):
+            for j in range(d):
                 theta[bk, j] = Y[i, j]
+                thT[j, bk] = Y[i, j]
             inst[bk] = True
             best = lam
         elif revive:  # one-point optimum of the revived cluster
             g = gamma[bk]
-            for j in range(Y.shape[1]):
+            for j in range(d):
                 theta[bk, j] = (g * phi[bk, j] + Y[i, j]) / (g + 1.0)
+                thT[j, bk] = theta[bk, j]
             inst[bk] = True
+            n_unrevived -= 1
         z[i] = bk
         cost[i] = best
     return n_slots
@@ -236,6 +271,232 @@ def dm_propose(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: 
     stats.n_rows = int(taken.size)
     stats.bad_block = block_index if not finite.all() else -1
     return stats, taken.size, taken[finite & ~keep], ()
+
+
+@numba.njit(**_FAST)
+def _dm_block(X, o, CT, cc, C, scale, base, slot, n_inst, w, has_w, offset, ranged, mix, lo, hi, lam, weight,
+              delta, cost_k, fp, proposals):
+    """One read of the block: the best eq. 28 option of every row in the key range, folded at once into per-slot
+    accumulators when it is an instantiated slot (and no dearer than ``lam``), proposed otherwise.
+
+    Candidates ``C`` are the instantiated centres (the first ``n_inst``), then the old uninstantiated ones (cost
+    ``base + scale * d``); ``slot`` maps candidates to slots. Candidate distances come from one BLAS product per
+    tile of rows in the block's dtype, about the point ``o`` (as :func:`dclust.kernels.distances._lloyd_block`);
+    the costs the decision compares are then recomputed exactly in float64. ``delta``/``cost_k`` accumulate
+    ``w (x - c)`` and ``w ||x - c||^2`` per slot. Returns ``(n_bad, n_taken, n_proposed)``; only the first
+    ``len(proposals)`` proposals are written (the count goes on).
+    """
+    n, d = X.shape
+    k = CT.shape[1]
+    G = np.empty((min(n, _TILE), k), dtype=X.dtype)
+    T = np.empty((min(n, _TILE), d), dtype=X.dtype)
+    t = np.empty(d)
+    n_bad = 0
+    n_taken = 0
+    n_prop = 0
+    for s in range(0, n, _TILE):
+        e = min(n, s + _TILE)
+        g, xt = G[: e - s], T[: e - s]
+        for r in range(e - s):
+            for j in range(d):
+                xt[r, j] = X[s + r, j] - o[j]
+        if k > 0:
+            np.dot(xt, CT, g)
+        for r in range(e - s):
+            i = s + r
+            if ranged:
+                key = _key(np.uint64(offset + i) ^ mix)
+                if key < lo or key > hi:
+                    continue
+            n_taken += 1
+            bi = -1
+            bv = np.inf
+            for c in range(n_inst):
+                v = g[r, c] + cc[c]
+                if v < bv:
+                    bv = v
+                    bi = c
+            br = -1
+            brv = np.inf
+            for c in range(n_inst, k):
+                v = base[c] + scale[c] * (g[r, c] + cc[c])
+                if v < brv:
+                    brv = v
+                    br = c
+            q = np.inf
+            if bi >= 0:
+                q = 0.0
+                for j in range(d):
+                    t[j] = np.float64(X[i, j]) - C[bi, j]
+                    q += t[j] * t[j]
+            rv = np.inf
+            if br >= 0:
+                rv = 0.0
+                for j in range(d):
+                    u = np.float64(X[i, j]) - C[br, j]
+                    rv += u * u
+                rv = base[br] + scale[br] * rv
+            finite = np.isfinite(q) if bi >= 0 else True
+            if bi < 0:
+                for j in range(d):
+                    if not np.isfinite(X[i, j]):
+                        finite = False
+            if not finite:
+                n_bad += 1
+                continue
+            if bi < 0 or q > rv or q > lam:  # T2: instantiated before revived; T3: new only when strictly better
+                if n_prop < proposals.shape[0]:
+                    proposals[n_prop] = i
+                n_prop += 1
+                continue
+            sl = slot[bi]
+            wi = w[i] if has_w else 1.0
+            weight[sl] += wi
+            cost_k[sl] += wi * q
+            fp[sl] += _key(offset + i)
+            for j in range(d):
+                delta[sl, j] += wi * t[j]
+    return n_bad, n_taken, n_prop
+
+
+def dm_assign(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: int, state: StepState):
+    """:func:`dm_propose` with the fused kernel of the Lloyd pass: one read, no per-row output.
+
+    Same contract (``(stats, n_rows, proposals, ())``, rows with NaN/inf neither kept nor proposed). The kept rows'
+    best option is chosen on float32-rounded distances for float32 blocks (exact float64 for float64 ones) and
+    its cost recomputed exactly; so a row within rounding of a tie between two instantiated slots may take the
+    other one than :func:`label_pass` would, as in DP-means' OCC (:func:`dclust.kernels.distances.epoch_stats`).
+    """
+    X = _float_block(Xb)
+    n, d = X.shape
+    ks = state.n_slots
+    inst = np.flatnonzero(state.inst)
+    rev = np.flatnonzero(~state.inst[: state.n_old])
+    C = np.ascontiguousarray(np.vstack([state.theta[inst], state.phi[rev]]), dtype=np.float64).reshape(-1, d)
+    scale = np.concatenate([np.ones(inst.size), state.revival_scale[rev]])
+    base = np.concatenate([np.zeros(inst.size), state.revival_base[rev]])
+    slot = np.concatenate([inst, rev]).astype(np.int64)
+    o = C.mean(axis=0) if C.shape[0] else np.zeros(d)
+    Co = C - o
+    CT = np.ascontiguousarray(-2.0 * Co.T, dtype=X.dtype)
+    cc = (Co * Co).sum(axis=1).astype(X.dtype)
+    has_w = wb is not None
+    w = np.ascontiguousarray(wb, dtype=np.float64).reshape(n) if has_w else np.empty(0)
+    ranged = (lo, hi) != (0, 2**64 - 1)
+    room = min(n, 1024)
+    while True:
+        proposals = np.empty(room, dtype=np.int64)
+        weight, delta, cost_k, fp = np.zeros(ks), np.zeros((ks, d)), np.zeros(ks), np.zeros(ks, dtype=np.uint64)
+        with _one_blas_thread():
+            n_bad, n_taken, n_prop = _dm_block(X, o.astype(X.dtype), CT, cc, C, scale, base, slot, inst.size, w,
+                                               has_w, np.uint64(offset), ranged, np.uint64(mix), np.uint64(lo),
+                                               np.uint64(hi), float(state.lam), weight, delta, cost_k, fp, proposals)
+        if n_prop <= room:
+            break
+        room = n  # more proposals than expected: once more with room for every row
+    center = np.zeros((ks, d))
+    center[slot] = C
+    safe = np.where(weight > 0, weight, 1.0)
+    shift = delta / safe[:, None]
+    mean = np.where(weight[:, None] > 0, center + shift, 0.0)
+    scatter = np.maximum(cost_k - weight * (shift * shift).sum(axis=1), 0.0)
+    stats = ClusterStats(weight, mean, scatter, float(cost_k.sum()), fp, int(n_taken), block_index if n_bad else -1)
+    return stats, int(n_taken), proposals[:n_prop], ()
+
+
+@numba.njit(**_FAST)
+def _first_nonfinite(X):
+    n, d = X.shape
+    for s in range(0, n, _TILE):  # x * 0 is NaN exactly for NaN/inf: a branch-free sum per tile of rows
+        e = min(n, s + _TILE)
+        acc = 0.0
+        for i in range(s, e):
+            for j in range(d):
+                acc += X[i, j] * 0.0
+        if acc != 0.0:
+            for i in range(s, e):
+                for j in range(d):
+                    if not np.isfinite(X[i, j]):
+                        return i
+    return -1
+
+
+def first_nonfinite_row(X) -> int:
+    """Index of the first row of ``X`` (n, D) holding NaN or infinity, or -1 (one read, no temporary).
+
+    >>> first_nonfinite_row(np.array([[0.0, 1.0], [2.0, np.nan]]))
+    1
+    """
+    return int(_first_nonfinite(_float_block(X)))
+
+
+@numba.njit(**_JIT)
+def _keyed_rows(mix, offset, n, end):
+    out = np.empty(n, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        if _key(np.uint64(offset + i) ^ mix) < end:
+            out[m] = i
+            m += 1
+    return out[:m]
+
+
+def keyed_rows(X, *, mix: int, offset: int, end: int, check: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
+    """The rows of a block whose order key (:func:`dclust.kernels.distances.order_keys`) is below ``end``, and
+    (with ``check``) a check of every row for NaN/inf.
+
+    Returns ``(local, keys, first_bad)``: local indices (in row order), their keys, and the first local row that
+    holds NaN or inf (-1 when none or not checked).
+    """
+    X = _float_block(X)
+    end = min(int(end), 2**64 - 1)
+    local = _keyed_rows(np.uint64(mix), np.uint64(offset), X.shape[0], np.uint64(end))
+    return local, order_keys(mix, local + offset), first_nonfinite_row(X) if check else -1
+
+
+def serial_step(Y, w, state: StepState, *, max_iter: int):
+    """One time step of serial D-Means ([DM] Alg. 1, one restart) on rows in memory, visited in row order.
+
+    Label passes (eq. 28 with T1-T3, :func:`label_pass`) and eq. 29 updates alternate until the labels no longer
+    change or ``max_iter`` passes. ``w`` weights the rows in eq. 29 and eq. 18 (None: 1).
+
+    The step starts from ``state`` as it stands (its instantiated slots stay options until the first pass ends).
+    Returns ``(state, result, history, n_iter, converged, rate)``: the state with the instantiated centres of the
+    last pass (slots compacted as :func:`end_of_pass` keeps them), its :class:`PassResult`, the objective after
+    every pass, and the fraction of rows of the last pass that revived or opened a cluster.
+
+    Examples
+    --------
+    >>> st = StepState(np.zeros((0, 1)), np.zeros(0), np.zeros(0, np.int64), 1.0, 0.0)
+    >>> cur, res, hist, n_iter, converged, rate = serial_step(np.array([[0.0], [0.2], [5.0]]), None, st, max_iter=10)
+    >>> res.theta.ravel().tolist(), converged, rate
+    ([0.1, 5.0], True, 0.0)
+    """
+    Y = np.ascontiguousarray(Y, dtype=np.float64)
+    m = Y.shape[0]
+    order = np.arange(m)
+    z = np.full(m, -1, dtype=np.int64)
+    cur = StepState(state.phi, state.gamma, state.ages, state.lam, state.Q, state.theta.copy(), state.inst.copy())
+    history, res, converged, rate = [], None, False, 1.0
+    for it in range(max_iter):
+        prev = z.copy()
+        inst_before = cur.inst.copy()
+        cost = label_pass(Y, order, z, cur)
+        opened = np.zeros(cur.n_slots, dtype=np.bool_)
+        opened[inst_before.size:] = True
+        opened[: inst_before.size] = ~inst_before & cur.inst[: inst_before.size]
+        stats = stats_from_assignment(Y, z, cost, w, cur.n_slots, 0)
+        res = end_of_pass(stats.weight, stats.mean, stats.scatter, cur)
+        rate = float(np.count_nonzero(opened)) / max(m, 1)
+        remap = np.full(cur.n_slots, -1, dtype=np.int64)
+        remap[res.keep] = np.arange(res.keep.size)
+        z = remap[z]
+        history.append(res.objective)
+        cur = StepState(state.phi, state.gamma, state.ages, state.lam, state.Q, res.theta.copy(), res.has_data.copy())
+        if np.array_equal(z, prev):
+            converged = True
+            break
+    return cur, res, history, it + 1, converged, rate
 
 
 def assign_instantiated(Y, theta: np.ndarray) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -9,8 +10,10 @@ import numpy as np
 from .._registry import register
 from .._validation import SEED, Interval, Options, check_array, check_sample_weight
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
+from ..kernels.distances import seed_mix
 from ..kernels.kmeans import block_rng
-from ..cluster._base import CHECKPOINT
+from ..cluster._base import CHECKPOINT, raise_if_bad_block
+from ._anytime_step import sampled_step
 from ._checkpoint import fingerprint_of, resume_state, save_state
 from ._consolidate import consolidate as consolidate_summaries
 from ._consolidate import refine_pass
@@ -21,6 +24,21 @@ __all__ = ["AnytimeDPMeans"]
 _BATCH_STREAM = 0xA7
 
 
+def _prefetched(arr, w, order, start: int):
+    """``(j, (batch, weights))`` for the batches ``order[start:]`` of ``arr`` (and ``w``), each loaded (persisted)
+    in a background thread while the one before it is processed."""
+
+    def load(j):
+        return tuple(None if a is None else a.blocks[int(order[j])].persist() for a in (arr, w))
+
+    with ThreadPoolExecutor(1) as pool:
+        nxt = pool.submit(load, start) if start < len(order) else None
+        for j in range(start, len(order)):
+            current = nxt.result()
+            nxt = pool.submit(load, j + 1) if j + 1 < len(order) else None
+            yield j, current
+
+
 @register
 class AnytimeDPMeans(DynamicBase):
     """DP-means that reads a large data set once, in random disjoint batches, with a usable model after each.
@@ -29,6 +47,13 @@ class AnytimeDPMeans(DynamicBase):
     cluster's centre is the running mean of every point it ever received). With ``lam`` the DP-means penalty,
     after a full pass the clusters approximate batch :class:`dclust.DPMeans` ([DM] 4.1; ALGORITHMS.md DM4).
 
+    Each batch is read into memory once (the next one is read while this one is processed). D-Means' iterations
+    run on a keyed sample of ``sample_rows`` rows of the batch; one labelling pass over every row (two threads, a
+    fused kernel with no per-row output) then gives the centres, the weights and the objective of the whole
+    batch; the batch that starts the read first has one full D-Means pass, so that its clusters open as in
+    D-Means (:mod:`dclust.stream._anytime_step`). The model is the same for any chunking of the data and any
+    number of workers.
+
     Parameters
     ----------
     lam : float
@@ -36,8 +61,14 @@ class AnytimeDPMeans(DynamicBase):
     batch_rows : int, optional
         Rows per batch. The data is re-chunked to this many rows (prefer a multiple of the store's chunk size);
         by default each row chunk of the data is one batch. Every batch is loaded into memory.
+    sample_rows : int or None, default 4096
+        Per batch, D-Means iterates to convergence on a keyed random sample of about this many rows (the same rows
+        for any chunking and any number of workers), then one labelling pass over the whole batch assigns every
+        row (eq. 28 against the sample's fixed point) and updates the centres (eq. 29) from all of them: two reads
+        of a batch, one when it fits in memory, instead of one per D-Means iteration. None iterates D-Means on
+        every row of the batch (the algorithm of [DM] 4.1 as written; slower).
     max_iter, n_restarts, random_state
-        As in :class:`DynamicMeans`; ``random_state`` also fixes the random order of the batches.
+        As in :class:`DynamicMeans`; ``random_state`` also fixes the random order of the batches and the samples.
     summary_factor : float in (0, 1], default 1.0
         The read runs D-Means with penalty ``summary_factor * lam``: below 1 it keeps finer cluster summaries
         (more, smaller clusters), which the consolidation at the end of the read merges under ``lam``. 1 is the
@@ -57,7 +88,9 @@ class AnytimeDPMeans(DynamicBase):
     cluster_centers_ : ndarray, shape (n_clusters_, n_features)
         Every cluster found so far (running means).
     cluster_ids_, weights_, ages_, labels_, objective_, history_, n_batches_ :
-        As in :class:`DynamicMeans`; ``labels_`` are the last batch's, ``objective_`` its eq. 18 objective.
+        As in :class:`DynamicMeans`; ``labels_`` are the last batch's (lazy for dask input: computed when read),
+        ``objective_`` its eq. 18 objective; ``serial_order_`` has one order per full pass of the last batch (the
+        sample's passes are serial D-Means on the sample's key order).
     n_clusters_ : int
         Number of clusters so far.
     batch_order_ : ndarray of int64
@@ -86,6 +119,7 @@ class AnytimeDPMeans(DynamicBase):
         "checkpoint": [CHECKPOINT],
         "summary_factor": [Interval("real", 0, 1, "right")],
         "consolidate": [Options((True, False))],
+        "sample_rows": [Interval("int", 1, None), Options((None,))],
     }
     # the in-memory path is used for every batch (one block each); these fix the OCC knobs of the base class
     prefix_size = 1000
@@ -93,8 +127,9 @@ class AnytimeDPMeans(DynamicBase):
     split_every = None
 
     def __init__(self, *, lam=None, batch_rows=None, max_iter=100, n_restarts=1, random_state=None,
-                 checkpoint=None, summary_factor=1.0, consolidate=True):
+                 checkpoint=None, summary_factor=1.0, consolidate=True, sample_rows=4096):
         self.lam = lam
+        self.sample_rows = sample_rows
         self.summary_factor = summary_factor
         self.consolidate = consolidate
         self.batch_rows = batch_rows
@@ -124,6 +159,21 @@ class AnytimeDPMeans(DynamicBase):
         order = ck.require_shape("batch_order_", self.batch_order_, (None,))
         if order.size and (int(self.n_batches_) > order.size or np.sort(order).tolist() != list(range(order.size))):
             raise ValueError(f"batch_order_ that is a permutation covering the {self.n_batches_} batches done")
+
+    def _step(self, X, w, state, t, arr):
+        """The batch with :func:`~dclust.stream._anytime_step.sampled_step` (``sample_rows`` set), the best of
+        ``n_restarts`` samples and orders; ``labels_`` stay lazy (computed from the batch when read)."""
+        if self.sample_rows is None:
+            return super()._step(X, w, state, t, arr)
+        best, best_mix = None, None
+        for r in range(self.n_restarts):
+            mix = seed_mix(self._seed(t, r))
+            res, check = sampled_step(X, w, state, mix=mix, sample_rows=self.sample_rows, max_iter=self.max_iter,
+                                      max_proposals=self.max_proposals, split_every=self.split_every)
+            raise_if_bad_block(check, arr, "batch")
+            if best is None or res.result.objective < best.result.objective:
+                best, best_mix = res, mix
+        return best, None, (best_mix, X.shape[0], best.orders)
 
     def _after_batch(self) -> None:
         self.n_seen_ = int(self.n_seen_) + int(self.history_["n_samples"][-1])
@@ -176,9 +226,8 @@ class AnytimeDPMeans(DynamicBase):
             self.batch_order_ = block_rng(self.seed_, _BATCH_STREAM).permutation(n_blocks).astype(np.int64)
         self._ck_fp = fp
         try:
-            for j in range(int(self.n_batches_), n_blocks):
-                b = int(self.batch_order_[j])
-                self.partial_fit(arr.blocks[b], sample_weight=None if w is None else w.blocks[b])
+            for j, (batch, wb) in _prefetched(arr, w, self.batch_order_, int(self.n_batches_)):
+                self.partial_fit(batch, sample_weight=wb)
                 if j == n_blocks - 1 and self.consolidate:
                     self._set_summaries(*consolidate_summaries(self.cluster_centers_, self.weights_, self.lam_)[:2])
                     save_state(self, fp)  # a rerun after the read resumes the consolidated model

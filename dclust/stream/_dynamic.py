@@ -19,7 +19,8 @@ from .._validation import as_generator, check_array, check_sample_weight
 from ..cluster._base import BaseEstimator, finite_rows, raise_if_bad_block, wrap_output
 from ..errors import ConvergenceWarning, InvalidDataError, NotFittedError, message
 from ..kernels.distances import seed_mix
-from ..kernels.dynmeans import StepResult, StepState, assign_instantiated, carry_over, end_of_pass, gammas
+from ..kernels.dynmeans import (StepResult, StepState, assign_instantiated, carry_over, end_of_pass,
+                                first_nonfinite_row, gammas)
 from ..kernels.kmeans import block_rng
 from ._checkpoint import resume_state, save_state
 
@@ -256,10 +257,10 @@ class DynamicBase(BaseEstimator):
 
 def _finite(Y: np.ndarray) -> np.ndarray:
     """``Y`` itself, or InvalidDataError naming the first row with NaN or infinity."""
-    finite = np.isfinite(Y).all(axis=1)
-    if not finite.all():
+    bad = first_nonfinite_row(Y)
+    if bad >= 0:
         raise InvalidDataError(
-            message("batch", "finite values", f"NaN or infinity in row {int(np.flatnonzero(~finite)[0])}",
+            message("batch", "finite values", f"NaN or infinity in row {bad}",
                     "Drop or impute those rows and pass the batch again.")
         )
     return Y
