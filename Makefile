@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench docs venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,5 +25,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	for b in engine kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links; do $(PY) benchmarks/bench_$$b.py || exit 1; done
 
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict   # warnings are errors; the site goes to site/ (gitignored)
+
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) demo-output .pytest_cache site

@@ -197,7 +197,7 @@ def moving_objects_scene(n_frames: int = 60, n_points: int = 30_000, n_objects: 
         Distance an object moves per frame.
     replace_prob : float
         Per frame and object, the probability that it leaves and a new object (new id) enters elsewhere.
-    noise, colour_noise : float
+    noise, color_noise : float
         Standard deviation of the position noise and of the colour noise.
     separation : float
         Centre distance below which two approaching objects steer apart (smaller: objects pass closer).
