@@ -56,9 +56,36 @@ _callbacks: contextvars.ContextVar[tuple[Callable[["ProgressEvent"], None], ...]
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """One step of a long computation.
+    """One step of a long computation, delivered to the callbacks of :func:`on_progress`.
 
     ``phase`` is ``"init"`` (initialisation passes), ``"iter"`` (one pass of the main loop) or ``"done"``.
+
+    Attributes
+    ----------
+    estimator : str
+        Class name of the estimator that emitted the event.
+    phase : str
+        ``"init"``, ``"iter"`` or ``"done"`` (the jobs of :mod:`dclust.apps` also emit ``"frame"``).
+    iteration : int
+        Iterations (passes of the main loop) completed so far.
+    objective : float
+        The objective after this step (NaN for ``"init"``).
+    n_clusters : int
+        Clusters (or features) after this step.
+    seconds : float
+        Seconds of this step, as the emitter measured it.
+    extra : dict
+        Emitter-specific figures (for example the proposals of an OCC pass, or a frame's births and deaths).
+
+    Examples
+    --------
+    >>> import numpy as np, dclust
+    >>> events = []
+    >>> with dclust.on_progress(events.append):
+    ...     _ = dclust.DPMeans(lam=4.0, random_state=0).fit(np.array([[0.0], [0.5], [9.0], [9.5]]))
+    >>> last = events[-1]
+    >>> last.estimator, last.phase, last.n_clusters
+    ('DPMeans', 'done', 2)
     """
 
     estimator: str

@@ -24,7 +24,15 @@ GENERATION_ROWS = 8192
 
 
 class Blobs(NamedTuple):
-    """Result of :func:`make_blobs`."""
+    """Result of :func:`make_blobs`: the points, the true blob of every point and the blob centres.
+
+    Examples
+    --------
+    >>> import dclust
+    >>> blobs = dclust.make_blobs(n_samples=1000, n_features=2, centers=3, chunk_rows=250, random_state=0)
+    >>> blobs.X.shape, blobs.X.numblocks, blobs.centers.shape, int(blobs.labels.max().compute())
+    ((1000, 2), (4, 1), (3, 2), 2)
+    """
 
     #: dask.array.Array, shape (n_samples, n_features): the points, row-chunked by ``chunk_rows``.
     X: da.Array
@@ -200,7 +208,15 @@ def make_blobs(
 
 
 class Rings(NamedTuple):
-    """Result of :func:`moving_rings`."""
+    """Result of :func:`moving_rings`: one batch of points per time step, their ring indices and the ring centre.
+
+    Examples
+    --------
+    >>> from dclust.datasets import moving_rings
+    >>> rings = moving_rings(n_steps=3, n_points=60, random_state=0)
+    >>> len(rings.batches), rings.batches[0].shape, sorted(set(rings.labels[0].tolist())), rings.centers.shape
+    (3, (60, 2), [0, 1, 2], (3, 2))
+    """
 
     #: list of numpy float64 arrays, one (n_points, 2) batch per time step.
     batches: list
@@ -314,7 +330,15 @@ __all__ += ["Rings", "moving_rings"]
 
 
 class MovingGaussians(NamedTuple):
-    """Result of :func:`moving_gaussians`: one entry per time step."""
+    """Result of :func:`moving_gaussians`: one entry per time step.
+
+    Examples
+    --------
+    >>> from dclust.datasets import moving_gaussians
+    >>> steps = moving_gaussians(n_steps=4, points_per_cluster=15, random_state=0)
+    >>> len(steps.batches), steps.batches[0].shape[1], len(steps.labels[0]) == len(steps.batches[0])
+    (4, 2, True)
+    """
 
     #: list of float64 arrays (n_t, 2): the points of each step.
     batches: list
@@ -444,7 +468,18 @@ __all__ += ["MovingGaussians", "moving_gaussians"]
 
 
 class Tabletop(NamedTuple):
-    """Result of :func:`make_tabletop`."""
+    """Result of :func:`make_tabletop`: the images, which objects each holds, the objects and the empty table.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dclust.datasets import make_tabletop
+    >>> t = make_tabletop(n_images=20, n_objects=4, noise=0.0, random_state=0)
+    >>> t.X.shape, t.Z.shape, t.features.shape
+    ((20, 36), (20, 4), (4, 36))
+    >>> bool(np.allclose(t.X, t.background + t.Z @ t.features))
+    True
+    """
 
     #: float64 (n_images, n_pixels): the images as rows, ``background + Z @ features + noise``.
     X: np.ndarray

@@ -235,6 +235,16 @@ def save(model: Any, path: str | os.PathLike, *, overwrite: bool = False) -> str
     Local paths are written under a temporary sibling name and renamed into place when complete; a failure
     leaves any previous store intact. Non-local fsspec URLs are written under a temporary prefix and moved
     into place root metadata last (see :mod:`dclust._store._atomic`).
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, dclust
+    >>> X = np.array([[0.0, 0.0], [0.0, 1.0], [10.0, 0.0], [10.0, 1.0]])
+    >>> model = dclust.DPMeans(lam=4.0, random_state=0).fit(X)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     where = dclust.save(model, os.path.join(tmp, "model.zarr"))
+    ...     print(os.path.basename(where), dclust.load(where).n_clusters_)
+    model.zarr 2
     """
     doc, arrays = _collect(model)
     url, local = _resolve(path, "save")
@@ -280,6 +290,15 @@ def load(path: str | os.PathLike) -> Any:
         The model was saved by a newer dclust (a newer format than this dclust reads).
     StorageError
         The path does not exist, is not a dclust model, or names an estimator this dclust does not know.
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, dclust
+    >>> X = np.array([[0.0], [0.2], [9.0], [9.2]])
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = dclust.save(dclust.KMeans(n_clusters=2, random_state=0).fit(X), os.path.join(tmp, "km.zarr"))
+    ...     model = dclust.load(path)
+    >>> type(model).__name__, model.predict([[0.1], [9.1]]).tolist() in ([0, 1], [1, 0])
+    ('KMeans', True)
     """
     url, local = _resolve(path, "load")
     shown = repr(local if local is not None else url)

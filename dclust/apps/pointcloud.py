@@ -230,6 +230,18 @@ def tracking_scores(steps: Iterable[tuple[Any, Any]]) -> dict[str, float]:
         ``id_consistency``: over consecutive frame pairs where an object is matched (Hungarian, per frame) in
         both, the fraction where its matched id is the same; ``objects_without_switch``: the fraction of objects
         whose matched id never changes; ``n_objects``, ``n_frames``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dclust.apps.pointcloud import tracking_scores
+    >>> truth = np.array([0, 0, 1, 1])
+    >>> scores = tracking_scores([(truth, np.array([7, 7, 3, 3])), (truth, np.array([3, 3, 7, 7]))])  # ids swap
+    >>> scores["untracked_accuracy"], scores["tracking_accuracy"], scores["objects_without_switch"]
+    (1.0, 0.5, 0.0)
+
+    Each frame alone is segmented perfectly, but the second frame contradicts the mapping of the first, so only
+    the first frame's points count as tracked.
     """
     steps = [(np.asarray(a), np.asarray(b)) for a, b in steps]
     if not steps:
@@ -270,7 +282,39 @@ def tracking_scores(steps: Iterable[tuple[Any, Any]]) -> dict[str, float]:
 
 @dataclass
 class TrackResult:
-    """What :func:`track` wrote and measured."""
+    """What :func:`track` wrote and measured.
+
+    Attributes
+    ----------
+    out, tracks, plot : str or None
+        Where the labels store, the tracks table and the PNG were written (None: not asked for).
+    n_frames, n_points, max_points : int
+        Frames read, points over all frames, points of the largest frame.
+    n_segments : int
+        Persistent segment ids used over the whole sequence.
+    seconds, frames_per_second : float
+        Wall time of the job.
+    features : tuple of str
+        The point features clustered (``"xyz"``, ``"rgb"``, ...).
+    estimator : str
+        ``"DynamicMeans"`` or ``"SpectralDynamicMeans"``.
+    history : dict
+        Per frame: ``n_clusters``, ``objective``, ``births``, ``deaths``, ``revivals``, ``n_samples``, ``n_iter``,
+        ``seconds``.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.apps.pointcloud import track
+    >>> rng = np.random.default_rng(0)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     for t in range(3):   # two objects drifting apart, 50 points each, one .npy file (n, 3) per frame
+    ...         pts = np.concatenate([rng.normal((0.1 * t, 0, 0), 0.1, (50, 3)), rng.normal((5, 5, 0), 0.1, (50, 3))])
+    ...         np.save(os.path.join(tmp, f"frame{t:03d}.npy"), pts)
+    ...     result = track(tmp, os.path.join(tmp, "ids.zarr"), lam=4.0, T_Q=10, k_tau=1.1)
+    >>> result.n_frames, result.n_points, result.n_segments
+    (3, 300, 2)
+    """
 
     out: str
     tracks: str | None
@@ -393,6 +437,21 @@ def track(source: Any, out: str | os.PathLike, *, lam: float, T_Q: float, k_tau:
     Memory is bounded by one frame plus the plotted frames (at most 20,000 points each) and the tracks table.
     A progress event (``ProgressEvent("PointCloudTracker", "frame", t, objective, K, seconds, extra)``) is
     emitted after every frame.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.apps.pointcloud import track
+    >>> rng = np.random.default_rng(0)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     for t in range(3):   # two objects drifting apart, 50 points each, one .npy file (n, 3) per frame
+    ...         pts = np.concatenate([rng.normal((0.1 * t, 0, 0), 0.1, (50, 3)), rng.normal((5, 5, 0), 0.1, (50, 3))])
+    ...         np.save(os.path.join(tmp, f"frame{t:03d}.npy"), pts)
+    ...     result = track(tmp, os.path.join(tmp, "ids.zarr"), lam=4.0, T_Q=10, k_tau=1.1)
+    >>> result.n_frames, result.n_points, result.n_segments
+    (3, 300, 2)
+    >>> result.history["births"]
+    [2, 0, 0]
     """
     tracker = PointCloudTracker(lam=lam, T_Q=T_Q, k_tau=k_tau, spectral=spectral, kernel=kernel,
                                 bandwidth=bandwidth, features=features, feature_weights=feature_weights,

@@ -73,8 +73,22 @@ _QUEUE_FRAMES = 3
 
 
 def psnr(mse: float, peak: float = 255.0) -> float:
-    """``10 log10(peak^2 / mse)`` in dB (inf for ``mse = 0``).
+    """Peak signal-to-noise ratio ``10 log10(peak^2 / mse)`` in dB (inf for ``mse = 0``).
 
+    Parameters
+    ----------
+    mse : float
+        Mean squared error per channel value.
+    peak : float, default 255.0
+        Largest value a channel can take.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> from dclust.apps.video import psnr
     >>> round(psnr(255.0 ** 2 / 100), 6)
     20.0
     """
@@ -85,6 +99,22 @@ def flicker_ratio(dq: float, do: float) -> float:
     """ALGORITHMS.md 9: ``f_t = mean|Q_t - Q_{t-1}| / mean|O_t - O_{t-1}|`` from the two sums (same pixel count);
     NaN when the original does not change.
 
+    Parameters
+    ----------
+    dq : float
+        Sum of ``|Q_t - Q_{t-1}|`` over the pixels and channels of the quantised frames.
+    do : float
+        The same sum for the original frames.
+
+    Returns
+    -------
+    float
+        1 when the quantised video changes as much as the original; NaN when ``do`` is 0.
+
+    Examples
+    --------
+    >>> import math
+    >>> from dclust.apps.video import flicker_ratio
     >>> flicker_ratio(30, 20), math.isnan(flicker_ratio(5, 0))
     (1.5, True)
     """
@@ -94,6 +124,19 @@ def flicker_ratio(dq: float, do: float) -> float:
 def flicker_summary(series: Any) -> float:
     """Median of ``|f_t - 1|`` over the frames with a defined ratio (NaN if none).
 
+    Parameters
+    ----------
+    series : iterable of float or None
+        The flicker ratio of every frame (:func:`flicker_ratio`); None and NaN entries are skipped.
+
+    Returns
+    -------
+    float
+        0 for a quantised video that changes exactly as the original does.
+
+    Examples
+    --------
+    >>> from dclust.apps.video import flicker_summary
     >>> round(flicker_summary([float("nan"), 1.5, 0.9, 1.0]), 12)
     0.1
     """
@@ -516,6 +559,20 @@ def quantize_video(
     -------
     dict
         The report (also written to ``report`` when given).
+
+    Examples
+    --------
+    A Zarr frames store in, a Zarr frames store out (a video file works the same way with PyAV installed):
+
+    >>> import os, tempfile, numpy as np, zarr
+    >>> from dclust.apps.video import quantize_video, synthetic_frames
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     zarr.save_array(os.path.join(tmp, "in.zarr"), np.stack(list(synthetic_frames(4, 32, 24))))
+    ...     report = quantize_video(os.path.join(tmp, "in.zarr"), os.path.join(tmp, "out.zarr"), lam=800.0,
+    ...                             T_Q=15, k_tau=1.1)
+    ...     shape = zarr.open_array(os.path.join(tmp, "out.zarr")).shape
+    >>> shape, len(report["frames"]), report["summary"]["psnr"] > 25
+    ((4, 24, 32, 3), 4, True)
     """
     p = _check_params(method, lam, T_Q, k_tau, k, colorspace, max_colors, fit_sample, max_iter, seed, Q, tau)
     if max_frames is not None and (isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1):
@@ -787,7 +844,30 @@ def _jsonable(value: Any) -> Any:
 
 def palette_image(records: list[dict], *, cell_height: int = 8, max_width: int = 2048) -> np.ndarray:
     """RGBA image of the palette over time: column = frame, row = persistent cluster id (in id order),
-    transparent where the cluster is absent. Each frame is ``max(1, min(8, max_width // T))`` pixels wide."""
+    transparent where the cluster is absent. Each frame is ``max(1, min(8, max_width // T))`` pixels wide.
+
+    Parameters
+    ----------
+    records : list of dict
+        One per frame, with ``"ids"`` (the persistent ids of its colours) and ``"rgb"`` (their colours, uint8
+        triples): the ``frames`` of a :func:`quantize_video` report.
+    cell_height : int, default 8
+        Pixel rows per colour.
+    max_width : int, default 2048
+        Width budget of the image, shared by the frames.
+
+    Returns
+    -------
+    ndarray of uint8, shape (n_ids * cell_height, T * frame_width, 4)
+
+    Examples
+    --------
+    >>> from dclust.apps.video import palette_image
+    >>> records = [{"ids": [0, 1], "rgb": [(255, 0, 0), (0, 0, 255)]}, {"ids": [1], "rgb": [(0, 0, 250)]}]
+    >>> img = palette_image(records, cell_height=2)
+    >>> img.shape, int(img[0, -1, 3])          # id 0 is absent from the second frame: transparent
+    ((4, 16, 4), 0)
+    """
     ids = sorted({i for r in records for i in r["ids"]})
     row = {i: j for j, i in enumerate(ids)}
     T = len(records)
@@ -811,6 +891,28 @@ def synthetic_frames(n_frames: int, width: int, height: int, *, seed: int = 0, n
     Every surface carries a fixed grain texture (standard deviation ``texture``) that moves with it, so frames have
     many distinct colours while the frame-to-frame change comes from motion and lighting, as in rendered video;
     ``noise`` adds fresh per-frame sensor noise on top.
+
+    Parameters
+    ----------
+    n_frames, width, height : int
+        Number and size of the frames.
+    seed : int, default 0
+        Seed of the scene (same seed, same frames).
+    n_shapes : int, default 6
+        Moving discs and boxes.
+    texture, noise : float
+        Standard deviations of the fixed grain and of the per-frame noise.
+
+    Yields
+    ------
+    ndarray of uint8, shape (height, width, 3)
+
+    Examples
+    --------
+    >>> from dclust.apps.video import synthetic_frames
+    >>> frames = list(synthetic_frames(3, 32, 24, seed=0))
+    >>> len(frames), frames[0].shape, frames[0].dtype.name
+    (3, (24, 32, 3), 'uint8')
     """
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)

@@ -174,22 +174,23 @@ def test_every_public_class_and_function_has_an_example():
 RUN_MARK = "<!-- test: run -->"
 
 
-def _runnable_blocks() -> list[tuple[str, str]]:
-    out = []
+def _runnable_blocks() -> dict[str, list[str]]:
+    """Marked blocks -> the pages that hold them (a block shown on several pages runs once)."""
+    out: dict[str, list[str]] = {}
     for page in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]:
         text = page.read_text()
         for block in re.findall(re.escape(RUN_MARK) + r"\s*```bash\n(.*?)```", text, flags=re.S):
-            out.append((str(page.relative_to(ROOT)), block))
+            out.setdefault(block, []).append(str(page.relative_to(ROOT)))
     return out
 
 
 def test_there_are_runnable_blocks():
-    pages = {p for p, _ in _runnable_blocks()}
+    pages = {p for pages in _runnable_blocks().values() for p in pages}
     assert "README.md" in pages and "docs/getting-started.md" in pages, pages
 
 
-@pytest.mark.parametrize("page, block", _runnable_blocks(), ids=lambda v: v if v.endswith(".md") else "")
-def test_marked_shell_blocks_run_verbatim(page, block, tmp_path):
+@pytest.mark.parametrize("block", list(_runnable_blocks()), ids=lambda b: "+".join(_runnable_blocks()[b]))
+def test_marked_shell_blocks_run_verbatim(block, tmp_path):
     """Every command of a marked block runs, in order, in an empty directory, with the package's ``dclust``."""
     bindir = Path(sys.executable).parent
     env = {**os.environ, "PATH": os.pathsep.join([str(bindir), os.environ["PATH"]]),
@@ -203,4 +204,29 @@ def test_marked_shell_blocks_run_verbatim(page, block, tmp_path):
         if words[0] == "python":
             words[0] = sys.executable
         proc = subprocess.run(words, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
-        assert proc.returncode == 0, f"{page}: `{command}` exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        assert proc.returncode == 0, f"`{command}` exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+
+
+def _cli_checker():
+    """The CLI option checker of tests/deploy (one copy): walks the typer app for a ``dclust ...`` line."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_manifest_checks", ROOT / "tests" / "deploy" / "test_manifests.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._dclust_invocations, module._check_cli
+
+
+def test_every_dclust_command_in_the_docs_exists():
+    """The commands too large to run (terabyte stores, clusters, videos) still name real subcommands and options."""
+    invocations, check = _cli_checker()
+    commands = []
+    for page in sorted(DOCS.rglob("*.md")):
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S):
+            commands += [(page.name, args) for args in invocations(block.replace("\\\n", " "))]
+    assert len(commands) >= 15
+    for page, args in commands:
+        try:
+            check(args)
+        except AssertionError as exc:
+            raise AssertionError(f"{page}: dclust {' '.join(args)}: {exc}") from None
