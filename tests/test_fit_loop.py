@@ -38,7 +38,7 @@ ESTIMATORS = {
                                             random_state=1, checkpoint=ck),
     "GMPR": lambda ck=None: dclust.GMPR(n_classes=2, clusters_per_class=2, covariance_type="diag", tol=1e-12,
                                         max_iter=5, random_state=0, checkpoint=ck),
-    "KFeatures": lambda ck=None: dclust.KFeatures(n_features=3, n_init=2, max_iter=4, random_state=0,
+    "KFeatures": lambda ck=None: dclust.KFeatures(n_components=3, n_init=2, max_iter=4, random_state=0,
                                                   checkpoint=ck),
     "CappedDPMeans": lambda ck=None: CappedDPMeans(lam=6.0, max_clusters=5, random_state=0, checkpoint=ck),
     "COPKMeans": lambda ck=None: COPKMeans(n_clusters=4, n_init=2, random_state=0, checkpoint=ck),

@@ -1,6 +1,7 @@
 """Batch estimators with scikit-learn conventions."""
 
 from ._bpmeans import BPMeans
+from ._copkmeans import COPKMeans
 from ._collapsed import CappedDPMeans, CollapsedBPMeans, CollapsedDPMeans
 from ._dpmeans import DPMeans
 from ._gmpr import GMPR
@@ -10,7 +11,9 @@ from ._lcvqe import LCVQE
 from ._mahalanobis import MahalanobisKMeans
 from ._mpckmeans import MPCKMeans
 from ._rdpmeans import RDPMeans
-from ._references import DPMMGibbs, IBPGibbs, SpectralClustering
+from ._dpmm import DPMMGibbs
+from ._ibp import IBPGibbs
+from ._spectral import SpectralClustering
 from ._tvclust import TVClust
 from ._tvclust_variational import TVClustVariational
 
@@ -19,6 +22,7 @@ __all__ = [
     "CappedDPMeans",
     "CollapsedDPMeans",
     "CollapsedBPMeans",
+    "COPKMeans",
     "DPMeans",
     "DPMMGibbs",
     "GMPR",
