@@ -203,7 +203,7 @@ def make_blobs(
 
 
 # --------------------------------------------------------------------------------------------------------------
-# moving rings ([DM] 8.2, ALGORITHMS.md 10.2)
+# moving rings ([DM] 8.2, docs/algorithms.md 10.2)
 # --------------------------------------------------------------------------------------------------------------
 
 
@@ -242,7 +242,7 @@ def moving_rings(
     noise_model: str = "per-axis",
     random_state: int | np.random.Generator | None = 0,
 ) -> Rings:
-    """Concentric rings moving together over time, the SD-Means benchmark of [DM] 8.2 (ALGORITHMS.md 10.2).
+    """Concentric rings moving together over time, the SD-Means benchmark of [DM] 8.2 (docs/algorithms.md 10.2).
 
     At every step, each point picks a ring uniformly at random and an angle uniformly in [0, 2 pi), and is placed
     at ``centre + radius (cos, sin) + noise offset``. After the points of a step are emitted, the common centre
@@ -264,7 +264,7 @@ def moving_rings(
     start : (float, float), default (0.5, 0.5)
         Centre at the first step.
     noise_model : {"per-axis", "radial"}, default "per-axis"
-        ``"per-axis"``: ``N(0, noise^2 I)`` (ALGORITHMS.md 10.2). ``"radial"``: an offset of length
+        ``"per-axis"``: ``N(0, noise^2 I)`` (docs/algorithms.md 10.2). ``"radial"``: an offset of length
         ``N(0, noise^2)`` in a uniform direction, the convention of the authors' public example program (about
         ``noise / sqrt(2)`` per axis, so the rings are better separated).
     random_state : int, numpy.random.Generator or None, default 0
@@ -301,7 +301,7 @@ def moving_rings(
                      and random_state >= 0), "None, an int >= 0 or a numpy.random.Generator",
                  "Pass random_state=0 (any fixed int) for reproducible data.")
     _rings_check("noise_model", noise_model, noise_model in ("per-axis", "radial"), "'per-axis' or 'radial'",
-                 "Pass noise_model='per-axis' (ALGORITHMS.md 10.2) or 'radial' (the authors' program).")
+                 "Pass noise_model='per-axis' (docs/algorithms.md 10.2) or 'radial' (the authors' program).")
     seed = _seed(random_state)
     steps = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(4,))).standard_normal((n_steps, 2))
     centers = s[None, :] + motion * np.concatenate([np.zeros((1, 2)), np.cumsum(steps[:-1], axis=0)])
@@ -325,7 +325,7 @@ __all__ += ["Rings", "moving_rings"]
 
 
 # --------------------------------------------------------------------------------------------------------------
-# moving Gaussians ([DM] 8.1; ALGORITHMS.md 10.2)
+# moving Gaussians ([DM] 8.1; docs/algorithms.md 10.2)
 # --------------------------------------------------------------------------------------------------------------
 
 
@@ -361,7 +361,7 @@ def moving_gaussians(
     boundary: str = "none",
     random_state: Any = None,
 ) -> MovingGaussians:
-    """Gaussian clusters that move, die and are born in [0, 1]^2 ([DM] 8.1; ALGORITHMS.md 10.2).
+    """Gaussian clusters that move, die and are born in [0, 1]^2 ([DM] 8.1; docs/algorithms.md 10.2).
 
     Parameters
     ----------
@@ -463,7 +463,7 @@ __all__ += ["MovingGaussians", "moving_gaussians"]
 
 
 # --------------------------------------------------------------------------------------------------------------
-# tabletop-style images ([MB] 5.1; ALGORITHMS.md 10.1)
+# tabletop-style images ([MB] 5.1; docs/algorithms.md 10.1)
 # --------------------------------------------------------------------------------------------------------------
 
 
@@ -500,7 +500,7 @@ def make_tabletop(
     *,
     p_present: float = 0.5,
 ) -> Tabletop:
-    """Synthetic stand-in for the tabletop images of [MB] 5.1 (ALGORITHMS.md 10.1): objects on a table.
+    """Synthetic stand-in for the tabletop images of [MB] 5.1 (docs/algorithms.md 10.1): objects on a table.
 
     The image is split in a grid of ``ceil(sqrt(n_objects))`` rows of cells; object k always lies in cell k, on a
     random shape of that cell (each pixel on with probability 0.6, at least two pixels), and adds 1 to its pixels

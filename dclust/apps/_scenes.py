@@ -1,6 +1,6 @@
 """Synthetic point-cloud scenes with ground truth: moving boxes, spheres and planes sampled as surface points.
 
-The stand-in for the LiDAR sequences of [DM] 8.6 (ALGORITHMS.md 10.2), whose data is not available: objects of
+The stand-in for the LiDAR sequences of [DM] 8.6 (docs/algorithms.md 10.2), whose data is not available: objects of
 three shapes move across a square arena (smooth headings, bouncing off the walls, steering apart when they come
 close), each frame samples ``n_points`` points on their surfaces (with colour and surface normals), and every
 point carries the id of its object. With ``replace_prob > 0`` objects leave and new ones (new ids) enter.

@@ -1,4 +1,4 @@
-"""Point-cloud stream segmentation and tracking with Dynamic Means (ALGORITHMS.md 3, 4 and 10.2).
+"""Point-cloud stream segmentation and tracking with Dynamic Means (docs/algorithms.md 3, 4 and 10.2).
 
 Each frame's points (xyz, optionally colour and normals as extra features with weights) are one time step of
 :class:`dclust.DynamicMeans` (or :class:`dclust.SpectralDynamicMeans`), so every point gets a *persistent* segment
@@ -6,7 +6,7 @@ id: an object keeps its id while it moves, leaves for a while and comes back (re
 
 Speed: a frame is clustered in memory (numpy), not through Dask. Frames larger than ``fit_sample`` are fitted on a
 random sample of that many points and every point is then assigned: to the nearest centre of the clusters with
-data in this frame (D-Means, the fixed-point rule of ALGORITHMS.md 3.7 DM2), or to the segment of its nearest
+data in this frame (D-Means, the fixed-point rule of docs/algorithms.md 3.7 DM2), or to the segment of its nearest
 sampled point (SD-Means, whose clusters need not be convex).
 
 :func:`track` runs the whole job from files (see :mod:`dclust.io._pointcloud`) to a Zarr store of labels
@@ -82,7 +82,7 @@ class PointCloudTracker:
     Parameters
     ----------
     lam, T_Q, k_tau : float
-        D-Means parameters (ALGORITHMS.md 3.1): penalty of a new segment (squared feature-space distance for
+        D-Means parameters (docs/algorithms.md 3.1): penalty of a new segment (squared feature-space distance for
         D-Means, kernel units for SD-Means), frames a segment may be unseen and still be revived, revival radius.
     spectral : bool, default False
         Use :class:`dclust.SpectralDynamicMeans` (SD-Means) instead of :class:`dclust.DynamicMeans`.
@@ -225,7 +225,7 @@ def tracking_scores(steps: Iterable[tuple[Any, Any]]) -> dict[str, float]:
     -------
     dict
         ``tracking_accuracy``: :func:`dclust.metrics.tracking_accuracy` (one-to-one matching per frame that must
-        agree with the first mapping of each object, ALGORITHMS.md 9); ``untracked_accuracy``: the same with
+        agree with the first mapping of each object, docs/algorithms.md 9); ``untracked_accuracy``: the same with
         every frame matched on its own; ``mean_frame_accuracy``: mean per-frame matched accuracy;
         ``id_consistency``: over consecutive frame pairs where an object is matched (Hungarian, per frame) in
         both, the fraction where its matched id is the same; ``objects_without_switch``: the fraction of objects

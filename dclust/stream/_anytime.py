@@ -27,7 +27,7 @@ class AnytimeDPMeans(DynamicBase):
 
     It is D-Means with ``Q = 0`` (no cluster is ever deleted, revival costs no penalty) and ``tau = 0`` (a
     cluster's centre is the running mean of every point it ever received). With ``lam`` the DP-means penalty,
-    after a full pass the clusters approximate batch :class:`dclust.DPMeans` ([DM] 4.1; ALGORITHMS.md DM4).
+    after a full pass the clusters approximate batch :class:`dclust.DPMeans` ([DM] 4.1; docs/algorithms.md DM4).
 
     Parameters
     ----------

@@ -139,7 +139,7 @@ class DynamicBase(BaseEstimator):
         ----------
         batch : array-like of shape (n_t, n_features)
             numpy, dask, zarr or xarray. Every batch is processed with keyed optimistic concurrency
-            (ALGORITHMS.md 8.5): a batch of one block in memory, others over Dask, with the same epochs and so the
+            (docs/algorithms.md 8.5): a batch of one block in memory, others over Dask, with the same epochs and so the
             same result for any chunking. ``n_t = 0`` is allowed: the ages advance
             and the deletion check runs, nothing else changes.
         sample_weight : array-like of shape (n_t,), optional
@@ -266,7 +266,7 @@ def _finite(Y: np.ndarray) -> np.ndarray:
 
 
 def _keyed_step(X, w, state: StepState, *, mix, max_iter, prefix_size, max_proposals, split_every=None):
-    """One time step (one restart) of D-Means with keyed OCC (ALGORITHMS.md 8.5) on ``X`` (numpy or dask).
+    """One time step (one restart) of D-Means with keyed OCC (docs/algorithms.md 8.5) on ``X`` (numpy or dask).
 
     Returns ``(StepResult, first_pass_stats)``: ``first_pass_stats`` covers every row with one cluster (its
     ``bad_block`` names a chunk holding NaN/inf; the StepResult is then None). ``StepResult.orders`` holds one
