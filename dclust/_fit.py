@@ -79,13 +79,16 @@ class ProgressEvent:
 
     Examples
     --------
-    >>> import numpy as np, dclust
-    >>> events = []
-    >>> with dclust.on_progress(events.append):
-    ...     _ = dclust.DPMeans(lam=4.0, random_state=0).fit(np.array([[0.0], [0.5], [9.0], [9.5]]))
-    >>> last = events[-1]
-    >>> last.estimator, last.phase, last.n_clusters
-    ('DPMeans', 'done', 2)
+    An initialisation event, one per iteration, and a final one:
+
+    >>> import dclust
+    >>> seen = []
+    >>> with dclust.on_progress(seen.append):
+    ...     model = dclust.KMeans(n_clusters=2, random_state=0).fit([[0.0], [0.2], [4.0], [4.2]])
+    >>> [(e.phase, e.iteration, e.n_clusters) for e in seen]
+    [('init', 0, 2), ('iter', 1, 2), ('done', 1, 2)]
+    >>> round(seen[-1].objective, 6) == round(model.inertia_, 6)
+    True
     """
 
     estimator: str

@@ -304,16 +304,17 @@ class TrackResult:
 
     Examples
     --------
+    The frames can also be given as a list of files, here one object seen in two frames:
+
     >>> import os, tempfile, numpy as np
     >>> from dclust.apps.pointcloud import track
-    >>> rng = np.random.default_rng(0)
     >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     for t in range(3):   # two objects drifting apart, 50 points each, one .npy file (n, 3) per frame
-    ...         pts = np.concatenate([rng.normal((0.1 * t, 0, 0), 0.1, (50, 3)), rng.normal((5, 5, 0), 0.1, (50, 3))])
-    ...         np.save(os.path.join(tmp, f"frame{t:03d}.npy"), pts)
-    ...     result = track(tmp, os.path.join(tmp, "ids.zarr"), lam=4.0, T_Q=10, k_tau=1.1)
-    >>> result.n_frames, result.n_points, result.n_segments
-    (3, 300, 2)
+    ...     paths = [os.path.join(tmp, f"{t}.npy") for t in range(2)]
+    ...     for t, path in enumerate(paths):
+    ...         np.save(path, np.random.default_rng(t).normal(0.0, 0.1, (40, 3)))
+    ...     result = track(paths, os.path.join(tmp, "ids.zarr"), lam=4.0, T_Q=10, k_tau=1.1)
+    >>> result.estimator, result.features, result.n_segments, result.tracks is None
+    ('DynamicMeans', ('xyz',), 1, True)
     """
 
     out: str
