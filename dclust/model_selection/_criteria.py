@@ -23,7 +23,7 @@ def n_parameters(model: GMPR) -> int:
     >>> import numpy as np, dclust
     >>> from dclust.model_selection import n_parameters
     >>> X = np.random.default_rng(0).normal(size=(60, 2))
-    >>> n_parameters(dclust.GMPR(n_classes=2, max_iter=200, random_state=0).fit(X))
+    >>> n_parameters(dclust.GMPR(n_classes=2, tol=1e-3, random_state=0).fit(X))
     11
     """
     if not isinstance(model, GMPR):
