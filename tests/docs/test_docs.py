@@ -239,3 +239,12 @@ def test_every_dclust_command_in_the_docs_exists():
             check(args)
         except AssertionError as exc:
             raise AssertionError(f"{page}: dclust {' '.join(args)}: {exc}") from None
+
+
+def test_readme_links_point_into_the_repository():
+    """Every relative link of the README names a file or folder of the repository."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    relative = [link for link in links if "://" not in link]
+    assert "docs/algorithms.md" in relative and "docs/getting-started.md" in relative
+    missing = [link for link in relative if not (ROOT / link).exists()]
+    assert not missing, f"README links to paths that are not in the repository: {missing}"
