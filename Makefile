@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench docs venv clean
+.PHONY: demo test test-fast bench docs venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=20
+
+test-fast: $(STAMP)  # everything but the tests marked slow (benchmark scripts end to end, killed processes)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
 
 bench: $(STAMP)
 	for b in engine kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links faces; do $(PY) benchmarks/bench_$$b.py || exit 1; done

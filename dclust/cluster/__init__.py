@@ -1,5 +1,9 @@
-"""Batch estimators with scikit-learn conventions."""
+"""Batch estimators with scikit-learn conventions, and the in-memory k-means pieces they share
+(:func:`kmeans_plusplus`, :func:`lloyd`, :func:`nearest`) and the parameter check of every estimator (:func:`validate_params`)."""
 
+from .._validation import validate_params
+from ..kernels.distances import nearest
+from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ._bpmeans import BPMeans
 from ._copkmeans import COPKMeans
 from ._collapsed import CappedDPMeans, CollapsedBPMeans, CollapsedDPMeans
@@ -37,4 +41,8 @@ __all__ = [
     "StepwiseKFeatures",
     "TVClust",
     "TVClustVariational",
+    "kmeans_plusplus",
+    "lloyd",
+    "nearest",
+    "validate_params",
 ]

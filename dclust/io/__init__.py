@@ -6,16 +6,24 @@
 - :func:`write_array` / :func:`write_labels` stream an array into a new Zarr store, atomically (temp + rename).
 - :func:`save` / :func:`load` store fitted estimators as a Zarr group with JSON attributes; never pickle.
 - :func:`clean` removes the temporaries of killed writes (``dclust clean PATH``).
+- :func:`check_outputs` checks all the outputs of a job before any work; :func:`check_output` one output file,
+  which :func:`write_bytes` then writes atomically; :class:`BatchLabelsWriter` writes labels batch by batch
+  (resumable) and renames them into place at the end.
+- :mod:`dclust.io.video` (video files and Zarr frames) and :mod:`dclust.io.pointcloud` (point-cloud frames) hold
+  the readers and writers of the applications.
 
 The atomic writes, output checks, checksums and formats live in :mod:`dclust._store`; this package delegates.
 """
 
 from __future__ import annotations
 
-from .._store._atomic import clean
+from .._store._atomic import check_output, clean, write_bytes
 from .._validation import feature_names
+from ._batches import BatchLabelsWriter
+from ._checks import check_outputs
 from ._models import load, save
 from ._open import open_array
 from ._write import write_array, write_labels
 
-__all__ = ["open_array", "feature_names", "write_array", "write_labels", "save", "load", "clean"]
+__all__ = ["open_array", "feature_names", "write_array", "write_labels", "save", "load", "clean", "check_outputs",
+           "check_output", "write_bytes", "BatchLabelsWriter"]
