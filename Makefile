@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# the image the deploy/ files run: dclust:<the package version> (deploy/README.md)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= dclust
 
-.PHONY: demo test test-fast bench docs venv clean
+.PHONY: demo test test-fast bench docs venv clean image
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +33,9 @@ bench: $(STAMP)
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict   # warnings are errors; the site goes to site/ (gitignored)
+
+image:
+	docker build -f deploy/Dockerfile -t $(IMAGE):$(VERSION) .
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache site

@@ -9,119 +9,36 @@ A links CSV has a header row with the columns ``i``, ``j`` (row indices of IN, 0
 ``cannot``, ``ml`` / ``cl`` or ``1`` / ``-1``, case-insensitive), and optionally ``weight`` (a positive confidence
 per link). ``constraints import`` turns it into a :class:`dclust.ConstraintGraph` aligned to the row chunks of IN and
 writes it with ``ConstraintGraph.to_zarr``; ``fit rdpmeans`` and ``fit gmpr`` read such a Zarr graph or the CSV
-itself (the same reader and checks, with the default feasibility check).
+itself (the same reader, :func:`dclust.io.read_links`, and checks, with the default feasibility check).
 """
 
 from __future__ import annotations
 
-import csv
 import time
-from typing import Annotated, Any, NamedTuple, Optional
+from typing import Annotated, Any, Optional
 
-import numpy as np
 import typer
 
 import dclust
 from dclust.errors import InvalidDataError, message
+from dclust.io import read_links
 
 from ._options import _location, example, shared_options
 from ._session import _Session
 
-__all__ = ["constraints_app", "constraints_import", "read_links_csv", "load_constraints", "LinkPairs"]
+__all__ = ["constraints_app", "constraints_import", "load_constraints"]
 
 constraints_app = typer.Typer(
     help="Must-link / cannot-link constraint graphs over the rows of a data set.", no_args_is_help=True
 )
 
-_MUST = {"must", "ml", "1", "+1", "must-link", "must_link", "mustlink"}
-_CANNOT = {"cannot", "cl", "-1", "cannot-link", "cannot_link", "cannotlink"}
-_REQUIRED = ("i", "j", "type")
-
-
-class LinkPairs(NamedTuple):
-    """The rows of a links CSV: endpoints, must-link flags, and the weights (None without a ``weight`` column)."""
-
-    i: np.ndarray
-    j: np.ndarray
-    must_link: np.ndarray
-    weight: Optional[np.ndarray]
-
-
 def is_csv(path: str) -> bool:
     return str(path).lower().endswith(".csv")
 
 
-def _bad(path: str, line: int | None, expected: str, received: str, fix: str) -> InvalidDataError:
-    where = f"links CSV {path!r}" + (f" line {line}" if line is not None else "")
-    return InvalidDataError(message(where, expected, received, fix))
-
-
-def _index(path: str, line: int, column: str, text: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise _bad(path, line, f"an integer row index in column {column!r}", repr(text),
-                   "Row indices are 0-based integers.") from None
-
-
-def read_links_csv(path: str) -> LinkPairs:
-    """Read a links CSV (header ``i, j, type[, weight]``); raise InvalidDataError naming the line of a bad row."""
-    with open(path, newline="", encoding="utf-8-sig") as fh:  # a missing file: FileNotFoundError (exit 1)
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None:
-            raise _bad(path, None, "a header row with the columns i, j, type", "an empty file",
-                       "Write the header 'i,j,type' (optionally ',weight') and one link per line.")
-        names = [h.strip().lower() for h in header]
-        missing = [c for c in _REQUIRED if c not in names]
-        if missing:
-            raise _bad(path, 1, "a header with the columns i, j, type (and optionally weight)",
-                       f"the columns {', '.join(repr(h) for h in header)} (missing {', '.join(missing)})",
-                       "Name the columns i, j and type in the first row.")
-        if len(set(names)) != len(names):
-            raise _bad(path, 1, "each column once", f"the columns {', '.join(repr(h) for h in header)}",
-                       "Remove the repeated column.")
-        col = {name: names.index(name) for name in names}
-        has_weight = "weight" in col
-        i: list[int] = []
-        j: list[int] = []
-        must: list[bool] = []
-        weight: list[float] = []
-        for row in reader:
-            line = reader.line_num
-            if not row or all(not cell.strip() for cell in row):
-                continue  # blank lines
-            if len(row) != len(names):
-                raise _bad(path, line, f"{len(names)} fields like the header", f"{len(row)} fields",
-                           "Give every link the same columns as the header.")
-            i.append(_index(path, line, "i", row[col["i"]]))
-            j.append(_index(path, line, "j", row[col["j"]]))
-            kind = row[col["type"]].strip().lower()
-            if kind in _MUST:
-                must.append(True)
-            elif kind in _CANNOT:
-                must.append(False)
-            else:
-                raise _bad(path, line, "a link type must/cannot, ml/cl or 1/-1", repr(row[col["type"]]),
-                           "Fix the type column.")
-            if has_weight:
-                text = row[col["weight"]]
-                try:
-                    w = float(text)
-                except ValueError:
-                    raise _bad(path, line, "a number in column 'weight'", repr(text),
-                               "Weights are positive confidences (1 = certain).") from None
-                if not (np.isfinite(w) and w > 0):
-                    raise _bad(path, line, "a finite weight > 0", repr(text),
-                               "Weights are positive confidences; drop links you do not trust.")
-                weight.append(w)
-    return LinkPairs(np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64), np.asarray(must, dtype=bool),
-                     np.asarray(weight, dtype=np.float64) if has_weight else None)
-
-
 def graph_from_csv(path: str, n_samples: int, chunks: Any, *, check_feasible: bool = True) -> Any:
     """A ConstraintGraph over ``n_samples`` rows in the row blocks ``chunks``, from a links CSV."""
-    pairs = read_links_csv(path)
+    pairs = read_links(path)  # the links CSV reader of dclust.io (its checks name the bad line)
     return dclust.ConstraintGraph.from_pairs(
         pairs.i, pairs.j, pairs.must_link, n_samples=n_samples, chunks=chunks, weight=pairs.weight,
         check_feasible=check_feasible,
@@ -177,7 +94,7 @@ def constraints_import(
     with s.live(cluster=False) as display:
         t = time.perf_counter()
         with display.step(f"reading links from {pairs_csv}"):
-            pairs = read_links_csv(pairs_csv)
+            pairs = read_links(pairs_csv)
             G = dclust.ConstraintGraph.from_pairs(
                 pairs.i, pairs.j, pairs.must_link, n_samples=n, chunks=X.chunks[0], weight=pairs.weight,
                 check_feasible=check_feasible,

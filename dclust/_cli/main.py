@@ -57,7 +57,17 @@ from ._clean import clean
 from ._display import key_value_table, learned_attributes
 from ._fit import fit_app
 from ._links import constraints_app
-from ._options import DebugOpt, InputArg, JsonOpt, LabelsOpt, _location, example, shared_options
+from ._options import (
+    DebugOpt,
+    InputArg,
+    JsonOpt,
+    LabelsOpt,
+    StorageOptionOpt,
+    _location,
+    _storage_options,
+    example,
+    shared_options,
+)
 from ._plot import plot_app
 from ._pointcloud import pointcloud_app
 from ._quiet import OneLineErrorsGroup
@@ -188,10 +198,12 @@ def predict(s: _Session, model: ModelArg, input_path: InputArg, labels: LabelsOp
 
 
 @app.command("info", epilog=example("dclust info km.zarr", "dclust info km.zarr --json"))
-def info(model: ModelArg, json_out: JsonOpt = False, debug: DebugOpt = False) -> None:
+def info(model: ModelArg, json_out: JsonOpt = False, debug: DebugOpt = False,
+         storage_option: StorageOptionOpt = None) -> None:
     """Show a saved model: estimator, parameters, learned scalars and array shapes."""
     with _command(json_out, True, debug) as s:
-        estimator = dclust.load(model)
+        options = _storage_options(storage_option)
+        estimator = dclust.load(model, **({"storage_options": options} if options else {}))
         name = type(estimator).__name__
         params = estimator.get_params()
         scalars, shapes = learned_attributes(estimator)

@@ -8,20 +8,30 @@ the temporary is removed and the previous version is left untouched. Each write 
 dead writers of this host left in its directory (:func:`remove_stale_tmp`; ``dclust clean`` does it on demand), and
 :func:`check_location` / :func:`_check_new_target` refuse an output that cannot be written before any work.
 
-fsspec URLs other than ``file://`` (``memory://``, ``s3://``, ``gs://``, ``abfs://``) are opened through zarr's
-store layer (``zarr.storage.FsspecStore``). Object stores have no atomic rename of a prefix, so there the commit
-relies on a *completion marker*: a Zarr store (or group member) is only a store once its root metadata document
-(``zarr.json``) exists -- zarr, and therefore every dclust reader, refuses a prefix without one. The store is
-first written completely under a temporary sibling prefix ``.{name}.tmp-<random>``; the commit then (1) hides an
-existing target by deleting its root ``zarr.json`` first and then the rest of it, (2) moves every object of the
-temporary prefix except its root ``zarr.json`` to the target (``fs.mv``: a server-side copy + delete on S3/GCS/
-Azure, a rename on local and in-memory filesystems), and (3) moves the root ``zarr.json`` last. A reader therefore
-sees the complete old store, no store, or the complete new store -- never a half-written one under the final name.
-A failure before the commit removes the temporary prefix and leaves the old store intact; a crash inside the short
-commit window leaves the target without metadata (refused by readers, never mistaken for a store) and the new
-store complete under the temporary prefix. ``memory://`` stores live in one process: they work with the threaded
-scheduler (or a client with ``processes=False``); distributed workers in other processes need a shared store
-(a local path on a shared filesystem, or ``s3://``/``gs://``/``abfs://``).
+fsspec URLs other than ``file://`` (``memory://``, ``s3://``, ``gs://``, ``abfs://``) are written through zarr's
+store layer (``zarr.storage.FsspecStore``, with the caller's ``storage_options``). Object stores have no atomic
+rename, so there a write commits through a *commit record* (docs/object-storage.md tells the same for users):
+
+1. The store is written completely under a temporary sibling prefix ``PARENT/.NAME.tmp-HOST-PID-RANDOM/`` (its root
+   ``zarr.json`` included). Nothing under ``PARENT/NAME`` changes; a failure (or a kill) here leaves the previous
+   store as it was, and the temporary prefix is never read.
+2. **Commit point**: one PUT of the small object ``PARENT/.NAME.commit`` (JSON: the temporary prefix's name, host,
+   pid, time). An object PUT is atomic on every object store: from now on the new store *is* the store.
+3. Roll forward: the previous store's metadata documents are deleted (root ``zarr.json`` first), then the rest of
+   it; every object of the temporary prefix is copied to ``PARENT/NAME/`` (server-side copies), chunks first, then
+   metadata documents deepest first, the root ``zarr.json`` last; then the commit record is deleted, then the
+   temporary prefix.
+
+Readers (:func:`committed_url`: ``open_array``, ``load``, ``ConstraintGraph.from_zarr``, checkpoint resume) look for
+the commit record first: while it exists they read the complete new store under the temporary prefix it names,
+otherwise ``PARENT/NAME`` itself. So a dclust reader sees the previous store until the commit point and the new one
+after it, whenever the writer was killed; a store that was never committed does not exist for it. Plain zarr
+readers, which do not know the record, see the previous store, nothing (no root ``zarr.json``: zarr refuses the
+prefix) or the complete new store -- never a partial store under the final name. The next write of the same output
+(or ``dclust.clean(URL)``, for a commit that a dead writer of this host left recorded) finishes the work.
+Overwriting a store that a running job is reading is unsafe on every filesystem (its chunks disappear under it).
+``memory://`` stores live in one process: they work with the threaded scheduler (or a client with
+``processes=False``); distributed workers in other processes need a shared store.
 
 Output paths are never followed outside the requested location: a symlink *at* an output path (or, for a write into
 an existing group, at the group, at any metadata document or intermediate group on the way to the member, or at the
@@ -34,6 +44,7 @@ directories of the output path are taken as given (the user chose them).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -77,6 +88,41 @@ def _is_zarr_dir(local: str) -> bool:
     )
 
 
+def check_storage_options(storage_options: Any, what: str) -> dict | None:
+    """``storage_options`` checked (None or a dict with str keys: the fsspec filesystem's arguments); None if
+    empty."""
+    if storage_options is None or (isinstance(storage_options, dict)
+                                   and all(isinstance(k, str) for k in storage_options)):
+        return dict(storage_options) if storage_options else None
+    raise InvalidParameterError(
+        message(f"{what}(storage_options=...)", "None or a dict of the filesystem's arguments",
+                repr(storage_options)[:120], "Pass e.g. storage_options={'endpoint_url': 'http://127.0.0.1:9000'}.")
+    )
+
+
+def storage_location(value: Any) -> tuple[Any, dict | None]:
+    """``(path_or_url, storage_options)`` of an output given as a path, a URL, or an fsspec mapper
+    (``fsspec.get_mapper(url, **storage_options)``: its URL and its filesystem's ``storage_options``)."""
+    if is_mapper(value):
+        return value.fs.unstrip_protocol(value.root), (dict(value.fs.storage_options) or None)
+    return value, None
+
+
+def is_mapper(value: Any) -> bool:
+    """True for an fsspec mapper (``fsspec.FSMap``): a location that carries its filesystem."""
+    return hasattr(value, "fs") and isinstance(getattr(value, "root", None), str) and hasattr(value.fs,
+                                                                                               "unstrip_protocol")
+
+
+def _local_only(options: dict | None, what: str, local: str) -> None:
+    """``storage_options`` belong to fsspec URLs: given with a local path they would be ignored, so they raise."""
+    if options is not None:
+        raise InvalidParameterError(
+            message(f"{what}(storage_options=...)", f"None for the local path {local!r}", repr(options)[:120],
+                    "storage_options= only applies to fsspec URLs (s3://, gs://, ...); drop it.")
+        )
+
+
 def _url_fs(url: str, storage_options: dict | None = None) -> tuple[Any, str]:
     """``(filesystem, path)`` of an fsspec URL (``storage_options``: the filesystem's arguments); a missing backend
     raises an error naming the extra."""
@@ -93,18 +139,69 @@ def _url_fs(url: str, storage_options: dict | None = None) -> tuple[Any, str]:
     return fs, root.rstrip("/")
 
 
-def _remote_exists(url: str) -> bool:
-    fs, root = _url_fs(url)
+def _split_remote(fs: Any, root: str, what: str) -> tuple[str, str]:
+    """``(parent, name)`` of a remote store path; a bucket root is refused (there is no sibling prefix)."""
+    parent, sep, name = root.rpartition("/")
+    if not sep or not name:
+        raise StorageError(
+            message(f"{what}(path={fs.unstrip_protocol(root)!r})", "a store inside a bucket or directory "
+                    "('s3://bucket/data.zarr')", "the root of a bucket", "Add a name: 's3://bucket/data.zarr'.")
+        )
+    return parent, name
+
+
+def _journal_path(root: str) -> str | None:
+    """The commit record ``PARENT/.NAME.commit`` of the remote store ``root`` (None at a bucket root)."""
+    parent, sep, name = root.rpartition("/")
+    return f"{parent}/.{name}.commit" if sep and name else None
+
+
+def _committed_tmp(fs: Any, root: str) -> str | None:
+    """The temporary prefix that the commit record of ``root`` names (a commit under way, or interrupted by a
+    killed writer), or None when there is no (valid) record."""
+    journal = _journal_path(root)
+    if journal is None:
+        return None
+    try:
+        doc = json.loads(fs.cat_file(journal))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError):  # a damaged record is no commit: the store itself is what is there
+        return None
+    tmp = doc.get("tmp") if isinstance(doc, dict) else None
+    name = root.rpartition("/")[2]
+    m = _TMP_RE.match(tmp) if isinstance(tmp, str) else None
+    if m is None or m["name"] != name or m["kind"] != "tmp":
+        return None
+    return f"{root.rpartition('/')[0]}/{tmp}"
+
+
+def committed_url(url: str, storage_options: dict | None = None) -> str:
+    """The URL a reader opens for the remote store ``url``: ``url`` itself, or -- while a commit is under way, or
+    after a writer was killed inside one -- the complete new store under the temporary prefix its commit record
+    names (see the module docstring). Local paths never have a commit record."""
+    fs, root = _url_fs(url, storage_options)
     fs.invalidate_cache()
-    return bool(fs.exists(root))
+    tmp = _committed_tmp(fs, root)
+    return url if tmp is None else fs.unstrip_protocol(tmp)
 
 
-def check_remote_location(url: str, what: str) -> None:
+def _remote_exists(url: str, storage_options: dict | None = None) -> bool:
+    """True if the remote store ``url`` has objects, or a commit record (a store being committed)."""
+    fs, root = _url_fs(url, storage_options)
+    fs.invalidate_cache()
+    journal = _journal_path(root)
+    return bool(fs.exists(root)) or (journal is not None and bool(fs.exists(journal)))
+
+
+def check_remote_location(url: str, what: str, storage_options: dict | None = None) -> None:
     """Raise :class:`~dclust.errors.StorageError` unless objects can be written beside the store ``url`` (an fsspec
-    URL): an empty probe object ``.NAME.probe-RANDOM`` is written and removed, so a missing bucket, missing
-    credentials or a read-only bucket are found before any pass over the data, by the object store itself."""
-    fs, root = _url_fs(url)
-    probe = _remote_tmp(fs, root, what).replace(".tmp-", ".probe-")
+    URL): an empty probe object ``.NAME.probe-HOST-PID-RANDOM`` is written and removed, so a missing bucket,
+    missing credentials or a read-only bucket are found before any pass over the data, by the object store
+    itself."""
+    fs, root = _url_fs(url, storage_options)
+    parent, name = _split_remote(fs, root, what)
+    probe = _tmp_name(parent, name, "probe")
     try:
         fs.pipe_file(probe, b"")
     except Exception as exc:  # noqa: BLE001 - every backend raises its own errors
@@ -120,52 +217,117 @@ def check_remote_location(url: str, what: str) -> None:
         pass
 
 
-def _remote_tmp(fs: Any, root: str, what: str) -> str:
-    parent, sep, name = root.rpartition("/")
-    if not sep or not name:
-        raise StorageError(
-            message(f"{what}(path={fs.unstrip_protocol(root)!r})", "a store inside a bucket or directory "
-                    "('s3://bucket/data.zarr')", "the root of a bucket", "Add a name: 's3://bucket/data.zarr'.")
-        )
-    return f"{parent}/.{name}.tmp-{secrets.token_hex(6)}"
+def _remote_store(fs: Any, path: str, storage_options: dict | None) -> Any:
+    """A writable zarr store on the remote prefix ``path`` (the filesystem's arguments go with it to workers)."""
+    from zarr.storage import FsspecStore
+
+    return FsspecStore.from_url(fs.unstrip_protocol(path), storage_options=storage_options, read_only=False)
+
+
+def _depth(key: str) -> int:
+    return key.count("/")
+
+
+def _is_metadata(key: str) -> bool:
+    return key.rpartition("/")[2] in _METADATA
+
+
+def _roll_forward(fs: Any, root: str, tmp: str) -> None:
+    """Finish a recorded commit: hide and remove the previous store at ``root`` (metadata documents first, the root
+    one first of all), copy every object of ``tmp`` there (data, then metadata documents deepest first, the root
+    ``zarr.json`` last), then drop the commit record and the temporary prefix."""
+    fs.invalidate_cache()
+    if fs.exists(root):
+        old = [f[len(root) + 1:] for f in fs.find(root)]
+        for key in sorted((k for k in old if _is_metadata(k)), key=_depth):
+            fs.rm_file(f"{root}/{key}")
+        fs.invalidate_cache()
+        if fs.exists(root):
+            fs.rm(root, recursive=True)
+    new = [f[len(tmp) + 1:] for f in fs.find(tmp)]
+    data = [k for k in new if not _is_metadata(k)]
+    if data:
+        fs.copy([f"{tmp}/{k}" for k in data], [f"{root}/{k}" for k in data])
+    for key in sorted((k for k in new if _is_metadata(k)), key=_depth, reverse=True):
+        fs.copy([f"{tmp}/{key}"], [f"{root}/{key}"])
+    fs.rm_file(_journal_path(root))
+    fs.invalidate_cache()
+    if fs.exists(tmp):
+        fs.rm(tmp, recursive=True)
+
+
+def _remove_stale_remote(fs: Any, parent: str, name: str, keep: str | None) -> list[str]:
+    """Remove the temporary prefixes (and probes) of the store ``name`` in ``parent`` left by killed writers of this
+    host (the rule of :func:`remove_stale_tmp`), except ``keep`` (the prefix a commit record names)."""
+    fs.invalidate_cache()
+    try:
+        entries = fs.ls(parent, detail=False)
+    except (FileNotFoundError, OSError):
+        return []
+    removed = []
+    for path in entries:
+        path = path.rstrip("/")
+        m = _TMP_RE.match(path.rpartition("/")[2]) or _PROBE_RE.match(path.rpartition("/")[2])
+        if m is None or m["name"] != name or m["host"] != _HOST or path == keep:
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or _process_alive(pid):
+            continue
+        fs.rm(path, recursive=True)
+        removed.append(fs.unstrip_protocol(path))
+    return removed
 
 
 def _atomic_write_remote(
-    url: str, write: Callable[[str], None], *, what: str, before_commit: Callable[[], None] | None = None
+    url: str, write: Callable[[Any], None], *, what: str, storage_options: dict | None = None,
+    before_commit: Callable[[], None] | None = None,
 ) -> None:
-    """Run ``write(tmp_url)`` into a temporary sibling prefix, then commit it to ``url`` root metadata last.
-
-    See the module docstring for the design (completion marker: the root ``zarr.json``).
-    """
-    fs, root = _url_fs(url)
-    tmp = _remote_tmp(fs, root, what)
+    """THE atomic write of a remote store: ``write(store)`` fills a zarr store on a temporary sibling prefix, a
+    commit record makes it the store at ``url``, and the copy into place follows (see the module docstring)."""
+    fs, root = _url_fs(url, storage_options)
+    parent, name = _split_remote(fs, root, what)
+    fs.invalidate_cache()
+    previous = _committed_tmp(fs, root)  # an interrupted commit's complete store: readers use it until ours
+    _remove_stale_remote(fs, parent, name, keep=previous)
+    tmp = _tmp_name(parent, name, "tmp")
     try:
-        write(fs.unstrip_protocol(tmp))
+        write(_remote_store(fs, tmp, storage_options))
         if before_commit is not None:
             before_commit()
         fs.invalidate_cache()
-        files = sorted(f.rstrip("/")[len(tmp) + 1:] for f in fs.find(tmp))
-        markers = [f for f in files if f in _METADATA]
-        if not markers:
+        if not any(fs.exists(f"{tmp}/{m}") for m in _METADATA):
             raise StorageError(
                 message(what, "a written store with root metadata", "a temporary store without zarr.json",
                         "This is a bug in dclust; please report it.")
             )
-        if fs.exists(root):  # hide the old store (metadata first), then remove the rest of it
-            for m in _METADATA:
-                if fs.exists(f"{root}/{m}"):
-                    fs.rm_file(f"{root}/{m}")
-            fs.rm(root, recursive=True)
-        for f in [f for f in files if f not in markers] + markers:
-            fs.mv(f"{tmp}/{f}", f"{root}/{f}")
+        record = {"tmp": tmp.rpartition("/")[2], "host": _HOST, "pid": os.getpid(), "time": time.time()}
+        fs.pipe_file(_journal_path(root), json.dumps(record).encode())  # THE commit point: one PUT
     except BaseException:
         fs.invalidate_cache()
         if fs.exists(tmp):
             fs.rm(tmp, recursive=True)
         raise
+    _roll_forward(fs, root, tmp)
+    if previous is not None and fs.exists(previous):
+        fs.rm(previous, recursive=True)
+
+
+def _clean_remote(url: str, storage_options: dict | None) -> list[str]:
+    """:func:`clean` on a remote output: finish the commit a dead writer of this host left recorded, remove the
+    temporaries of this host's dead writers."""
+    fs, root = _url_fs(url, storage_options)
+    parent, name = _split_remote(fs, root, "clean")
     fs.invalidate_cache()
-    if fs.exists(tmp):
-        fs.rm(tmp, recursive=True)
+    done = []
+    journal = _journal_path(root)
+    tmp = _committed_tmp(fs, root)
+    if tmp is not None:
+        record = json.loads(fs.cat_file(journal))
+        if record.get("host") == _HOST and not _process_alive(int(record.get("pid", 0))):
+            _roll_forward(fs, root, tmp)
+            done.append(fs.unstrip_protocol(journal))
+            tmp = None
+    return done + _remove_stale_remote(fs, parent, name, keep=tmp)
 
 
 _METADATA = ("zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata")
@@ -280,6 +442,8 @@ def _process_alive(pid: int) -> bool:
 
 #: ``.NAME.tmp-HOST-PID-RANDOM[.ext]``: the temporaries of the writers (``.NAME.old-...``: set-aside outputs)
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]{12}(\..*)?$")
+#: ``.NAME.probe-HOST-PID-RANDOM``: the empty object that :func:`check_remote_location` writes and removes
+_PROBE_RE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>probe)-(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]{12}$")
 
 
 def is_temporary(path: str | os.PathLike) -> bool:
@@ -318,14 +482,18 @@ def remove_stale_tmp(parent: str, name: str | None = None) -> list[str]:
     return removed
 
 
-def clean(path: str | os.PathLike) -> list[str]:
+def clean(path: str | os.PathLike, *, storage_options: dict | None = None) -> list[str]:
     """Remove the temporaries that killed dclust writers of this host left in a directory.
 
     Parameters
     ----------
     path : str or os.PathLike
         A directory (its stale temporaries are removed) or an output path such as ``"labels.zarr"`` (the stale
-        temporaries of that output, in its parent directory).
+        temporaries of that output, in its parent directory). On an object store (an fsspec URL such as
+        ``"s3://bucket/labels.zarr"``: an output path, not a directory) a commit that a killed writer of this
+        host left recorded is finished first, then its temporary prefixes are removed.
+    storage_options : dict, optional
+        Arguments of the fsspec filesystem of a URL (``endpoint_url``, ``key``, ``secret``, ...).
 
     Returns
     -------
@@ -339,12 +507,10 @@ def clean(path: str | os.PathLike) -> list[str]:
     >>> clean(tempfile.mkdtemp())
     []
     """
+    options = check_storage_options(storage_options, "clean")
     url, local = _resolve(path, "clean")
     if local is None:
-        raise StorageError(
-            message(f"clean({url!r})", "a local directory or output path", "a remote URL",
-                    "Temporaries on object stores are removed by the writer itself; pass a local path.")
-        )
+        return _clean_remote(url, options)
     local = local.rstrip(os.sep) or local
     if os.path.isdir(local) and not _is_zarr_dir(local):
         return remove_stale_tmp(local)

@@ -25,8 +25,9 @@ nan/inf, ``tuple``, ``str_array``).
 Durability (ARCHITECTURE rule 10): :meth:`Checkpointer.save` writes through ``dclust._store._atomic._atomic_write``:
 the new state goes to ``.CK.tmp-<random>`` next to ``CK`` and is renamed into place once complete; the previous
 one is renamed aside to ``.CK.old-<random>`` just before and deleted just after. A crash in between leaves the
-previous complete state as ``.CK.old-*``: :meth:`Checkpointer.resume` renames it back. Only local paths (and
-``file://`` URLs) are accepted: other fsspec stores have no atomic rename.
+previous complete state as ``.CK.old-*``: :meth:`Checkpointer.resume` renames it back. On object stores (an fsspec
+URL, or an fsspec mapper that carries the ``storage_options``) each save is committed by a commit record and
+copied into place (``dclust._store._atomic``): a resume reads the last committed state, whenever the writer died.
 
 Validation on resume (before any output is written): the format version (newer, or older than the estimator's
 ``_checkpoint_since``: :class:`FormatVersionError`),
@@ -72,8 +73,11 @@ import zarr
 
 from ..errors import CorruptStoreError, DclustError, FormatVersionError, StorageError, message
 from .._fit import rng_state, set_rng_state  # noqa: F401 - re-exported
-from ._models import _TAG, _Unsaveable, _decode, _encode, _encode_or_raise, _version
-from ._atomic import _atomic_write, _resolve, check_location, is_temporary, remove_stale_tmp
+from ._models import _TAG, _Unsaveable, _decode, _encode, _encode_or_raise, _version, open_group_read
+from ._atomic import (
+    _atomic_write, _atomic_write_remote, _remote_exists, _resolve, check_location, check_remote_location,
+    committed_url, is_temporary, remove_stale_tmp, storage_location,
+)
 from ._zarr import read_all
 
 __all__ = ["Checkpointer", "data_fingerprint", "graph_fingerprint", "rng_state", "set_rng_state", "FORMAT_VERSION"]
@@ -233,8 +237,11 @@ class Checkpointer:
 
     Parameters
     ----------
-    path : str or os.PathLike
-        The checkpoint store (local path or ``file://`` URL). Written at the first :meth:`save`.
+    path : str, os.PathLike or fsspec.FSMap
+        The checkpoint store: a local path (or ``file://`` URL), an fsspec URL (``s3://bucket/ck.zarr``: the
+        backend's default configuration, e.g. the ``AWS_*`` environment), or an fsspec mapper
+        (``fsspec.get_mapper(url, **storage_options)``), which carries the filesystem's ``storage_options``.
+        Written at the first :meth:`save`.
     estimator : BaseEstimator
         The estimator being fitted: its class name and parameters are recorded and checked on resume.
     fingerprint : dict, optional
@@ -245,16 +252,17 @@ class Checkpointer:
     active = True
 
     def __init__(self, path: Any, estimator: Any, fingerprint: dict[str, Any] | None = None) -> None:
-        url, local = _resolve(path, "checkpoint")
-        if local is None:
-            raise StorageError(
-                message(f"{type(estimator).__name__}(checkpoint={url!r})", "a local path (or a file:// URL)",
-                        "a remote fsspec URL", "Checkpoints are renamed into place atomically, which only local "
-                        "filesystems support; pass a local path.")
-            )
-        self.path = local.rstrip(os.sep) or local
-        check_location(self.path, f"{type(estimator).__name__}(checkpoint=...)")  # before any pass over the data
-        self.shown = repr(os.fspath(path))
+        where = f"{type(estimator).__name__}(checkpoint=...)"
+        location, self.options = storage_location(path)
+        url, local = _resolve(location, "checkpoint")
+        self.remote = local is None
+        if self.remote:
+            self.path = url
+            check_remote_location(url, where, self.options)  # before any pass over the data
+        else:
+            self.path = local.rstrip(os.sep) or local
+            check_location(self.path, where)  # before any pass over the data
+        self.shown = repr(location)
         self.estimator = estimator
         self.name = type(estimator).__name__
         self.fingerprint = dict(fingerprint) if fingerprint is not None else None
@@ -308,17 +316,23 @@ class Checkpointer:
         StorageError
             Damaged, not a checkpoint, or of another estimator, parameters or input.
         """
-        self._recover()
-        remove_stale_tmp(os.path.dirname(self.path))  # temporaries of killed saves (of this host's dead writers)
-        for tmp in self._siblings("tmp"):  # and of writers before host/pid names (this fit owns the checkpoint)
-            if not is_temporary(tmp):
-                shutil.rmtree(tmp, ignore_errors=True)
-        if not os.path.lexists(self.path):
-            return None
-        if os.path.islink(self.path) or not os.path.isdir(self.path):
-            raise _damaged(self.shown, "a checkpoint directory (a Zarr group)", "a path that is not a directory")
+        if self.remote:  # a commit under way or interrupted: the recorded (complete) state is the checkpoint
+            if not _remote_exists(self.path, self.options):
+                return None
+            store = committed_url(self.path, self.options)
+        else:
+            self._recover()
+            remove_stale_tmp(os.path.dirname(self.path))  # temporaries of killed saves (this host's dead writers)
+            for tmp in self._siblings("tmp"):  # and of writers before host/pid names (this fit owns the checkpoint)
+                if not is_temporary(tmp):
+                    shutil.rmtree(tmp, ignore_errors=True)
+            if not os.path.lexists(self.path):
+                return None
+            if os.path.islink(self.path) or not os.path.isdir(self.path):
+                raise _damaged(self.shown, "a checkpoint directory (a Zarr group)", "a path that is not a directory")
+            store = self.path
         try:
-            group = zarr.open_group(store=self.path, mode="r")
+            group = open_group_read(store, self.options)
             attrs = dict(group.attrs)
         except Exception as exc:  # noqa: BLE001 - zarr raises many types (JSONDecodeError, KeyError, ...)
             raise _damaged(self.shown, "a readable Zarr group with JSON attributes",
@@ -376,7 +390,7 @@ class Checkpointer:
         from ._models import load
 
         try:
-            model = load(self.path)
+            model = load(self.path, storage_options=self.options)
         except (FormatVersionError, CorruptStoreError):
             raise
         except StorageError as exc:
@@ -477,6 +491,10 @@ class Checkpointer:
             "unsaved_params": self._unsaved, "fingerprint": fingerprint, "state": encoded,
         }
         sections = {**sections, "checkpoint/params": self._param_arrays, "checkpoint/state": arrays}
+        if self.remote:  # the commit of an object store (dclust._store._atomic)
+            _atomic_write_remote(self.path, lambda store: _write_model(store, doc, sections, None),
+                                 what=f"{self.name}(checkpoint=...)", storage_options=self.options)
+            return
         if any(sections.values()):
             write = lambda tmp: _write_model(tmp, doc, sections, os.path.join(tmp, "zarr.json"))  # noqa: E731
         else:  # the usual iteration state: one JSON document, the Zarr v3 metadata of a group (zarr reads it)

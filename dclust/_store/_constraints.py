@@ -14,7 +14,11 @@ import numpy as np
 import zarr
 
 from ..errors import FormatVersionError, StorageError, message
-from ._atomic import _atomic_write, _atomic_write_remote, _check_new_target, _remote_exists, _resolve
+from ._atomic import (
+    _atomic_write, _atomic_write_remote, _check_new_target, _local_only, _remote_exists, _resolve,
+    check_remote_location, check_storage_options, committed_url,
+)
+from ._models import open_group_read
 from ._zarr import create_array, read_all
 
 __all__ = ["write_constraints", "read_constraints", "FORMAT"]
@@ -32,33 +36,42 @@ def _write_group(store: str, doc: dict, arrays: dict[str, np.ndarray], overwrite
 
 def write_constraints(
     path: str | os.PathLike, doc: dict[str, Any], i: np.ndarray, j: np.ndarray, value: np.ndarray, *,
-    overwrite: bool = False,
+    overwrite: bool = False, storage_options: dict | None = None,
 ) -> str:
-    """Write canonical pairs and their attributes ``doc`` to a new Zarr group at ``path`` (atomic for local
-    paths: temporary sibling, then rename). Returns the store's location."""
+    """Write canonical pairs and their attributes ``doc`` to a new Zarr group at ``path`` (atomic: temporary
+    sibling then rename, or on object stores the commit of :mod:`._atomic`). Returns the store's location."""
+    what = "ConstraintGraph.to_zarr"
+    options = check_storage_options(storage_options, what)
     arrays = {"i": np.asarray(i, np.int64), "j": np.asarray(j, np.int64), "value": np.asarray(value, np.float64)}
-    url, local = _resolve(path, "ConstraintGraph.to_zarr")
+    url, local = _resolve(path, what)
     if local is None:
-        if _remote_exists(url) and not overwrite:
-            raise StorageError(message(f"ConstraintGraph.to_zarr(path={url!r})", "a new location, or overwrite=True",
+        if _remote_exists(url, options) and not overwrite:
+            raise StorageError(message(f"{what}(path={url!r})", "a new location, or overwrite=True",
                                        "a location that already exists", "Pass overwrite=True or choose another path."))
-        _atomic_write_remote(url, lambda tmp: _write_group(tmp, doc, arrays, overwrite=False),
-                             what="ConstraintGraph.to_zarr")
+        check_remote_location(url, what, options)
+        _atomic_write_remote(url, lambda tmp: _write_group(tmp, doc, arrays, overwrite=False), what=what,
+                             storage_options=options)
         return url
+    _local_only(options, what, local)
     _check_new_target(local, overwrite, "ConstraintGraph.to_zarr")
     _atomic_write(local, lambda tmp: _write_group(tmp, doc, arrays, overwrite=False))
     return local
 
 
-def read_constraints(path: str | os.PathLike) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]:
+def read_constraints(
+    path: str | os.PathLike, *, storage_options: dict | None = None
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]:
     """``(attributes, i, j, value)`` of a store written by :func:`write_constraints`."""
+    options = check_storage_options(storage_options, "ConstraintGraph.from_zarr")
     url, local = _resolve(path, "ConstraintGraph.from_zarr")
     shown = repr(os.fspath(path))
-    if (not os.path.exists(local)) if local is not None else not _remote_exists(url):
+    if local is not None:
+        _local_only(options, "ConstraintGraph.from_zarr", local)
+    if (not os.path.exists(local)) if local is not None else not _remote_exists(url, options):
         raise StorageError(message(f"ConstraintGraph.from_zarr({shown})", "an existing constraint store",
                                    "a path that does not exist", "Check the path (written by G.to_zarr)."))
     try:
-        group = zarr.open_group(store=url, mode="r")
+        group = open_group_read(url if local is not None else committed_url(url, options), options)
     except Exception as exc:  # noqa: BLE001 - zarr raises several types for "not a group"
         raise StorageError(message(f"ConstraintGraph.from_zarr({shown})", "a Zarr group written by G.to_zarr",
                                    "something that is not a Zarr group", "Check the path.")) from exc

@@ -32,6 +32,7 @@ import zarr
 from ..errors import DclustError, FormatVersionError, StorageError, message
 from ._atomic import (
     _atomic_write, _atomic_write_remote, _check_new_target, _remote_exists, _resolve, check_remote_location,
+    _local_only, check_storage_options, committed_url, is_mapper, storage_location,
 )
 from ._zarr import create_array, dask_from_zarr, read_all, stream_array
 
@@ -62,6 +63,8 @@ def _encode(value: Any) -> Any:
         return value
     if isinstance(value, os.PathLike):  # e.g. checkpoint=pathlib.Path(...): saved as its str
         return os.fspath(value)
+    if is_mapper(value):  # checkpoint=fsspec.get_mapper(url, **storage_options): its URL, never its credentials
+        return storage_location(value)[0]
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
@@ -198,7 +201,9 @@ def _write_model(store: str, doc: dict[str, Any], arrays: dict[str, dict[str, An
                 create_array(store, f"{section}/{name}", data=value)
 
 
-def save(model: Any, path: str | os.PathLike, *, overwrite: bool = False) -> str:
+def save(
+    model: Any, path: str | os.PathLike, *, overwrite: bool = False, storage_options: dict[str, Any] | None = None
+) -> str:
     """Save a fitted estimator to a Zarr group (JSON attributes + arrays), atomically. Never pickles.
 
     Parameters
@@ -212,6 +217,9 @@ def save(model: Any, path: str | os.PathLike, *, overwrite: bool = False) -> str
         Local path or fsspec URL of the new store (a directory, by convention ``*.zarr``).
     overwrite : bool, default False
         Replace an existing model store; otherwise an existing path raises before anything is written.
+    storage_options : dict, optional
+        Arguments of the fsspec filesystem of a URL ``path`` (for ``s3://``: ``endpoint_url``, ``key``,
+        ``secret``...); without them the backend's own configuration applies (the ``AWS_*`` environment).
 
     Returns
     -------
@@ -233,33 +241,41 @@ def save(model: Any, path: str | os.PathLike, *, overwrite: bool = False) -> str
     Notes
     -----
     Local paths are written under a temporary sibling name and renamed into place when complete; a failure
-    leaves any previous store intact. Non-local fsspec URLs are written under a temporary prefix and moved
-    into place root metadata last (see :mod:`dclust._store._atomic`).
+    leaves any previous store intact. Non-local fsspec URLs are written under a temporary prefix, committed by a
+    commit record and copied into place root metadata last (docs/object-storage.md): a killed save never leaves
+    a model that :func:`load` reads, and a killed overwrite leaves the previous model (or, once committed, the
+    new one) loadable.
 
     Examples
     --------
     >>> import os, tempfile, numpy as np, dclust
-    >>> X = np.array([[0.0, 0.0], [0.0, 1.0], [10.0, 0.0], [10.0, 1.0]])
-    >>> model = dclust.DPMeans(lam=4.0, random_state=0).fit(X)
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     where = dclust.save(model, os.path.join(tmp, "model.zarr"))
-    ...     print(os.path.basename(where), dclust.load(where).n_clusters_)
-    model.zarr 2
+    >>> km = dclust.KMeans(n_clusters=2, random_state=0).fit(np.array([[0.0], [0.1], [5.0], [5.1]]))
+    >>> p = save(km, os.path.join(tempfile.mkdtemp(), "model.zarr"))
+    >>> load(p).cluster_centers_.shape
+    (2, 1)
     """
+    options = check_storage_options(storage_options, "save")
     doc, arrays = _collect(model)
     url, local = _resolve(path, "save")
     if local is None:
-        if _remote_exists(url) and not overwrite:
+        if _remote_exists(url, options) and not overwrite:
             raise StorageError(
                 message(f"save(path={url!r})", "a location where no store exists yet, or overwrite=True",
                         "a location that already exists", "Pass overwrite=True or choose another path.")
             )
-        check_remote_location(url, "save")
-        _atomic_write_remote(url, lambda tmp: _write_model(tmp, doc, arrays, None), what="save")
+        check_remote_location(url, "save", options)
+        _atomic_write_remote(url, lambda tmp: _write_model(tmp, doc, arrays, None), what="save",
+                             storage_options=options)
         return url
+    _local_only(options, "save", local)
     _check_new_target(local, overwrite, "save")
     _atomic_write(local, lambda tmp: _write_model(tmp, doc, arrays, os.path.join(tmp, "zarr.json")))
     return local
+
+
+def open_group_read(url: str, storage_options: dict | None) -> Any:
+    """``zarr.open_group(url, mode="r")`` with the filesystem's ``storage_options`` (None: its defaults)."""
+    return zarr.open_group(store=url, mode="r", **({"storage_options": storage_options} if storage_options else {}))
 
 
 def _corrupt(shown: str, expected: str, received: str) -> StorageError:
@@ -269,13 +285,15 @@ def _corrupt(shown: str, expected: str, received: str) -> StorageError:
     )
 
 
-def load(path: str | os.PathLike) -> Any:
+def load(path: str | os.PathLike, *, storage_options: dict[str, Any] | None = None) -> Any:
     """Load an estimator saved with :func:`save`.
 
     Parameters
     ----------
     path : str or os.PathLike
         Local path or fsspec URL of the model store.
+    storage_options : dict, optional
+        Arguments of the fsspec filesystem of a URL ``path`` (as in :func:`save`).
 
     Returns
     -------
@@ -290,6 +308,7 @@ def load(path: str | os.PathLike) -> Any:
         The model was saved by a newer dclust (a newer format than this dclust reads).
     StorageError
         The path does not exist, is not a dclust model, or names an estimator this dclust does not know.
+
     Examples
     --------
     >>> import os, tempfile, numpy as np, dclust
@@ -300,16 +319,19 @@ def load(path: str | os.PathLike) -> Any:
     >>> type(model).__name__, model.predict([[0.1], [9.1]]).tolist() in ([0, 1], [1, 0])
     ('KMeans', True)
     """
+    options = check_storage_options(storage_options, "load")
     url, local = _resolve(path, "load")
     shown = repr(local if local is not None else url)
-    exists = os.path.exists(local) if local is not None else _remote_exists(url)
+    if local is not None:
+        _local_only(options, "load", local)
+    exists = os.path.exists(local) if local is not None else _remote_exists(url, options)
     if not exists:
         raise StorageError(
             message("load", "an existing model store", f"path {shown}, which does not exist",
                     "Check the path (models are written by dclust.save).")
         )
     try:
-        group = zarr.open_group(store=url, mode="r")
+        group = open_group_read(url if local is not None else committed_url(url, options), options)
     except Exception as exc:  # noqa: BLE001 - zarr raises several types for "not a group"
         raise _corrupt(shown, "a Zarr group", f"something that is not a Zarr group ({type(exc).__name__})") from exc
     attrs = dict(group.attrs)

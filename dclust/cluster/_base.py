@@ -43,9 +43,11 @@ __all__ = [
     "BaseEstimator", "CentroidMixin", "ClusterMixin", "TransformerMixin", "clone", "raise_if_bad_block", "CHECKPOINT",
 ]
 
-#: Constraint of the ``checkpoint`` parameter: a local directory (str or os.PathLike, or a file:// URL), or None.
-CHECKPOINT = _Kind("None or a path (str or os.PathLike) of a checkpoint directory",
-                   lambda v: v is None or isinstance(v, (str, os.PathLike)))
+#: Constraint of the ``checkpoint`` parameter: a path or fsspec URL, an fsspec mapper (it carries the storage options), or None.
+CHECKPOINT = _Kind("None, a path or fsspec URL (str or os.PathLike), or an fsspec mapper (fsspec.get_mapper(url, "
+                   "**storage_options)) of a checkpoint store",
+                   lambda v: v is None or isinstance(v, (str, os.PathLike))
+                   or (hasattr(v, "fs") and isinstance(getattr(v, "root", None), str)))
 
 
 _NO_GRAPH = object()  # _checkpointer(constraints=...) not given: an estimator without side information

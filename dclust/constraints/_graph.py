@@ -288,11 +288,12 @@ class ConstraintGraph:
         return cls(n, chunks, blocks, weighted=weighted)
 
     @classmethod
-    def from_zarr(cls, path: str | os.PathLike) -> "ConstraintGraph":
-        """Read a graph written by :meth:`to_zarr` (its row chunks included)."""
+    def from_zarr(cls, path: str | os.PathLike, *, storage_options: dict | None = None) -> "ConstraintGraph":
+        """Read a graph written by :meth:`to_zarr` (its row chunks included); ``storage_options`` are the fsspec
+        filesystem's arguments for a URL ``path`` (``s3://...``)."""
         from .._store._constraints import read_constraints
 
-        doc, a, b, value = read_constraints(path)
+        doc, a, b, value = read_constraints(path, storage_options=storage_options)
         n = int(doc["n_samples"])
         chunks = normalize_chunks(tuple(int(c) for c in doc["chunks"]), n)
         ok = (a.size == 0) or bool(((a >= 0) & (a < b) & (b < n) & (value != 0)).all()
@@ -309,18 +310,21 @@ class ConstraintGraph:
     # persistence and re-alignment
     # ------------------------------------------------------------------------------------------------------
 
-    def to_zarr(self, path: str | os.PathLike, *, overwrite: bool = False) -> str:
-        """Write the graph to a new Zarr group, atomically (temporary name, then rename).
+    def to_zarr(self, path: str | os.PathLike, *, overwrite: bool = False,
+                storage_options: dict | None = None) -> str:
+        """Write the graph to a new Zarr group, atomically (temporary name, then rename; on object stores a commit
+        record, see docs/object-storage.md).
 
         The group holds the canonical pairs (``i``, ``j``, signed ``value``) and, as attributes, ``n_samples``
-        and the row ``chunks``. Returns the store's location.
+        and the row ``chunks``. ``storage_options`` are the fsspec filesystem's arguments for a URL ``path``.
+        Returns the store's location.
         """
         from .._store._constraints import write_constraints
 
         a, b, v = self._coo()
         doc = {"n_samples": self.n_samples, "chunks": list(self.chunks), "n_must": self.n_must,
                "n_cannot": self.n_cannot, "weighted": self.weighted}
-        return write_constraints(path, doc, a, b, v, overwrite=overwrite)
+        return write_constraints(path, doc, a, b, v, overwrite=overwrite, storage_options=storage_options)
 
     def rechunk(self, chunks: Any) -> "ConstraintGraph":
         """The same links aligned to other row blocks (``X.chunks[0]`` of the data being clustered)."""

@@ -19,7 +19,7 @@ import zarr
 from .._feature_names import register_feature_names
 from .._validation import DEFAULT_BLOCK_BYTES, _is_xarray, _one_feature_chunk
 from ..errors import InvalidDataError, InvalidParameterError, StorageError, message
-from .._store._atomic import _is_zarr_dir, _remote_exists, _resolve, _url_fs
+from .._store._atomic import _is_zarr_dir, _resolve, _url_fs, check_storage_options, committed_url
 from .._store._zarr import dask_from_zarr
 from . import _tables
 
@@ -100,16 +100,6 @@ def _reject(param: str, value: Any, kind: str) -> None:
             message(f"open_array({param}=...)", f"None for {kind}", repr(value), f"{param}= only applies to "
                     + _WHERE[param])
         )
-
-
-def _check_storage_options(storage_options: Any) -> dict | None:
-    if storage_options is None or (isinstance(storage_options, dict)
-                                   and all(isinstance(k, str) for k in storage_options)):
-        return storage_options or None
-    raise InvalidParameterError(
-        message("open_array(storage_options=...)", "None or a dict of the filesystem's arguments",
-                repr(storage_options), "Pass e.g. storage_options={'endpoint_url': 'http://127.0.0.1:9000'}.")
-    )
 
 
 def open_array(
@@ -204,7 +194,7 @@ def open_array(
             message("open_array(component=...)", "None or a str", repr(component), "Pass the array's name.")
         )
     cols = _tables.check_columns(columns)
-    options = _check_storage_options(storage_options)
+    options = check_storage_options(storage_options, "open_array")
     if isinstance(source, (str, os.PathLike)):
         return _open_path(source, component, sample_dim, rows, cols, options)
     _reject("storage_options", options, f"{type(source).__name__} (not a path)")
@@ -378,6 +368,8 @@ def _open_path(source: Any, component: str | None, sample_dim: str | None, rows:
     shown = repr(local if local is not None else url)
     if local is not None:
         _reject("storage_options", storage_options, f"the local path {shown}")
+    else:  # a store being committed (or whose writer was killed after its commit point): its complete new version
+        url = committed_url(url, storage_options)
     fs, root = _url_fs(local if local is not None else url, storage_options)
     kind = _format_of(fs, root, shown, local)
     if kind in ("parquet", "csv"):
@@ -390,6 +382,11 @@ def _open_path(source: Any, component: str | None, sample_dim: str | None, rows:
         return _open_netcdf(fs, root, local, shown, component, sample_dim, rows)
     if sample_dim is not None:
         return _open_xarray_path(url, shown, component, sample_dim, rows, storage_options)
+    if local is None and component is not None:  # a member replaced by write_array(component=...) on an object store
+        member = url.rstrip("/") + "/" + component
+        committed = committed_url(member, storage_options)
+        if committed != member:
+            return _from_zarr(_open_node(committed, shown, storage_options), rows)
     node = _open_node(url, shown, storage_options)
     if isinstance(node, zarr.Group):
         return _from_zarr(_pick_array(node, component, f"the group at {shown}"), rows)

@@ -1,4 +1,4 @@
-"""Writing arrays and labels to Zarr, streamed chunk by chunk and atomically.
+"""Writing arrays to Zarr, streamed chunk by chunk and atomically (labels: :mod:`._labels`).
 
 The atomic commit (temporary sibling + rename locally, root metadata last on object stores), the checks of the
 output location before any work, and the chunk checksum live in :mod:`dclust._store` (one of each for every
@@ -43,16 +43,18 @@ from .._store._atomic import (  # noqa: F401 - also the names other io modules a
     _check_new_target,
     _HOST,
     _is_zarr_dir,
+    _local_only,
     _remote_exists,
     _resolve,
     _tmp_name,
     check_location,
     check_remote_location,
+    check_storage_options,
 )
 from .._store._zarr import checksummed, stream_array
 from ..errors import InvalidDataError, InvalidParameterError, StorageError, message
 
-__all__ = ["write_array", "write_labels"]
+__all__ = ["write_array"]
 
 _CODECS = ("auto", "none", "lz4", "zstd")
 
@@ -161,6 +163,7 @@ def write_array(
     overwrite: bool = False,
     codec: str = "auto",
     chunks: int | tuple[int, ...] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> str:
     """Write an array to a new Zarr (v3) store, streamed chunk by chunk and atomically.
 
@@ -186,6 +189,10 @@ def write_array(
     chunks : int or tuple of int, optional
         Rows per Zarr chunk (int) or the full chunk shape (tuple). Default: the dask array's row chunks (numpy
         input: about 64 MiB per chunk); the other axes are always one chunk unless a tuple says otherwise.
+    storage_options : dict, optional
+        Arguments of the fsspec filesystem of a URL ``path`` (for ``s3://``: ``endpoint_url``, ``key``,
+        ``secret``, ``client_kwargs``...); without them the backend's own configuration applies (for S3 the
+        ``AWS_*`` environment). Local paths take none.
 
     Returns
     -------
@@ -202,8 +209,9 @@ def write_array(
     -----
     Local paths are written to ``.{name}.tmp-<random>`` next to the target and renamed into place when complete;
     on failure the temporary directory is removed and any previous store is intact. Non-local fsspec URLs
-    (``memory://``, ``s3://``...) have no atomic rename: they are written under a temporary prefix and moved into
-    place with the root ``zarr.json`` last, so no reader ever sees a partial store (see the module docstring).
+    (``memory://``, ``s3://``...) have no atomic rename: they are written under a temporary prefix and committed
+    by a commit record, then copied into place root ``zarr.json`` last, so no reader ever sees a partial store
+    (docs/object-storage.md).
     A symbolic link at ``path`` (or inside an existing group on the way to ``component``) is refused.
 
     Examples
@@ -214,13 +222,16 @@ def write_array(
     >>> z = zarr.open_array(p, mode="r"); z.shape, z.chunks
     ((6, 2), (4, 2))
     """
-    return _write(x, path, component=component, overwrite=overwrite, codec=codec, chunks=chunks, what="write_array")
+    return _write(x, path, component=component, overwrite=overwrite, codec=codec, chunks=chunks, what="write_array",
+                  storage_options=storage_options)
 
 
 def _write(
-    x: Any, path: Any, *, component: str | None, overwrite: bool, codec: str, chunks: Any, what: str
+    x: Any, path: Any, *, component: str | None, overwrite: bool, codec: str, chunks: Any, what: str,
+    storage_options: dict[str, Any] | None = None,
 ) -> str:
     """:func:`write_array`, with ``what`` naming the public function in error messages."""
+    options = check_storage_options(storage_options, what)
     if not isinstance(overwrite, bool):
         raise InvalidParameterError(message(f"{what}(overwrite=...)", "True or False", repr(overwrite), "Pass a bool."))
     component = _check_component(component, what)
@@ -228,8 +239,9 @@ def _write(
     compressors = _compressors(codec, arr.dtype)
     url, local = _resolve(path, what)
     if local is None:
-        _write_remote(arr, url, component, overwrite, compressors, what)
+        _write_remote(arr, url, component, overwrite, compressors, what, options)
         return url
+    _local_only(options, what, local)
     if component is None or not os.path.lexists(local):
         _check_new_target(local, overwrite, what)
 
@@ -300,27 +312,28 @@ def _write_member(
 
 
 def _write_remote(
-    arr: da.Array, url: str, component: str | None, overwrite: bool, compressors: list | None, what: str
+    arr: da.Array, url: str, component: str | None, overwrite: bool, compressors: list | None, what: str,
+    options: dict | None,
 ) -> None:
-    """Write to a non-local fsspec URL: a temporary prefix, committed root metadata last (see the module doc)."""
-    exists = _remote_exists(url)
+    """Write to a non-local fsspec URL: a temporary prefix, then the commit (:mod:`dclust._store._atomic`)."""
+    exists = _remote_exists(url, options)
     if component is None or not exists:
         if exists and not overwrite:
             raise StorageError(
                 message(f"{what}(path={url!r})", "a location where no store exists yet, or overwrite=True",
                         "a location that already exists", "Pass overwrite=True or choose another path.")
             )
-        check_remote_location(url, what)  # before any pass over the data
+        check_remote_location(url, what, options)  # before any pass over the data
 
-        def write(tmp: str) -> None:
+        def write(tmp: Any) -> None:
             if component is not None:
                 zarr.create_group(store=tmp, zarr_format=3)
             stream_array(arr, tmp, component, compressors, None)
 
-        _atomic_write_remote(url, write, what=what)
+        _atomic_write_remote(url, write, what=what, storage_options=options)
         return
     where = f"{what}(path={url!r}, component={component!r})"
-    group = _open_remote_group(url, what)
+    group = _open_remote_group(url, what, options)
     if group.metadata.zarr_format != 3:
         raise StorageError(
             message(where, "a Zarr v3 group", f"a Zarr v{group.metadata.zarr_format} group",
@@ -340,67 +353,26 @@ def _write_remote(
             message(where, "an existing Zarr array to replace", "a group", "Choose another component name.")
         )
     parent_component = "/".join(component.split("/")[:-1])
-    check_remote_location(url.rstrip("/") + "/" + component, what)  # before any pass over the data
+    check_remote_location(url.rstrip("/") + "/" + component, what, options)  # before any pass over the data
 
     def before_commit() -> None:
         if parent_component:
-            zarr.open_group(store=url, mode="r+").require_group(parent_component)
+            _open_remote_group(url, what, options).require_group(parent_component)
 
     _atomic_write_remote(
         url.rstrip("/") + "/" + component,
         lambda tmp: stream_array(arr, tmp, None, compressors, None),
         what=what,
+        storage_options=options,
         before_commit=before_commit,
     )
 
 
-def _open_remote_group(url: str, what: str) -> Any:
+def _open_remote_group(url: str, what: str, options: dict | None) -> Any:
     try:
-        return zarr.open_group(store=url, mode="r+")
+        return zarr.open_group(store=url, mode="r+", **({"storage_options": options} if options else {}))
     except Exception as exc:  # noqa: BLE001
         raise StorageError(
             message(f"{what}(path={url!r})", "an existing Zarr group (or a new location)",
                     "a location that exists but is not a Zarr group", "Choose another path.")
         ) from exc
-
-
-def write_labels(labels: Any, path: str | os.PathLike, *, overwrite: bool = False) -> str:
-    """Write cluster labels to a new Zarr store, streamed and atomic.
-
-    The store's root is the array itself, so ``zarr.open_array(path)`` and ``dclust.open_array(path)`` both
-    return it.
-
-    Parameters
-    ----------
-    labels : dask.array.Array or numpy.ndarray of int, shape (n_samples,)
-        Labels, e.g. ``model.predict(X)``; a lazy dask array is computed block by block while it is written.
-        An xarray DataArray is written through its ``.data``.
-    path : str or os.PathLike
-        Local path or fsspec URL of the new store.
-    overwrite : bool, default False
-        Replace an existing label store; otherwise an existing path raises before anything is written.
-
-    Returns
-    -------
-    str
-        The store's location.
-
-    Examples
-    --------
-    >>> import numpy as np, tempfile, os, zarr
-    >>> p = write_labels(np.array([0, 1, 1, 0], dtype=np.int32), os.path.join(tempfile.mkdtemp(), "labels.zarr"))
-    >>> zarr.open_array(p, mode="r")[:].tolist()
-    [0, 1, 1, 0]
-    """
-    y = labels.data if _is_xarray(labels) else labels
-    ndim = getattr(y, "ndim", None)
-    dtype = getattr(y, "dtype", None)
-    if ndim is None or dtype is None:
-        y = np.asarray(y)
-        ndim, dtype = y.ndim, y.dtype
-    if ndim != 1 or np.dtype(dtype).kind not in "iu":
-        raise InvalidDataError(
-            message("write_labels(labels=...)", "a 1-D integer array of shape (n_samples,)",
-                    f"ndim {ndim}, dtype {dtype}", "Pass model.predict(X) or model.labels_.")
-        )
-    return _write(y, path, component=None, overwrite=overwrite, codec="auto", chunks=None, what="write_labels")

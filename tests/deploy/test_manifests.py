@@ -120,3 +120,128 @@ def test_readme_commands_exist():
 def test_the_checker_itself_rejects_unknown_commands(args):
     with pytest.raises(AssertionError):
         _check_cli(args)
+
+
+# ------------------------------------------------------------------------------------------------ image and commands
+
+
+def _version() -> str:
+    import dclust
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["version"] == dclust.__version__
+    return dclust.__version__
+
+
+def _kubernetes_docs() -> list[tuple[str, dict]]:
+    out = []
+    for path in sorted((DEPLOY / "kubernetes").glob("*.yaml")):
+        out += [(path.name, doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return out
+
+
+def _containers(node):
+    """Every container spec (a dict with ``image``) anywhere in a manifest."""
+    if isinstance(node, dict):
+        if "image" in node and isinstance(node["image"], str):
+            yield node
+        for value in node.values():
+            yield from _containers(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _containers(value)
+
+
+def test_make_image_builds_the_image_every_manifest_runs():
+    """`make image` tags dclust:<package version>; every Kubernetes manifest, the Helm values and compose run it."""
+    import subprocess
+
+    version = _version()
+    dry = subprocess.run(["make", "-n", "image"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.split() == ["docker", "build", "-f", "deploy/Dockerfile", "-t", f"dclust:{version}", "."]
+    images = {(name, c["image"]) for name, doc in _kubernetes_docs() if "kind" in doc for c in _containers(doc)}
+    assert {name for name, _ in images} >= {"daskcluster.yaml", "job.yaml"}
+    assert {image for _, image in images} == {f"dclust:{version}"}, images
+    helm = _yaml("kubernetes/helm-values.yaml")
+    for role in ("scheduler", "worker"):
+        assert (helm[role]["image"]["repository"], str(helm[role]["image"]["tag"])) == ("dclust", version)
+    compose = _yaml("docker-compose.yml")["services"]
+    assert {s["image"] for s in compose.values()} == {f"dclust:{version}"}
+    assert f"dclust:{version}" in (DEPLOY / "README.md").read_text()
+
+
+def _check_dask(words: list[str]) -> None:
+    """``dask worker ...`` / ``dask scheduler ...``: every option is one of distributed's command."""
+    from distributed.cli import dask_scheduler, dask_worker
+
+    command = {"worker": dask_worker.main, "scheduler": dask_scheduler.main}[words[1]]
+    accepted = {opt for p in command.params for opt in p.opts + p.secondary_opts}
+    for w in words[2:]:
+        if w.startswith("--"):
+            assert w.split("=")[0] in accepted, f"{w} is not an option of `dask {words[1]}`"
+
+
+def test_every_manifest_runs_real_commands():
+    """Each container's command (+ args) is `dask worker|scheduler` with real options, or a dclust command that
+    `dclust --help` lists, with options the command accepts."""
+    import subprocess
+    import sys
+
+    listed = subprocess.run([sys.executable, "-m", "dclust", "--help"], capture_output=True, text=True, timeout=120,
+                            env={**__import__("os").environ, "COLUMNS": "200"})
+    assert listed.returncode == 0, listed.stderr
+    commands = [c.get("command", []) + c.get("args", []) for _, doc in _kubernetes_docs() for c in _containers(doc)]
+    helm = _yaml("kubernetes/helm-values.yaml")
+    commands.append(helm["worker"]["custom_command"])
+    compose = _yaml("docker-compose.yml")["services"]
+    commands += [s["entrypoint"] + s.get("command", []) for s in compose.values() if s["entrypoint"][0] == "dask"]
+    ran_dclust = 0
+    for words in commands:
+        assert words, "a container without a command runs the image's entrypoint (dclust --help): give one"
+        if words[0] == "dask":
+            _check_dask(words)
+            continue
+        assert words[0] == "dclust", words
+        assert re.search(rf"^\W*{re.escape(words[1])}\s", listed.stdout, flags=re.M), f"`dclust --help` lists no {words[1]}"
+        _check_cli(words[1:])
+        ran_dclust += 1
+    assert ran_dclust >= 1 and any(w[:2] == ["dask", "worker"] for w in commands)
+
+
+def _slurm_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("slurm_dpmeans", DEPLOY / "hpc" / "slurm_dpmeans.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_slurm_job_script_sets_up_the_workers_environment_without_exclusive():
+    """The job script dask-jobqueue renders (no SLURM needed): modules, then the venv, then the worker on one core;
+    no --exclusive however many jobs."""
+    from dask_jobqueue.slurm import SLURMJob
+
+    slurm = _slurm_module()
+    args = slurm.parse(["s3://bucket/points.zarr", "--jobs", "64", "--module", "python/3.11", "--module", "gcc/12",
+                        "--venv", "/opt/venvs/dclust", "--prologue", "export OMP_NUM_THREADS=1"])
+    script = SLURMJob(scheduler="tcp://127.0.0.1:8786", name="w0", **slurm.cluster_kwargs(args)).job_script()
+    lines = script.splitlines()
+    order = [lines.index(x) for x in ("module load python/3.11", "module load gcc/12",
+                                      "source /opt/venvs/dclust/bin/activate", "export OMP_NUM_THREADS=1")]
+    worker = next(i for i, line in enumerate(lines) if "distributed.cli.dask_worker" in line)
+    assert order == sorted(order) and order[-1] < worker
+    assert "--nthreads 1" in lines[worker] and "#SBATCH --cpus-per-task=1" in lines
+    assert "exclusive" not in script
+    assert slurm.storage_options(["endpoint_url=http://127.0.0.1:9000", "anon=false"]) == {
+        "endpoint_url": "http://127.0.0.1:9000", "anon": False}
+
+
+def test_slurm_script_closes_its_cluster_however_it_ends():
+    """SLURMCluster is entered as a context manager (closed, jobs cancelled, on success, error or Ctrl-C)."""
+    tree = ast.parse((DEPLOY / "hpc" / "slurm_dpmeans.py").read_text())
+    managed = [item.context_expr for node in ast.walk(tree) if isinstance(node, ast.With) for item in node.items]
+    assert any(isinstance(c, ast.Call) and getattr(c.func, "id", "") == "SLURMCluster" for c in managed)
+    created = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "SLURMCluster"]
+    assert len(created) == 1

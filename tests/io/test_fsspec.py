@@ -1,7 +1,7 @@
 """Storage beyond local disk: every path dclust reads or writes is an fsspec URL opened through zarr's store layer.
 
 ``file://`` URLs go through the local atomic rename; ``memory://`` (an in-process object store without rename)
-goes through the temporary-prefix commit with the root ``zarr.json`` moved last. ``memory://`` lives in this
+goes through the object-store commit (temporary prefix, commit record, copies with the root ``zarr.json`` last). ``memory://`` lives in this
 process, so these tests use dask's threaded scheduler.
 """
 
@@ -140,22 +140,25 @@ def test_a_failed_memory_write_leaves_the_old_store_and_no_temporary(mem):
 
 
 def test_the_root_metadata_is_committed_last(mem, monkeypatch):
-    """Watch every move of the commit: while chunks arrive, the target has no zarr.json (not a store)."""
+    """Watch every copy of the roll-forward: the commit record exists throughout, the target has no root zarr.json
+    (not a store) until the very last copy, and the record is gone once the store is in place."""
     base, fs, root = mem
     url = f"{base}/x.zarr"
     dclust.write_array(_blobs(30), url, chunks=10)
     seen = []
-    real_mv = type(fs).mv
+    real_copy = type(fs).copy
 
     def spy(self, src, dst, *args, **kwargs):
-        seen.append((dst.rsplit("/", 1)[-1], self.exists(f"{root}/x.zarr/zarr.json")))
-        return real_mv(self, src, dst, *args, **kwargs)
+        keys = [d.rsplit("/x.zarr/", 1)[-1] for d in (dst if isinstance(dst, list) else [dst])]
+        seen.append((keys, self.exists(f"{root}/x.zarr/zarr.json"), self.exists(f"{root}/.x.zarr.commit")))
+        return real_copy(self, src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(type(fs), "mv", spy)
+    monkeypatch.setattr(type(fs), "copy", spy)
     dclust.write_array(_blobs(30, seed=2), url, chunks=10, overwrite=True)
-    assert seen[-1] == ("zarr.json", False)  # the marker goes last
-    assert all(not visible for _, visible in seen)  # the old store was hidden before the first move
-    assert len(seen) == 4  # 3 chunks + metadata
+    assert seen[-1][0] == ["zarr.json"]  # the marker goes last
+    assert sorted(seen[0][0]) == ["c/0/0", "c/1/0", "c/2/0"]  # the chunks first, in one batch
+    assert all(not visible and recorded for _, visible, recorded in seen)  # old store hidden, commit recorded
+    assert not fs.exists(f"{root}/.x.zarr.commit")
     np.testing.assert_array_equal(dclust.open_array(url).compute(), _blobs(30, seed=2))
 
 
