@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= dclust
 
-.PHONY: demo test test-fast bench venv clean image
+.PHONY: demo test test-fast bench docs venv clean image
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,11 @@ test-fast: $(STAMP)  # everything but the tests marked slow (benchmark scripts e
 bench: $(STAMP)
 	for b in engine kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links faces; do $(PY) benchmarks/bench_$$b.py || exit 1; done
 
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict   # warnings are errors; the site goes to site/ (gitignored)
+
 image:
 	docker build -f deploy/Dockerfile -t $(IMAGE):$(VERSION) .
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) demo-output .pytest_cache site

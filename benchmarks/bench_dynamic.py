@@ -1,6 +1,6 @@
 """Benchmark: D-Means on a moving-Gaussians stream, and any-time DP-means on a Zarr store, against batch DP-means.
 
-(a) Moving Gaussians ([DM] 8.1; ALGORITHMS.md 10.2), ``--steps`` steps (default 200), both generator processes
+(a) Moving Gaussians ([DM] 8.1; docs/algorithms.md 10.2), ``--steps`` steps (default 200), both generator processes
     ("paper-code" and "per-axis"): seconds per step and tracking accuracy of
       - dclust ``DynamicMeans`` (lam = 0.04, T_Q = 6.8, k_tau = 1.01, 3 restarts), one ``partial_fit`` per step;
       - re-running batch ``DPMeans`` (lam = 0.04) at every step on all the data seen so far (the paper's comparison:

@@ -2,7 +2,7 @@
 
 [MB] uses the FEI face database (400 pre-aligned 300 x 250 faces, top 100 principal components), which has no
 offline copy. The stand-in is the face half of scikit-image's ``lfw_subset`` (100 pre-aligned 25 x 25 grey faces
-from Labeled Faces in the Wild, shipped inside the scikit-image wheel; ALGORITHMS.md 10.1 names it), on its top 50
+from Labeled Faces in the Wild, shipped inside the scikit-image wheel; docs/algorithms.md 10.1 names it), on its top 50
 principal components (50 < 100 images; they keep 93 % of the variance).
 
 [MB] reports, with lam = 5 on its scale: stepwise K-features picks a base feature + 2 features; the counts of the

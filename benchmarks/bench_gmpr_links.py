@@ -1,5 +1,5 @@
 """Benchmark: do links pay? GM-PR against GMM-EC and EM-PC as links are added ([GP] 4.2.2, Figs. 4, 6 and 7;
-ALGORITHMS.md 10.4).
+docs/algorithms.md 10.4).
 
 Tasks (offline stand-ins where the paper's data does not ship; see ``TASKS``):
 
@@ -16,7 +16,7 @@ the curve) and a random initialisation (k-means++ seeds, as [GP] 4.1), and fits
 
 - GMM: GM-PR without links (plain EM),
 - GM-PR with the link-aware initialisation (``init="chunklets"``: seeds from the must-link closure, cannot-linked
-  chunklets in different classes; ALGORITHMS.md 6.5) and GM-PR with the paper's plain k-means++ initialisation,
+  chunklets in different classes; docs/algorithms.md 6.5) and GM-PR with the paper's plain k-means++ initialisation,
 - GMM-EC (Shental et al. 2003): EM in which each must-link chunklet shares one label; cannot-links enter the
   Markov network's E-step by mean field (our reading: Shental's exact junction-tree inference grows exponentially),
 - EM-PC (Graca, Ganchev and Taskar 2007), cannot-links only: EM whose E-step penalises the expected number of

@@ -8,7 +8,7 @@ variance 0.2^2), SD-Means lam = 10, T_Q = 5, k_tau = 1.5, and D-Means lam from t
 
 - D-Means clusters each GP's posterior mean on the grid 0, 0.02, ..., 1 (51 values).
 - SD-Means clusters the raw (x, y) sets with the kernel of eq. 52, the posterior probability (prior 0.5) that two
-  sets come from the same GP: ``sigmoid(log GP(Y_i, Y_j) - log GP(Y_i) - log GP(Y_j))`` (ALGORITHMS.md 10.2).
+  sets come from the same GP: ``sigmoid(log GP(Y_i, Y_j) - log GP(Y_i) - log GP(Y_j))`` (docs/algorithms.md 10.2).
 
 The paper reports figures only (SD-Means more accurate and about 4 clusters; D-Means about 100x faster); we report
 tracking accuracy, the mean number of clusters per batch and CPU seconds, and plot them.

@@ -7,8 +7,8 @@ Speed (issue 7 target: >= 30 frames/s at 30,000 points, D-Means):
 - end to end: the same 30k frames written as ``.npy`` files, then ``track()`` (read, cluster, write the label
   store and the tracks table), timed as a whole.
 
-Accuracy (ALGORITHMS.md 10.2, LiDAR people, Table 3: SD-Means 86.8%, D-Means 53.6% on data that is not
-available): tracking accuracy (one-to-one matching per frame, consistent over time, ALGORITHMS.md 9), per-frame
+Accuracy (docs/algorithms.md 10.2, LiDAR people, Table 3: SD-Means 86.8%, D-Means 53.6% on data that is not
+available): tracking accuracy (one-to-one matching per frame, consistent over time, docs/algorithms.md 9), per-frame
 matched accuracy and id consistency of D-Means and SD-Means on two synthetic scenes with ground truth: "sparse"
 (6 objects, 12 m arena, panels 1.4 m) and "crowded" (8 objects, 8 m arena, objects passing closer, panels 3 m).
 
@@ -164,7 +164,7 @@ def main(argv=None):
                       f"{n_points:,} pts)")
     results["note"] = (
         "The paper's LiDAR data is not available; these scenes are synthetic (dclust.apps._scenes), with "
-        "ground-truth object ids. Tracking accuracy as ALGORITHMS.md 9 (first mapping wins), id consistency = "
+        "ground-truth object ids. Tracking accuracy as docs/algorithms.md 9 (first mapping wins), id consistency = "
         "fraction of consecutive frame pairs in which an object's per-frame Hungarian match keeps its id. Fixed "
         f"parameters: D-Means {DM}, SD-Means {SD} with fit_sample=800, not tuned per scene.")
     if not q or args.out != str(HERE / "results" / "bench_pointcloud.json"):

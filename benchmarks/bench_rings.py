@@ -10,9 +10,9 @@ N(0, 0.05^2 I) per step). Two noise levels:
   T_Q = 13, k_tau = 4.5 and jumpThreshold = 0.07 in github.com/trevorcampbell/dynamic-means).
 
 SD-Means runs with the paper's parameters (lam = 55, T_Q = 13, k_tau = 4.5, omega = 0.07) and both readings of the
-MST kernel: ``"mst"`` (d = sum of the long edges' lengths, ALGORITHMS.md E-DM8) and ``"mst-rss"`` (d = root of the
+MST kernel: ``"mst"`` (d = sum of the long edges' lengths, docs/algorithms.md E-DM8) and ``"mst-rss"`` (d = root of the
 sum of their squares, the authors' code). D-Means runs with lam = 0.1, T_Q = 15, k_tau = 1.1, 3 restarts.
-Accuracy is tracking accuracy (ALGORITHMS.md 9, first mapping wins); the untracked ("NT") accuracy is reported
+Accuracy is tracking accuracy (docs/algorithms.md 9, first mapping wins); the untracked ("NT") accuracy is reported
 too. Fig. 2(a-b) is reproduced as the SD-Means tracking accuracy over a (lam, T_Q) grid at k_tau = 4.5.
 
 Run: ``.venv/bin/python benchmarks/bench_rings.py`` (about 5 min on 2 cores); toy: ``--steps 4 --trials 1 --grid 2``.

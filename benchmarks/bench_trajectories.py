@@ -16,7 +16,7 @@ flights; the paper's is a confidence-weighted accuracy on 600 hand labels.
 
 Methods (paper's protocol): D-Means (3 order restarts) over the half-hour batches; DP-means (3 restarts, best
 objective) on all flights at once; the collapsed Gibbs sampler of the DP mixture (``DPMMGibbs``, 50 sweeps) on all
-flights. ``lam`` comes from the k-th furthest-first heuristic with k = number of flows (ALGORITHMS.md 1.3).
+flights. ``lam`` comes from the k-th furthest-first heuristic with k = number of flows (docs/algorithms.md 1.3).
 
 Run: ``.venv/bin/python benchmarks/bench_trajectories.py`` (about 1-2 min); toy: ``--max-flights 150 --sweeps 3``.
 """

@@ -1,4 +1,4 @@
-"""Benchmark: the [TV] UCI side-information protocol (section 5.2, ALGORITHMS.md 10.3) as the paper runs it.
+"""Benchmark: the [TV] UCI side-information protocol (section 5.2, docs/algorithms.md 10.3) as the paper runs it.
 
 Runs ``examples/uci_side_information.py``'s grid: iris, wine and balance-scale (regenerated exactly; ecoli and glass
 have no offline copy), raw features, r in {0.01, 0.03, 0.05}, p in {1, 0.95, 0.9, 0.8}, 5 trials per cell, with

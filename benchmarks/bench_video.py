@@ -17,7 +17,7 @@ encode H.264 -- timed end to end:
 
 For each: frames per second (wall), ratio to decode-only, CPU milliseconds per frame (all threads) and the rate
 that CPU cost allows on the machine's cores if nothing else ran, PSNR of the quantised frames, median |f_t - 1| of
-the flicker ratio (ALGORITHMS.md 9), median K, and a decomposition of the flicker (median over frames, in units of
+the flicker ratio (docs/algorithms.md 9), median K, and a decomposition of the flicker (median over frames, in units of
 the original's change): the part a frozen palette gives (frame t quantised with frame t-1's palette) and the part
 the palette update adds. Every method gets the same fit sample (same pixel positions) and pass bound.
 

@@ -57,9 +57,39 @@ _callbacks: contextvars.ContextVar[tuple[Callable[["ProgressEvent"], None], ...]
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """One step of a long computation.
+    """One step of a long computation, delivered to the callbacks of :func:`on_progress`.
 
     ``phase`` is ``"init"`` (initialisation passes), ``"iter"`` (one pass of the main loop) or ``"done"``.
+
+    Attributes
+    ----------
+    estimator : str
+        Class name of the estimator that emitted the event.
+    phase : str
+        ``"init"``, ``"iter"`` or ``"done"`` (the jobs of :mod:`dclust.apps` also emit ``"frame"``).
+    iteration : int
+        Iterations (passes of the main loop) completed so far.
+    objective : float
+        The objective after this step (NaN for ``"init"``).
+    n_clusters : int
+        Clusters (or features) after this step.
+    seconds : float
+        Seconds of this step, as the emitter measured it.
+    extra : dict
+        Emitter-specific figures (for example the proposals of an OCC pass, or a frame's births and deaths).
+
+    Examples
+    --------
+    An initialisation event, one per iteration, and a final one:
+
+    >>> import dclust
+    >>> seen = []
+    >>> with dclust.on_progress(seen.append):
+    ...     model = dclust.KMeans(n_clusters=2, random_state=0).fit([[0.0], [0.2], [4.0], [4.2]])
+    >>> [(e.phase, e.iteration, e.n_clusters) for e in seen]
+    [('init', 0, 2), ('iter', 1, 2), ('done', 1, 2)]
+    >>> round(seen[-1].objective, 6) == round(model.inertia_, 6)
+    True
     """
 
     estimator: str

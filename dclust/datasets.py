@@ -24,7 +24,15 @@ GENERATION_ROWS = 8192
 
 
 class Blobs(NamedTuple):
-    """Result of :func:`make_blobs`."""
+    """Result of :func:`make_blobs`: the points, the true blob of every point and the blob centres.
+
+    Examples
+    --------
+    >>> import dclust
+    >>> blobs = dclust.make_blobs(n_samples=1000, n_features=2, centers=3, chunk_rows=250, random_state=0)
+    >>> blobs.X.shape, blobs.X.numblocks, blobs.centers.shape, int(blobs.labels.max().compute())
+    ((1000, 2), (4, 1), (3, 2), 2)
+    """
 
     #: dask.array.Array, shape (n_samples, n_features): the points, row-chunked by ``chunk_rows``.
     X: da.Array
@@ -195,12 +203,20 @@ def make_blobs(
 
 
 # --------------------------------------------------------------------------------------------------------------
-# moving rings ([DM] 8.2, ALGORITHMS.md 10.2)
+# moving rings ([DM] 8.2, docs/algorithms.md 10.2)
 # --------------------------------------------------------------------------------------------------------------
 
 
 class Rings(NamedTuple):
-    """Result of :func:`moving_rings`."""
+    """Result of :func:`moving_rings`: one batch of points per time step, their ring indices and the ring centre.
+
+    Examples
+    --------
+    >>> from dclust.datasets import moving_rings
+    >>> rings = moving_rings(n_steps=3, n_points=60, random_state=0)
+    >>> len(rings.batches), rings.batches[0].shape, sorted(set(rings.labels[0].tolist())), rings.centers.shape
+    (3, (60, 2), [0, 1, 2], (3, 2))
+    """
 
     #: list of numpy float64 arrays, one (n_points, 2) batch per time step.
     batches: list
@@ -226,7 +242,7 @@ def moving_rings(
     noise_model: str = "per-axis",
     random_state: int | np.random.Generator | None = 0,
 ) -> Rings:
-    """Concentric rings moving together over time, the SD-Means benchmark of [DM] 8.2 (ALGORITHMS.md 10.2).
+    """Concentric rings moving together over time, the SD-Means benchmark of [DM] 8.2 (docs/algorithms.md 10.2).
 
     At every step, each point picks a ring uniformly at random and an angle uniformly in [0, 2 pi), and is placed
     at ``centre + radius (cos, sin) + noise offset``. After the points of a step are emitted, the common centre
@@ -248,7 +264,7 @@ def moving_rings(
     start : (float, float), default (0.5, 0.5)
         Centre at the first step.
     noise_model : {"per-axis", "radial"}, default "per-axis"
-        ``"per-axis"``: ``N(0, noise^2 I)`` (ALGORITHMS.md 10.2). ``"radial"``: an offset of length
+        ``"per-axis"``: ``N(0, noise^2 I)`` (docs/algorithms.md 10.2). ``"radial"``: an offset of length
         ``N(0, noise^2)`` in a uniform direction, the convention of the authors' public example program (about
         ``noise / sqrt(2)`` per axis, so the rings are better separated).
     random_state : int, numpy.random.Generator or None, default 0
@@ -285,7 +301,7 @@ def moving_rings(
                      and random_state >= 0), "None, an int >= 0 or a numpy.random.Generator",
                  "Pass random_state=0 (any fixed int) for reproducible data.")
     _rings_check("noise_model", noise_model, noise_model in ("per-axis", "radial"), "'per-axis' or 'radial'",
-                 "Pass noise_model='per-axis' (ALGORITHMS.md 10.2) or 'radial' (the authors' program).")
+                 "Pass noise_model='per-axis' (docs/algorithms.md 10.2) or 'radial' (the authors' program).")
     seed = _seed(random_state)
     steps = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(4,))).standard_normal((n_steps, 2))
     centers = s[None, :] + motion * np.concatenate([np.zeros((1, 2)), np.cumsum(steps[:-1], axis=0)])
@@ -309,12 +325,20 @@ __all__ += ["Rings", "moving_rings"]
 
 
 # --------------------------------------------------------------------------------------------------------------
-# moving Gaussians ([DM] 8.1; ALGORITHMS.md 10.2)
+# moving Gaussians ([DM] 8.1; docs/algorithms.md 10.2)
 # --------------------------------------------------------------------------------------------------------------
 
 
 class MovingGaussians(NamedTuple):
-    """Result of :func:`moving_gaussians`: one entry per time step."""
+    """Result of :func:`moving_gaussians`: one entry per time step.
+
+    Examples
+    --------
+    >>> from dclust.datasets import moving_gaussians
+    >>> steps = moving_gaussians(n_steps=4, points_per_cluster=15, random_state=0)
+    >>> len(steps.batches), steps.batches[0].shape[1], len(steps.labels[0]) == len(steps.batches[0])
+    (4, 2, True)
+    """
 
     #: list of float64 arrays (n_t, 2): the points of each step.
     batches: list
@@ -337,7 +361,7 @@ def moving_gaussians(
     boundary: str = "none",
     random_state: Any = None,
 ) -> MovingGaussians:
-    """Gaussian clusters that move, die and are born in [0, 1]^2 ([DM] 8.1; ALGORITHMS.md 10.2).
+    """Gaussian clusters that move, die and are born in [0, 1]^2 ([DM] 8.1; docs/algorithms.md 10.2).
 
     Parameters
     ----------
@@ -439,12 +463,23 @@ __all__ += ["MovingGaussians", "moving_gaussians"]
 
 
 # --------------------------------------------------------------------------------------------------------------
-# tabletop-style images ([MB] 5.1; ALGORITHMS.md 10.1)
+# tabletop-style images ([MB] 5.1; docs/algorithms.md 10.1)
 # --------------------------------------------------------------------------------------------------------------
 
 
 class Tabletop(NamedTuple):
-    """Result of :func:`make_tabletop`."""
+    """Result of :func:`make_tabletop`: the images, which objects each holds, the objects and the empty table.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dclust.datasets import make_tabletop
+    >>> t = make_tabletop(n_images=20, n_objects=4, noise=0.0, random_state=0)
+    >>> t.X.shape, t.Z.shape, t.features.shape
+    ((20, 36), (20, 4), (4, 36))
+    >>> bool(np.allclose(t.X, t.background + t.Z @ t.features))
+    True
+    """
 
     #: float64 (n_images, n_pixels): the images as rows, ``background + Z @ features + noise``.
     X: np.ndarray
@@ -465,7 +500,7 @@ def make_tabletop(
     *,
     p_present: float = 0.5,
 ) -> Tabletop:
-    """Synthetic stand-in for the tabletop images of [MB] 5.1 (ALGORITHMS.md 10.1): objects on a table.
+    """Synthetic stand-in for the tabletop images of [MB] 5.1 (docs/algorithms.md 10.1): objects on a table.
 
     The image is split in a grid of ``ceil(sqrt(n_objects))`` rows of cells; object k always lies in cell k, on a
     random shape of that cell (each pixel on with probability 0.6, at least two pixels), and adds 1 to its pixels

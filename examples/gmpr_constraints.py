@@ -1,9 +1,9 @@
-"""GM-PR with pairwise relations on synthetic and small real data ([GP] 4.1; ALGORITHMS.md 10.4).
+"""GM-PR with pairwise relations on synthetic and small real data ([GP] 4.1; docs/algorithms.md 10.4).
 
 Links are random point pairs: a must-link when the true labels agree, a cannot-link otherwise. For each number of
 links, every trial draws new links and a new initialisation; the metric is purity (mean ± std over trials).
 Datasets: two moons (m_K = 1 against m_K = 2) and scikit-learn's 8x8 digits {1, 2, 3} on their first two
-principal components (the offline substitute for MNIST, ALGORITHMS.md 10.4). [GP] reports figures only; its
+principal components (the offline substitute for MNIST, docs/algorithms.md 10.4). [GP] reports figures only; its
 qualitative claims are that links help, and that m_K > 1 helps on non-Gaussian classes.
 
     python examples/gmpr_constraints.py                     # 5 trials, links 0..256 (a few minutes)

@@ -1,4 +1,4 @@
-"""Track moving, dying and newborn Gaussian clusters with D-Means ([DM] 8.1; ALGORITHMS.md 10.2).
+"""Track moving, dying and newborn Gaussian clusters with D-Means ([DM] 8.1; docs/algorithms.md 10.2).
 
 Prints, every few steps, the tracking accuracy so far (persistent ids matched consistently over time) and the
 cluster-count error |K_learned - K_true|, for the chosen generator process.

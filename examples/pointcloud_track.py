@@ -1,4 +1,4 @@
-"""Point-cloud tracking: persistent segment ids for moving objects ([DM] 8.6; ALGORITHMS.md 10.2).
+"""Point-cloud tracking: persistent segment ids for moving objects ([DM] 8.6; docs/algorithms.md 10.2).
 
 Writes a short synthetic sequence of moving boxes, spheres and panels as ``.ply`` files (plyfile) in a temporary
 directory, tracks it with ``dclust.apps.pointcloud.track`` (D-Means, and SD-Means with ``--spectral``) exactly as

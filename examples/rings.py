@@ -1,4 +1,4 @@
-"""SD-Means versus D-Means on moving concentric rings ([DM] 8.2, Table 1; ALGORITHMS.md 10.2).
+"""SD-Means versus D-Means on moving concentric rings ([DM] 8.2, Table 1; docs/algorithms.md 10.2).
 
 Three rings (radii 0.4, 0.2, 0.0) move together; every step emits ``--points`` points. SD-Means uses the MST-path
 kernel (omega = 0.07) with lam = 55, T_Q = 13, k_tau = 4.5; D-Means uses lam = 0.1, T_Q = 15, k_tau = 1.1 (the
@@ -8,7 +8,7 @@ paper's settings). Prints tracking accuracy and seconds per batch of both, next 
     python examples/rings.py                                  # 100 steps x 400 points, 1 trial
     python examples/rings.py --steps 20 --trials 3 --noise-model radial
 
-``--noise-model per-axis`` (default) adds N(0, 0.03^2 I) as ALGORITHMS.md 10.2 states; ``radial`` draws an
+``--noise-model per-axis`` (default) adds N(0, 0.03^2 I) as docs/algorithms.md 10.2 states; ``radial`` draws an
 offset of length N(0, 0.03^2) in a uniform direction, the convention of the authors' public example program. lam
 is in kernel-eigenvalue units and grows with the batch size: ``--lam-scale auto`` uses 55 * points / 400.
 """

@@ -1,6 +1,6 @@
 """Tabletop-style feature learning: BP-means, stepwise K-features and the IBP Gibbs sampler ([MB] 5.1; 10.1).
 
-Synthetic stand-in for the tabletop images of Griffiths & Ghahramani (ALGORITHMS.md 10.1): ``--n`` images of
+Synthetic stand-in for the tabletop images of Griffiths & Ghahramani (docs/algorithms.md 10.1): ``--n`` images of
 6 x 6 pixels, a table (the base feature every image holds) and four objects, each present with probability 1/2,
 plus N(0, noise^2) pixel noise (``dclust.datasets.make_tabletop``). Each method learns a binary feature allocation
 Z and features A; the table printed compares
@@ -21,7 +21,7 @@ features) on the real 100 images.
     python examples/tabletop.py --n 400 --noise 0.2 --restarts 20 --sweeps 300
 
 BP-means is ``dclust.cluster.BPMeans`` (``init="sample"``), stepwise K-features is
-``dclust.cluster.StepwiseKFeatures`` (ALGORITHMS.md 2.5), the Gibbs sampler is ``IBPGibbs`` with
+``dclust.cluster.StepwiseKFeatures`` (docs/algorithms.md 2.5), the Gibbs sampler is ``IBPGibbs`` with
 ``sigma_x = --noise``, ``sigma_a = 1``, ``alpha = 1`` and a continuation burn-in (``--anneal``).
 """
 

@@ -1,4 +1,4 @@
-"""The [TV] side-information protocol (ALGORITHMS.md 10.3) for RDP-means on the offline UCI sets.
+"""The [TV] side-information protocol (docs/algorithms.md 10.3) for RDP-means on the offline UCI sets.
 
 For iris, wine and breast cancer (bundled with scikit-learn), for every fraction r of linked pairs and link
 accuracy p, and every seed: draw ``round(r N (N-1) / 2)`` distinct pairs, make each a must-link when the true

@@ -1,4 +1,4 @@
-"""The [TV] UCI side-information protocol (section 5.2, ALGORITHMS.md 10.3) for every method of its tables.
+"""The [TV] UCI side-information protocol (section 5.2, docs/algorithms.md 10.3) for every method of its tables.
 
 Datasets: iris (150 x 4, k = 3) and wine (178 x 13, k = 3) as bundled with scikit-learn, and balance-scale (625 x 4,
 k = 3), which is the complete 5^4 design (left/right weight and distance 1..5; the class says which side tips, or

@@ -2,7 +2,7 @@
 
 Writes a short synthetic video of moving, shaded coloured shapes with PyAV (H.264), quantises it three ways
 (``dclust.apps.video.quantize_video``, the library call behind ``dclust video quantize``) and prints, per method,
-the PSNR, the flicker ratio's median |f_t - 1| (ALGORITHMS.md 9; 0 is ideal), the median number of colours and the
+the PSNR, the flicker ratio's median |f_t - 1| (docs/algorithms.md 9; 0 is ideal), the median number of colours and the
 frames per second. D-Means keeps persistent palette ids over time, so its colours flicker less than DP-means run
 on each frame alone.
 

@@ -1,5 +1,5 @@
 """Graphs for feature-allocation models: bits Z kept as a row-chunked uint8 dask array next to X, maps over
-(X block, Z block) pairs, the greedy initialisation (ALGORITHMS.md 2.6), K-features passes (2.4) and the
+(X block, Z block) pairs, the greedy initialisation (docs/algorithms.md 2.6), K-features passes (2.4) and the
 reduction of ``G = Z'Z``, ``B = Z'X`` (8.1)."""
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def _greedy_round(X, A, seed, round_, split_every, threshold=0.0):
 
 def greedy_init(X: da.Array, mean: np.ndarray, *, lam: float, n_features: int | None, seed: int,
                 max_features: int, split_every=None, capped: bool = False):
-    """Greedy K-means++-style features (ALGORITHMS.md 2.6, E-MB3): one pass per feature.
+    """Greedy K-means++-style features (docs/algorithms.md 2.6, E-MB3): one pass per feature.
 
     Starts from the base feature ``mean``; each pass computes the greedy bits and squared residuals ``d_n`` of
     the current features and draws the next feature's row with probability proportional to ``d_n`` (an
@@ -199,7 +199,7 @@ def _kf_partial(Xb, Zb, *, offset, block_index, features, exhaustive):
 
 
 def kfeatures_pass(X: da.Array, Z: da.Array, A: np.ndarray, *, exhaustive: bool, split_every=None):
-    """One K-features step 1 (every row independently, ALGORITHMS.md 2.4) and the reduction of (G, B).
+    """One K-features step 1 (every row independently, docs/algorithms.md 2.4) and the reduction of (G, B).
 
     Returns ``(Z_new persisted, Gram)``; ``Gram.sse`` is ``||X - Z_new A||^2`` with the old A.
     """

@@ -1,4 +1,4 @@
-"""GM-PR on Dask (ALGORITHMS.md 8.4): one E-step pass of one task per row block (its unlinked rows and its share
+"""GM-PR on Dask (docs/algorithms.md 8.4): one E-step pass of one task per row block (its unlinked rows and its share
 of the links), partials tree-reduced; initial statistics; class posteriors with or without links.
 
 The driver holds O(links) integers (the link plan) and O(M K D²) parameters. The rows of the links' far
@@ -250,7 +250,7 @@ def _nearest(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 def init_stats(X: da.Array, class_centers: np.ndarray, sub_centers: np.ndarray, diag: bool,
                split_every=None) -> GaussianStats:
     """One pass: hard statistics of the rows assigned to their nearest class centre, then to the nearest of that
-    class's sub-centres (ALGORITHMS.md 6.5 steps 2 and 3)."""
+    class's sub-centres (docs/algorithms.md 6.5 steps 2 and 3)."""
     parts = map_partials(_init_kernel, X, class_centers=class_centers, sub_centers=sub_centers, diag=diag)
     return tree_reduce(parts, GaussianStats.merge_all, split_every=split_every).compute()[()]
 
@@ -308,7 +308,7 @@ def proba(X: da.Array, params: MixtureParams, plan: LinkPlan | None = None) -> d
 
 
 def total_loglik(stats: GaussianStats, alpha: np.ndarray, n_cannot: int) -> float:
-    """``ℓ`` of ALGORITHMS.md 6.2 from merged E-step statistics (adds the cannot-link normaliser)."""
+    """``ℓ`` of docs/algorithms.md 6.2 from merged E-step statistics (adds the cannot-link normaliser)."""
     if not n_cannot:
         return float(stats.loglik)
     return float(stats.loglik) - n_cannot * float(np.log(1.0 - float((alpha * alpha).sum())))

@@ -1,6 +1,6 @@
 """Dense pairwise matrices (Gram or squared distances) of one small point set, built blockwise with dask.
 
-Used by SD-Means (ALGORITHMS.md 8.5): the row blocks of the (n, n) matrix are computed as separate tasks from the
+Used by SD-Means (docs/algorithms.md 8.5): the row blocks of the (n, n) matrix are computed as separate tasks from the
 kernel functions in :mod:`dclust.kernels.sdmeans`, then gathered on the driver for the eigendecomposition.
 """
 

@@ -162,7 +162,7 @@ def farthest_rows(X: da.Array, w, centers: np.ndarray, m: int, split_every=None)
 
 
 def furthest_first(X: da.Array, k: int, start: np.ndarray, split_every=None) -> tuple[np.ndarray, np.ndarray]:
-    """The k-th furthest-first heuristic (ALGORITHMS.md 1.3): ``k`` parallel max-reductions.
+    """The k-th furthest-first heuristic (docs/algorithms.md 1.3): ``k`` parallel max-reductions.
 
     Starting from ``T = {start}``, repeatedly add the row farthest (squared distance) from T, lowest index on ties.
     Returns the k distances ``lambda_1..lambda_k`` and the (k+1, D) set T.

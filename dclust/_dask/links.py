@@ -1,4 +1,4 @@
-"""Driver-side layout of the linked rows for RDP-means (ALGORITHMS.md 8.4), and per-block maps with arguments.
+"""Driver-side layout of the linked rows for RDP-means (docs/algorithms.md 8.4), and per-block maps with arguments.
 
 Everything here is O(number of links): the linked rows (their block, local row, colour and processing rank),
 the signed adjacency between them, and per colour phase and block the CSR rows of that phase's points with the

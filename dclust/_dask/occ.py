@@ -1,4 +1,4 @@
-"""THE optimistic-concurrency engine (ALGORITHMS.md 8.2-8.5): workers propose, the driver validates serially,
+"""THE optimistic-concurrency engine (docs/algorithms.md 8.2-8.5): workers propose, the driver validates serially,
 proposals capped; DP-means, D-Means, BP-means (here) and RDP-means (:mod:`dclust._dask.rdp`) plug in their rules.
 
 A pass is a sequence of epochs, each a range of order keys (a function of the seed and the global row index). In an
@@ -83,7 +83,7 @@ class KeyedPass:
 
 
 class OCCRule:
-    """What a model plugs into :func:`keyed_pass` (ALGORITHMS.md 8.2-8.5).
+    """What a model plugs into :func:`keyed_pass` (docs/algorithms.md 8.2-8.5).
 
     Subclasses define:
 
@@ -219,7 +219,7 @@ def keyed_prefix(X, w, *, mix: int, prefix_size: int, split_every=None):
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# DP-means (ALGORITHMS.md 8.2) and D-Means (8.5)
+# DP-means (docs/algorithms.md 8.2) and D-Means (8.5)
 # ------------------------------------------------------------------------------------------------------------------
 
 
@@ -235,7 +235,7 @@ def _dp_propose(Xb, wb, *, offset, block_index, mix, lo, hi, centers, lam):
 
 class DPRule(OCCRule):
     """DP-means: a row farther than ``lam`` from every snapshot centre is proposed; the driver runs serial
-    DP-means on the proposals against the centres as they stand (ALGORITHMS.md 8.2)."""
+    DP-means on the proposals against the centres as they stand (docs/algorithms.md 8.2)."""
 
     merge = staticmethod(ClusterStats.merge_all)
 
@@ -279,7 +279,7 @@ def _halves_pool() -> ThreadPoolExecutor:
 class DMRule(OCCRule):
     """D-Means (one label pass of a time step): a row whose best eq. 28 option in the snapshot is an
     instantiated cluster is kept; a row whose best option is a revival or a new cluster is proposed, and the
-    driver runs the serial label pass on the proposals against the state as it stands (ALGORITHMS.md 8.5).
+    driver runs the serial label pass on the proposals against the state as it stands (docs/algorithms.md 8.5).
 
     The previous labels are not stored (O(N)), so exact ties between a row's previous cluster and a lower slot go
     to the lower slot. ``fused=True`` runs the blocks with :func:`~dclust.kernels.dynmeans.dm_assign` (one fused
@@ -366,7 +366,7 @@ def keyed_records_from(state: dict) -> list[KeyedPass]:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# BP-means (ALGORITHMS.md 8.3): the bits Z stay on the workers. Each epoch's block results are persisted, and the
+# BP-means (docs/algorithms.md 8.3): the bits Z stay on the workers. Each epoch's block results are persisted, and the
 # driver's decisions for proposals reach the blocks as small *patches* applied by the next epoch (or at the end of
 # the pass).
 # ------------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""One RDP-means pass on Dask (ALGORITHMS.md 8.4): phase 0 (the unlinked rows, keyed OCC epochs of
+"""One RDP-means pass on Dask (docs/algorithms.md 8.4): phase 0 (the unlinked rows, keyed OCC epochs of
 :mod:`dclust._dask.occ` with :class:`RDPRule`) then one phase per colour class of the linked rows (one epoch each
 over the persisted linked rows, proposals validated serially in tasks, all in one graph).
 

@@ -622,7 +622,19 @@ def _exchange(a: str, b: str) -> bool:
 
 def write_bytes(data: bytes, target: str) -> None:
     """Write ``data`` to the local file ``target`` atomically (:func:`_atomic_write`): a crash leaves the previous
-    content (see :func:`check_output` for an example)."""
+    content (see :func:`check_output` for an example).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from dclust.io import write_bytes
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = os.path.join(d, "note.txt")
+    ...     write_bytes(b"first", path)
+    ...     write_bytes(b"second", path)          # replaces the file in one rename
+    ...     print(open(path, "rb").read(), os.listdir(d))
+    b'second' ['note.txt']
+    """
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as fh:

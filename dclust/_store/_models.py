@@ -308,6 +308,16 @@ def load(path: str | os.PathLike, *, storage_options: dict[str, Any] | None = No
         The model was saved by a newer dclust (a newer format than this dclust reads).
     StorageError
         The path does not exist, is not a dclust model, or names an estimator this dclust does not know.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, dclust
+    >>> X = np.array([[0.0], [0.2], [9.0], [9.2]])
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = dclust.save(dclust.KMeans(n_clusters=2, random_state=0).fit(X), os.path.join(tmp, "km.zarr"))
+    ...     model = dclust.load(path)
+    >>> type(model).__name__, model.predict([[0.1], [9.1]]).tolist() in ([0, 1], [1, 0])
+    ('KMeans', True)
     """
     options = check_storage_options(storage_options, "load")
     url, local = _resolve(path, "load")

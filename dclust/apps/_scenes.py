@@ -1,6 +1,6 @@
 """Synthetic point-cloud scenes with ground truth: moving boxes, spheres and planes sampled as surface points.
 
-The stand-in for the LiDAR sequences of [DM] 8.6 (ALGORITHMS.md 10.2), whose data is not available: objects of
+The stand-in for the LiDAR sequences of [DM] 8.6 (docs/algorithms.md 10.2), whose data is not available: objects of
 three shapes move across a square arena (smooth headings, bouncing off the walls, steering apart when they come
 close), each frame samples ``n_points`` points on their surfaces (with colour and surface normals), and every
 point carries the id of its object. With ``replace_prob > 0`` objects leave and new ones (new ids) enter.
@@ -197,7 +197,7 @@ def moving_objects_scene(n_frames: int = 60, n_points: int = 30_000, n_objects: 
         Distance an object moves per frame.
     replace_prob : float
         Per frame and object, the probability that it leaves and a new object (new id) enters elsewhere.
-    noise, colour_noise : float
+    noise, color_noise : float
         Standard deviation of the position noise and of the colour noise.
     separation : float
         Centre distance below which two approaching objects steer apart (smaller: objects pass closer).

@@ -73,7 +73,7 @@ def _to_lab(P, lin, mw, tab, scale):
 def srgb_to_lab(pixels: np.ndarray) -> np.ndarray:
     """CIE Lab (D65) of uint8 sRGB pixels ``(n, 3)`` -> float64 ``(n, 3)``: the conversion every pixel goes through.
 
-    >>> srgb_to_lab(np.array([[255, 255, 255], [0, 0, 0]], np.uint8)).round(2)
+    >>> srgb_to_lab(np.array([[255, 255, 255], [0, 0, 0]], np.uint8)).round(2) + 0.0  # + 0.0 turns -0. into 0.
     array([[100.,   0.,   0.],
            [  0.,   0.,   0.]])
     """

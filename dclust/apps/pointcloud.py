@@ -1,4 +1,4 @@
-"""Point-cloud stream segmentation and tracking with Dynamic Means (ALGORITHMS.md 3, 4 and 10.2).
+"""Point-cloud stream segmentation and tracking with Dynamic Means (docs/algorithms.md 3, 4 and 10.2).
 
 Each frame's points (xyz, optionally colour and normals as extra features with weights) are one time step of
 :class:`dclust.DynamicMeans` (or :class:`dclust.SpectralDynamicMeans`), so every point gets a *persistent* segment
@@ -6,7 +6,7 @@ id: an object keeps its id while it moves, leaves for a while and comes back (re
 
 Speed: a frame is clustered in memory (numpy), not through Dask. Frames larger than ``fit_sample`` are fitted on a
 random sample of that many points and every point is then assigned: to the nearest centre of the clusters with
-data in this frame (D-Means, the fixed-point rule of ALGORITHMS.md 3.7 DM2), or to the segment of its nearest
+data in this frame (D-Means, the fixed-point rule of docs/algorithms.md 3.7 DM2), or to the segment of its nearest
 sampled point (SD-Means, whose clusters need not be convex).
 
 :func:`track` runs the whole job from files (see :mod:`dclust.io.pointcloud`) to a Zarr store of labels
@@ -81,7 +81,7 @@ class PointCloudTracker:
     Parameters
     ----------
     lam, T_Q, k_tau : float
-        D-Means parameters (ALGORITHMS.md 3.1): penalty of a new segment (squared feature-space distance for
+        D-Means parameters (docs/algorithms.md 3.1): penalty of a new segment (squared feature-space distance for
         D-Means, kernel units for SD-Means), frames a segment may be unseen and still be revived, revival radius.
     spectral : bool, default False
         Use :class:`dclust.SpectralDynamicMeans` (SD-Means) instead of :class:`dclust.DynamicMeans`.
@@ -224,11 +224,23 @@ def tracking_scores(steps: Iterable[tuple[Any, Any]]) -> dict[str, float]:
     -------
     dict
         ``tracking_accuracy``: :func:`dclust.metrics.tracking_accuracy` (one-to-one matching per frame that must
-        agree with the first mapping of each object, ALGORITHMS.md 9); ``untracked_accuracy``: the same with
+        agree with the first mapping of each object, docs/algorithms.md 9); ``untracked_accuracy``: the same with
         every frame matched on its own; ``mean_frame_accuracy``: mean per-frame matched accuracy;
         ``id_consistency``: over consecutive frame pairs where an object is matched (Hungarian, per frame) in
         both, the fraction where its matched id is the same; ``objects_without_switch``: the fraction of objects
         whose matched id never changes; ``n_objects``, ``n_frames``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dclust.apps.pointcloud import tracking_scores
+    >>> truth = np.array([0, 0, 1, 1])
+    >>> scores = tracking_scores([(truth, np.array([7, 7, 3, 3])), (truth, np.array([3, 3, 7, 7]))])  # ids swap
+    >>> scores["untracked_accuracy"], scores["tracking_accuracy"], scores["objects_without_switch"]
+    (1.0, 0.5, 0.0)
+
+    Each frame alone is segmented perfectly, but the second frame contradicts the mapping of the first, so only
+    the first frame's points count as tracked.
     """
     steps = [(np.asarray(a), np.asarray(b)) for a, b in steps]
     if not steps:
@@ -269,7 +281,40 @@ def tracking_scores(steps: Iterable[tuple[Any, Any]]) -> dict[str, float]:
 
 @dataclass
 class TrackResult:
-    """What :func:`track` wrote and measured."""
+    """What :func:`track` wrote and measured.
+
+    Attributes
+    ----------
+    out, tracks, plot : str or None
+        Where the labels store, the tracks table and the PNG were written (None: not asked for).
+    n_frames, n_points, max_points : int
+        Frames read, points over all frames, points of the largest frame.
+    n_segments : int
+        Persistent segment ids used over the whole sequence.
+    seconds, frames_per_second : float
+        Wall time of the job.
+    features : tuple of str
+        The point features clustered (``"xyz"``, ``"rgb"``, ...).
+    estimator : str
+        ``"DynamicMeans"`` or ``"SpectralDynamicMeans"``.
+    history : dict
+        Per frame: ``n_clusters``, ``objective``, ``births``, ``deaths``, ``revivals``, ``n_samples``, ``n_iter``,
+        ``seconds``.
+
+    Examples
+    --------
+    The frames can also be given as a list of files, here one object seen in two frames:
+
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.apps.pointcloud import track
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     paths = [os.path.join(tmp, f"{t}.npy") for t in range(2)]
+    ...     for t, path in enumerate(paths):
+    ...         np.save(path, np.random.default_rng(t).normal(0.0, 0.1, (40, 3)))
+    ...     result = track(paths, os.path.join(tmp, "ids.zarr"), lam=4.0, T_Q=10, k_tau=1.1)
+    >>> result.estimator, result.features, result.n_segments, result.tracks is None
+    ('DynamicMeans', ('xyz',), 1, True)
+    """
 
     out: str
     tracks: str | None
@@ -392,6 +437,21 @@ def track(source: Any, out: str | os.PathLike, *, lam: float, T_Q: float, k_tau:
     Memory is bounded by one frame plus the plotted frames (at most 20,000 points each) and the tracks table.
     A progress event (``ProgressEvent("PointCloudTracker", "frame", t, objective, K, seconds, extra)``) is
     emitted after every frame.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.apps.pointcloud import track
+    >>> rng = np.random.default_rng(0)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     for t in range(3):   # two objects drifting apart, 50 points each, one .npy file (n, 3) per frame
+    ...         pts = np.concatenate([rng.normal((0.1 * t, 0, 0), 0.1, (50, 3)), rng.normal((5, 5, 0), 0.1, (50, 3))])
+    ...         np.save(os.path.join(tmp, f"frame{t:03d}.npy"), pts)
+    ...     result = track(tmp, os.path.join(tmp, "ids.zarr"), lam=4.0, T_Q=10, k_tau=1.1)
+    >>> result.n_frames, result.n_points, result.n_segments
+    (3, 300, 2)
+    >>> result.history["births"]
+    [2, 0, 0]
     """
     tracker = PointCloudTracker(lam=lam, T_Q=T_Q, k_tau=k_tau, spectral=spectral, kernel=kernel,
                                 bandwidth=bandwidth, features=features, feature_weights=feature_weights,

@@ -1,4 +1,4 @@
-"""Video colour quantisation with Dynamic Means ([DM] 8.5; ALGORITHMS.md 9 and 10.2).
+"""Video colour quantisation with Dynamic Means ([DM] 8.5; docs/algorithms.md 9 and 10.2).
 
 Each frame's colours are clustered on a random ``fit_sample`` of its pixels; every pixel is then replaced by the
 colour of its nearest centre. ``method="dmeans"`` carries the clusters over time (:class:`dclust.DynamicMeans`:
@@ -595,6 +595,9 @@ def _run_distributed(job: _Job, sink: Any, client: Any) -> None:
 def psnr(mse: float, peak: float = 255.0) -> float:
     """``10 log10(peak^2 / mse)`` in dB (inf for ``mse = 0``).
 
+    Examples
+    --------
+    >>> from dclust.apps.video import psnr
     >>> round(psnr(255.0 ** 2 / 100), 6)
     20.0
     """
@@ -602,9 +605,13 @@ def psnr(mse: float, peak: float = 255.0) -> float:
 
 
 def flicker_ratio(dq: float, do: float) -> float:
-    """ALGORITHMS.md 9: ``f_t = mean|Q_t - Q_{t-1}| / mean|O_t - O_{t-1}|`` from the two sums (same pixel count);
+    """docs/algorithms.md 9: ``f_t = mean|Q_t - Q_{t-1}| / mean|O_t - O_{t-1}|`` from the two sums (same pixel count);
     NaN when the original does not change.
 
+    Examples
+    --------
+    >>> import math
+    >>> from dclust.apps.video import flicker_ratio
     >>> flicker_ratio(30, 20), math.isnan(flicker_ratio(5, 0))
     (1.5, True)
     """

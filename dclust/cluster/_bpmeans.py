@@ -1,4 +1,4 @@
-"""BP-means on Dask (ALGORITHMS.md 2.2 and 8.3): latent binary features learned with a penalty per feature,
+"""BP-means on Dask (docs/algorithms.md 2.2 and 8.3): latent binary features learned with a penalty per feature,
 features opened with optimistic concurrency control."""
 
 from __future__ import annotations
@@ -171,13 +171,13 @@ class BPMeans(FeatureMixin, BaseEstimator):
     Minimises ``||X - Z A||_F^2 + lam * K`` over binary ``Z`` (n_samples x K) and features ``A`` (K x D). Each
     pass sweeps every row's bits coordinate-wise and opens the row's residual as a new feature when its squared
     norm exceeds ``lam``; then empty features are deleted, identical ones merged, and ``A = pinv(Z'Z) Z'X`` is
-    computed from the tree-reduced ``G = Z'Z`` and ``B = Z'X`` (ALGORITHMS.md 2.2, E-MB1). Features are opened
+    computed from the tree-reduced ``G = Z'Z`` and ``B = Z'X`` (docs/algorithms.md 2.2, E-MB1). Features are opened
     with optimistic concurrency control (8.3): the result equals serial BP-means on the order ``serial_order_``.
 
     Parameters
     ----------
     lam : float
-        Penalty per feature, in squared-distance units (ALGORITHMS.md section 0; [MB]'s ``lambda^2``).
+        Penalty per feature, in squared-distance units (docs/algorithms.md section 0; [MB]'s ``lambda^2``).
     init : {"sample", "greedy", "empty"}, default "sample"
         "sample": ``n_init`` restarts of serial BP-means on the rows of the serial prefix (``prefix_size`` rows,
         already gathered by the first pass over the data, so this costs no extra pass), each followed by the
@@ -186,7 +186,7 @@ class BPMeans(FeatureMixin, BaseEstimator):
         sample start the fit. This avoids the local optima where BP-means keeps "combination" features
         (``a + b`` next to ``a`` and ``-b``) that its opening rule creates from the first rows it sees. With
         ``prefix_size=0`` it is "empty".
-        "greedy": the K-means++-style initialisation of ALGORITHMS.md 2.6 (a base feature at the mean, then
+        "greedy": the K-means++-style initialisation of docs/algorithms.md 2.6 (a base feature at the mean, then
         features drawn from the residuals of rows whose squared residual exceeds ``lam`` while the objective
         decreases; one pass per feature). "empty": K = 0.
     n_init : int, default 10
@@ -197,7 +197,7 @@ class BPMeans(FeatureMixin, BaseEstimator):
         Bound on K. A ``lam`` so small that more features would be opened raises an error suggesting a larger
         ``lam``, instead of growing Z (n_samples x K bytes) until memory runs out.
     capped : bool, default False
-        Capped BP-means ([MB] eq. 15, ALGORITHMS.md 2.4): never more than ``max_features`` features. Once K
+        Capped BP-means ([MB] eq. 15, docs/algorithms.md 2.4): never more than ``max_features`` features. Once K
         reaches it, rows whose residual exceeds ``lam`` keep their swept bits instead of opening a feature (no
         error); the objective is ``||X - ZA||^2 + lam * min(K, max_features)``, which is the same number since
         K never exceeds the cap. The OCC result still equals serial capped BP-means on ``serial_order_``.

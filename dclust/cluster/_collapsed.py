@@ -1,4 +1,4 @@
-"""In-memory serial variants of MAD-Bayes ([MB] section 4.1): collapsed DP-means (ALGORITHMS.md 1.4), capped
+"""In-memory serial variants of MAD-Bayes ([MB] section 4.1): collapsed DP-means (docs/algorithms.md 1.4), capped
 DP-means (1.5) and collapsed BP-means (2.3).
 
 Both accept numpy, dask, zarr or xarray input, check the number of rows from metadata against ``max_samples`` (a
@@ -23,7 +23,7 @@ __all__ = ["CollapsedDPMeans", "CappedDPMeans", "CollapsedBPMeans"]
 
 
 def _processing_order(n: int, shuffle: bool, random_state) -> np.ndarray:
-    """The permutation drawn once per fit and reused in every pass (ALGORITHMS.md section 0)."""
+    """The permutation drawn once per fit and reused in every pass (docs/algorithms.md section 0)."""
     if not shuffle:
         return np.arange(n, dtype=np.int64)
     return as_generator(random_state).permutation(n).astype(np.int64)
@@ -41,7 +41,7 @@ def _restart_orders(n: int, random_state, n_init: int) -> list[np.ndarray]:
 
 class _Passes(Step):
     """Serial passes of an in-memory estimator for the fit loop: every pass visits the rows in one processing order
-    drawn once per fit (ALGORITHMS.md section 0). The state: ``order``, ``history`` (the objective after every
+    drawn once per fit (docs/algorithms.md section 0). The state: ``order``, ``history`` (the objective after every
     pass), ``changed`` (the last pass changed the model) and the model's arrays. A subclass gives ``initial()``
     (the model's arrays before the first pass), ``one_pass(state)`` (``(model arrays, objective, changed,
     event extra)``), ``size(state)`` (clusters or features) and ``read(ck, saved, n)`` (the model's arrays of a
@@ -190,7 +190,7 @@ class _CollapsedBPPasses(_Passes):
 
 @register
 class CollapsedDPMeans(CentroidMixin, _InMemory):
-    """Collapsed DP-means ([MB] eq. 8/9, ALGORITHMS.md 1.4): the centres are always the cluster means.
+    """Collapsed DP-means ([MB] eq. 8/9, docs/algorithms.md 1.4): the centres are always the cluster means.
 
     Minimises ``J_C(z) = sum_k SSE_k + lam * K`` by a Hartigan-style descent: every point, in a seeded processing
     order reused in every pass, leaves its cluster and joins the cluster with the smallest exact increase
@@ -287,7 +287,7 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
 
 @register
 class CappedDPMeans(CentroidMixin, _InMemory):
-    """Capped DP-means ([MB] eq. 12, ALGORITHMS.md 1.5): serial DP-means that never opens more than
+    """Capped DP-means ([MB] eq. 12, docs/algorithms.md 1.5): serial DP-means that never opens more than
     ``max_clusters`` clusters.
 
     Each pass visits the rows in a seeded order (reused in every pass) against fixed centres: a row farther than
@@ -379,7 +379,7 @@ class CappedDPMeans(CentroidMixin, _InMemory):
 
 @register
 class CollapsedBPMeans(FeatureMixin, _InMemory):
-    """Collapsed BP-means ([MB] eq. 10, ALGORITHMS.md 2.3): BP-means with the features integrated out.
+    """Collapsed BP-means ([MB] eq. 10, docs/algorithms.md 2.3): BP-means with the features integrated out.
 
     Minimises ``J_CBP(Z) = ||X||^2 - tr(B' pinv(G) B) + lam * K`` over binary ``Z`` (``G = Z'Z``, ``B = Z'X``):
     the features are always the least-squares ``A = pinv(G) B`` (E-MB1, E-MB2). Every row, in a seeded order

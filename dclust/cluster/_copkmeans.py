@@ -1,5 +1,5 @@
 """COP-style constrained k-means (Wagstaff et al. 2001), in memory: the hard-constraint reference of the UCI
-protocol (ALGORITHMS.md 10.3).
+protocol (docs/algorithms.md 10.3).
 
 Internal (not exported, not registered): a cheap baseline beside RDP-means, GM-PR and TVClust, for data that fits
 in memory. Must-links are made transitive first (union-find), so every must-link component moves as one weighted

@@ -140,7 +140,7 @@ class DPMeans(CentroidMixin, BaseEstimator):
     Parameters
     ----------
     lam : float, optional
-        Penalty per cluster in squared-distance units (ALGORITHMS.md section 0). Give ``lam`` or ``n_clusters``.
+        Penalty per cluster in squared-distance units (docs/algorithms.md section 0). Give ``lam`` or ``n_clusters``.
     n_clusters : int, optional
         Target number of clusters: ``lam`` is chosen by the k-th furthest-first heuristic (``lam_``).
     init : {"mean", "empty"}, default "mean"

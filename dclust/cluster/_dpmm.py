@@ -1,4 +1,4 @@
-"""Collapsed Gibbs for the DP mixture (ALGORITHMS.md 7, 10.1): the slow, exact reference for DP-means, in memory, seeded.
+"""Collapsed Gibbs for the DP mixture (docs/algorithms.md 7, 10.1): the slow, exact reference for DP-means, in memory, seeded.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _dpmm_labels(Xb, *, offset, block_index, counts, means, variances, sigma2):
 
 @register
 class DPMMGibbs(ClusterMixin, _InMemory):
-    """Collapsed Gibbs sampler for the Dirichlet-process mixture of isotropic Gaussians (ALGORITHMS.md 7).
+    """Collapsed Gibbs sampler for the Dirichlet-process mixture of isotropic Gaussians (docs/algorithms.md 7).
 
     Model: ``mu_k ~ N(mu0, rho2 I)``, ``x_n | z_n = k ~ N(mu_k, sigma2 I)`` with ``sigma2`` known, and the CRP with
     concentration ``alpha`` on the partition (new table with probability ``alpha / (alpha + n - 1)`` for the n-th

@@ -1,4 +1,4 @@
-"""GM-PR: a Gaussian mixture (of mixtures) fitted by EM with must-link and cannot-link relations (ALGORITHMS.md 6)."""
+"""GM-PR: a Gaussian mixture (of mixtures) fitted by EM with must-link and cannot-link relations (docs/algorithms.md 6)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class GMPR(ClusterMixin, BaseEstimator):
     """Gaussian mixture with pairwise relations (GM-PR, Yu, Elhabian & Whitaker), fitted by EM on Dask.
 
     Each of ``n_classes`` classes is a mixture of ``clusters_per_class`` Gaussians. Must-linked points share one
-    class variable; cannot-linked points have different classes (ALGORITHMS.md 6.1). Every pass is one E-step
+    class variable; cannot-linked points have different classes (docs/algorithms.md 6.1). Every pass is one E-step
     of one task per row block (its unlinked rows and its share of the links, whose far endpoints are gathered
     once per fit), with per-component statistics merged by Chan's rule in a tree; the class weights are then
     solved on the driver (closed form for two classes, SLSQP with generalised-EM acceptance otherwise). A point
@@ -68,7 +68,7 @@ class GMPR(ClusterMixin, BaseEstimator):
     init : {"chunklets", "k-means++", "random"}, default "chunklets"
         Class seeds (and each class's sub-cluster seeds) by D² sampling with one local trial, or uniformly, on
         a uniform sample of ``init_sample_size`` rows; then one pass assigns every row to its nearest seed and
-        gives the initial means and covariances (ALGORITHMS.md 6.5). ``α = 1/M``, ``π = 1/m_K``. "chunklets"
+        gives the initial means and covariances (docs/algorithms.md 6.5). ``α = 1/M``, ``π = 1/m_K``. "chunklets"
         (the link-aware variant of 6.5) seeds the classes from the must-link components and the sample by a
         constrained k-means that keeps cannot-linked chunklets apart; without links it is "k-means++".
     init_sample_size : int, default 10000
@@ -91,7 +91,7 @@ class GMPR(ClusterMixin, BaseEstimator):
     means_ : ndarray (n_classes, clusters_per_class, n_features)
     covariances_ : ndarray (n_classes, clusters_per_class, n_features, n_features) or (..., n_features) for diag
     log_likelihood_ : float
-        ``ℓ`` of ALGORITHMS.md 6.2 at the final parameters.
+        ``ℓ`` of docs/algorithms.md 6.2 at the final parameters.
     objective_history_ : list of float
         ``ℓ`` at the initial parameters and after every M-step (non-decreasing up to rounding and ``reg_covar``).
     n_iter_ : int

@@ -1,4 +1,4 @@
-"""GM-PR's link-aware initialisation (ALGORITHMS.md 6.5, "link-aware variant"): class seeds from the must-link
+"""GM-PR's link-aware initialisation (docs/algorithms.md 6.5, "link-aware variant"): class seeds from the must-link
 closure.
 
 The connected components of the must-links ("chunklets") are units that stay together. Their means, weighted by

@@ -1,4 +1,4 @@
-"""Collapsed Gibbs for the Indian-buffet linear-Gaussian model (ALGORITHMS.md 10.1): the sampler BP-means is
+"""Collapsed Gibbs for the Indian-buffet linear-Gaussian model (docs/algorithms.md 10.1): the sampler BP-means is
 compared with, in memory, seeded.
 """
 
@@ -25,7 +25,7 @@ def _ibp_codes(Xb, features, probs, sigma_x):
 @register
 class IBPGibbs(TransformerMixin, _InMemory):
     """Collapsed Gibbs sampler for the Indian-buffet linear-Gaussian feature model (Griffiths & Ghahramani 2006),
-    the sampler [MB] 5.1 compares BP-means with (ALGORITHMS.md 10.1).
+    the sampler [MB] 5.1 compares BP-means with (docs/algorithms.md 10.1).
 
     Model: ``Z ~ IBP(alpha)``, feature means ``A_k ~ N(0, sigma_a^2 I)``, ``x_n ~ N(z_n A, sigma_x^2 I)``.
     *Collapsed*: A is integrated out, as in Griffiths & Ghahramani's sampler. Each sweep visits the rows in a fresh

@@ -1,4 +1,4 @@
-"""The base of the in-memory reference estimators (ALGORITHMS.md 7, 10.1): each accepts numpy, dask, zarr or
+"""The base of the in-memory reference estimators (docs/algorithms.md 7, 10.1): each accepts numpy, dask, zarr or
 xarray input, checks the size from metadata against ``max_samples`` (a clear
 :class:`~dclust.errors.InvalidDataError` above it) and only then computes the data into memory.
 """

@@ -1,4 +1,4 @@
-"""K-features (ALGORITHMS.md 2.4) and stepwise K-features (2.5): feature allocation with a fixed number of
+"""K-features (docs/algorithms.md 2.4) and stepwise K-features (2.5): feature allocation with a fixed number of
 features, every row optimised independently (fully parallel), with greedy initialisation (2.6) and restarts."""
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class KFeatures(FeatureMixin, BaseEstimator):
 
     Step 1 optimises every row independently (coordinate sweeps repeated until the row stops changing, or all
     ``2**K`` rows with ``exhaustive=True``), so it is one parallel map; step 2 is ``A = pinv(Z'Z) Z'X`` from the
-    tree-reduced ``G`` and ``B``. Features start from the greedy initialisation of ALGORITHMS.md 2.6 (a base
+    tree-reduced ``G`` and ``B``. Features start from the greedy initialisation of docs/algorithms.md 2.6 (a base
     feature at the mean plus ``n_components - 1`` drawn residuals); the best of ``n_init`` restarts is kept.
 
     Parameters
@@ -255,7 +255,7 @@ def _store(est, best, info, d, lam_k):
 
 @register
 class StepwiseKFeatures(FeatureMixin, BaseEstimator):
-    """Stepwise K-features ([MB] section 5, ALGORITHMS.md 2.5): K-features for K = 1, 2, ... until the BP-means
+    """Stepwise K-features ([MB] section 5, docs/algorithms.md 2.5): K-features for K = 1, 2, ... until the BP-means
     objective ``||X - ZA||^2 + lam*K`` stops decreasing; the last K that decreased it is returned (E-MB4).
 
     Parameters

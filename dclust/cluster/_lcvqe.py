@@ -1,5 +1,5 @@
 """LCVQE (Pelleg and Baras 2007): k-means with a linear penalty for violated links, a baseline of the [TV] UCI
-tables (ALGORITHMS.md 10.3). An in-memory reference, size-guarded; not a scalable estimator.
+tables (docs/algorithms.md 10.3). An in-memory reference, size-guarded; not a scalable estimator.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """MPCK-means (Bilenko, Basu and Mooney 2004): constrained k-means with metric learning, a baseline of the [TV] UCI
-tables (ALGORITHMS.md 10.3). An in-memory reference, size-guarded; not a scalable estimator.
+tables (docs/algorithms.md 10.3). An in-memory reference, size-guarded; not a scalable estimator.
 """
 
 from __future__ import annotations

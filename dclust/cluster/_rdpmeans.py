@@ -1,4 +1,4 @@
-"""RDP-means on Dask: DP-means with soft must-link / cannot-link side information ([TV] Alg. 1, ALGORITHMS.md 5)."""
+"""RDP-means on Dask: DP-means with soft must-link / cannot-link side information ([TV] Alg. 1, docs/algorithms.md 5)."""
 
 from __future__ import annotations
 
@@ -157,12 +157,12 @@ class _Passes(Step):
 class RDPMeans(CentroidMixin, BaseEstimator):
     """RDP-means: DP-means whose assignments also reward must-links and penalise cannot-links inside clusters.
 
-    Minimises (each linked pair counted once, ALGORITHMS.md 5.2)
+    Minimises (each linked pair counted once, docs/algorithms.md 5.2)
     ``J = sum_n D(x_n, mu_{z_n}) - xi * #must-links inside clusters + xi * #cannot-links inside clusters
     + lam * K``, by the serial pass of [TV] Algorithm 1 while the link weight ``xi`` grows from ``xi0`` by
     ``xi_rate`` each iteration. Links are soft, so noisy side information is fine.
 
-    Distribution (ALGORITHMS.md 8.4): each pass first assigns the rows without links (DP-means with optimistic
+    Distribution (docs/algorithms.md 8.4): each pass first assigns the rows without links (DP-means with optimistic
     concurrency over the row blocks, new clusters validated serially), then the linked rows one
     colour class of the link graph at a time (rows of one class share no link, so they run in parallel). All
     colour phases of a pass form one task graph: each phase's proposals are validated serially by a task that

@@ -1,4 +1,4 @@
-"""Spectral clustering by normalized cut (ALGORITHMS.md 7): an in-memory, seeded reference.
+"""Spectral clustering by normalized cut (docs/algorithms.md 7): an in-memory, seeded reference.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _nn_labels(Xb, *, offset, block_index, train, labels):
 
 @register
 class SpectralClustering(ClusterMixin, _InMemory):
-    """Spectral clustering by normalized cut (Shi & Malik; Ng, Jordan & Weiss), in memory (ALGORITHMS.md 7).
+    """Spectral clustering by normalized cut (Shi & Malik; Ng, Jordan & Weiss), in memory (docs/algorithms.md 7).
 
     Builds the affinity W (RBF ``exp(-gamma ||x_i - x_j||^2)``, dense, or the symmetrised kNN connectivity,
     sparse), takes the ``n_clusters`` eigenvectors of the symmetric normalised Laplacian

@@ -1,4 +1,4 @@
-"""TVClust: the Gibbs sampler of a Dirichlet-process Gaussian mixture with noisy links (ALGORITHMS.md 5.6).
+"""TVClust: the Gibbs sampler of a Dirichlet-process Gaussian mixture with noisy links (docs/algorithms.md 5.6).
 
 An in-memory reference for small data (at most ``max_samples`` rows): the scalable algorithm with side
 information is RDP-means, its small-variance limit.

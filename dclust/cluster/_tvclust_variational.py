@@ -26,7 +26,7 @@ __all__ = ["TVClustVariational"]
 class TVClustVariational(_InMemory):
     """TVClust fitted by mean-field variational inference: a truncated DP mixture of Gaussians with noisy links.
 
-    Model (ALGORITHMS.md 5.6): stick-breaking weights ``v_k ~ Beta(1, alpha)``, ``(mu_k, Sigma_k)`` from the
+    Model (docs/algorithms.md 5.6): stick-breaking weights ``v_k ~ Beta(1, alpha)``, ``(mu_k, Sigma_k)`` from the
     Normal-inverse-Wishart prior of :class:`dclust.TVClust`, and a link ``(i, j)`` observed as a must-link with
     probability ``p`` when ``z_i = z_j`` and as a cannot-link with probability ``q`` otherwise. The posterior is
     approximated by ``q(v) q(mu, Sigma) q(z)`` with ``n_components`` sticks (Blei and Jordan 2006). Every iteration

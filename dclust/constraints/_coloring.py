@@ -1,4 +1,4 @@
-"""Greedy point-level colouring of the link graph (ALGORITHMS.md 8.4): rows of one colour share no link."""
+"""Greedy point-level colouring of the link graph (docs/algorithms.md 8.4): rows of one colour share no link."""
 
 from __future__ import annotations
 

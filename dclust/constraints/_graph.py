@@ -1,4 +1,4 @@
-"""The block-sparse must-link / cannot-link graph (ALGORITHMS.md 5.1, 8.4)."""
+"""The block-sparse must-link / cannot-link graph (docs/algorithms.md 5.1, 8.4)."""
 
 from __future__ import annotations
 
@@ -212,7 +212,7 @@ class ConstraintGraph:
         chunks: Any = None,
         check_feasible: bool | None = None,
     ) -> "ConstraintGraph":
-        """Side information drawn from true labels, the protocol of [TV] 5.2 (ALGORITHMS.md 10.3).
+        """Side information drawn from true labels, the protocol of [TV] 5.2 (docs/algorithms.md 10.3).
 
         Draw ``round(fraction * N (N-1) / 2)`` distinct unordered pairs uniformly, make each a must-link when the
         two labels are equal and a cannot-link otherwise, then flip each link's type with probability ``1 - p``.
@@ -408,7 +408,7 @@ class ConstraintGraph:
         ----------
         symmetric : bool, default False
             False: each link once, in the stored upper blocks ``bi <= bj`` (row ``i`` of the pair in block
-            ``bi``). True: both directions, as RDP-means needs per-endpoint counts (ALGORITHMS.md 8.4): the
+            ``bi``). True: both directions, as RDP-means needs per-endpoint counts (docs/algorithms.md 8.4): the
             pairs ``(bi, bj)`` and ``(bj, bi)`` for ``bi != bj``, and the symmetrised diagonal blocks.
         """
         if not symmetric:

@@ -29,6 +29,18 @@ class LinkPairs(NamedTuple):
     """The rows of a links CSV: endpoints, must-link flags, and the weights (None without a ``weight`` column).
 
     Pass them to :meth:`dclust.ConstraintGraph.from_pairs` (``weight=pairs.weight``).
+
+    Examples
+    --------
+    >>> import os, tempfile, dclust
+    >>> from dclust.io import read_links
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = os.path.join(d, "links.csv")
+    ...     _ = open(path, "w").write("i,j,type,weight\\n0,1,must,1.0\\n2,3,cannot,0.5\\n")
+    ...     pairs = read_links(path)
+    >>> G = dclust.ConstraintGraph.from_pairs(pairs.i, pairs.j, pairs.must_link, n_samples=4, weight=pairs.weight)
+    >>> pairs.must_link.tolist(), pairs.weight.tolist()
+    ([True, False], [1.0, 0.5])
     """
 
     i: np.ndarray

@@ -68,7 +68,16 @@ def _import(module: str, what: str) -> Any:
 
 @dataclass
 class PointFrame:
-    """One frame: ``xyz`` (n, 3) and optionally ``rgb`` / ``normals`` (n, 3), all float64."""
+    """One frame: ``xyz`` (n, 3) and optionally ``rgb`` / ``normals`` (n, 3), all float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dclust.io.pointcloud import PointFrame
+    >>> frame = PointFrame(xyz=np.zeros((5, 3)), rgb=np.ones((5, 3)))
+    >>> len(frame), frame.get("rgb").shape, frame.normals is None
+    (5, (5, 3), True)
+    """
 
     xyz: np.ndarray
     rgb: np.ndarray | None = None
@@ -413,6 +422,18 @@ def scan_frames(source: Any) -> FrameSource:
         wrong dimension.
     ImportError
         plyfile / laspy (lazrs) missing for the frames given; the message names the extra ``pointcloud``.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.io.pointcloud import scan_frames, write_npy
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     for t in range(3):
+    ...         _ = write_npy(os.path.join(d, f"scan{t}.npy"), np.zeros((4 + t, 3)))
+    ...     src = scan_frames(os.path.join(d, "scan*.npy"))      # a glob; a directory or a list of files works too
+    ...     sizes = [len(src.read(t)) for t in range(len(src))]
+    >>> sizes
+    [4, 5, 6]
     """
     if isinstance(source, (list, tuple)):
         paths = [os.fspath(p) for p in source]
@@ -479,6 +500,18 @@ def _check_xyz(xyz: Any, what: str) -> np.ndarray:
 
 
 def _atomic_file(path: str, write: Callable[[str], None]) -> str:
+    """Write the file ``path`` atomically: ``write(tmp)`` writes a temporary sibling, renamed into place when it
+    returns; on any error the temporary is removed and a previous file is left as it was. Returns the absolute path.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from dclust.io.pointcloud import atomic_file
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = atomic_file(os.path.join(d, "ids.txt"), lambda tmp: open(tmp, "w").write("1 2 3"))
+    ...     print(open(path).read(), sorted(os.listdir(d)))
+    1 2 3 ['ids.txt']
+    """
     path = os.path.abspath(os.fspath(path))
     parent, name = os.path.dirname(path), os.path.basename(path)
     tmp = os.path.join(parent, f".{name}.tmp-{os.getpid()}-{np.random.default_rng().integers(1 << 40):x}")
@@ -496,7 +529,19 @@ atomic_file = _atomic_file
 
 
 def write_ply(path: str | os.PathLike, xyz: Any, rgb: Any = None, normals: Any = None, *, binary: bool = True) -> str:
-    """Write one frame as a PLY file (float32 x, y, z; uchar colours from ``rgb`` in [0, 1]; float32 normals)."""
+    """Write one frame as a PLY file (float32 x, y, z; uchar colours from ``rgb`` in [0, 1]; float32 normals).
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.io.pointcloud import scan_frames, write_ply
+    >>> xyz, rgb = np.random.default_rng(0).random((10, 3)), np.full((10, 3), 0.5)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = write_ply(os.path.join(d, "f.ply"), xyz, rgb)
+    ...     frame = scan_frames(d).read(0)
+    >>> frame.xyz.shape, bool(np.allclose(frame.xyz, xyz, atol=1e-6)), frame.rgb is not None
+    ((10, 3), True, True)
+    """
     plyfile = _import("plyfile", "writing .ply frames")
     xyz = _check_xyz(xyz, "write_ply")
     cols = _frame_fields(xyz, rgb, normals)
@@ -510,7 +555,19 @@ def write_ply(path: str | os.PathLike, xyz: Any, rgb: Any = None, normals: Any =
 
 def write_las(path: str | os.PathLike, xyz: Any, rgb: Any = None, *, scale: float = 1e-4) -> str:
     """Write one frame as LAS 1.4 (``.las``) or compressed LAZ (``.laz``, lazrs): point format 7 with colour
-    (16-bit, from ``rgb`` in [0, 1]) or 6 without."""
+    (16-bit, from ``rgb`` in [0, 1]) or 6 without.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.io.pointcloud import scan_frames, write_las
+    >>> xyz = np.random.default_rng(0).random((10, 3)) * 10
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = write_las(os.path.join(d, "f.las"), xyz)
+    ...     frame = scan_frames(d).read(0)
+    >>> bool(np.allclose(frame.xyz, xyz, atol=1e-4))     # coordinates stored at the scale 1e-4
+    True
+    """
     laspy = _laspy("writing .las/.laz frames")
     xyz = _check_xyz(xyz, "write_las")
     header = laspy.LasHeader(point_format=7 if rgb is not None else 6, version="1.4")
@@ -532,7 +589,18 @@ def write_las(path: str | os.PathLike, xyz: Any, rgb: Any = None, *, scale: floa
 
 
 def write_npy(path: str | os.PathLike, xyz: Any, rgb: Any = None, normals: Any = None) -> str:
-    """Write one frame as a plain ``.npy`` array: (n, 3), (n, 6) with rgb, or (n, 9) with rgb and normals."""
+    """Write one frame as a plain ``.npy`` array: (n, 3), (n, 6) with rgb, or (n, 9) with rgb and normals.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.io.pointcloud import write_npy
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = write_npy(os.path.join(d, "f.npy"), np.zeros((4, 3)), rgb=np.ones((4, 3)))
+    ...     shape = np.load(path).shape
+    >>> shape
+    (4, 6)
+    """
     xyz = _check_xyz(xyz, "write_npy")
     if normals is not None and rgb is None:
         raise InvalidParameterError(message("write_npy(normals=...)", "normals together with rgb (columns 6-8)",
@@ -549,7 +617,21 @@ def write_npy(path: str | os.PathLike, xyz: Any, rgb: Any = None, normals: Any =
 
 def check_new_file(path: str, overwrite: bool, option: str) -> str:
     """Absolute path of a new output file; raises StorageError if it exists (without ``overwrite``) or is a
-    directory."""
+    directory.
+
+    Examples
+    --------
+    >>> import os, tempfile, dclust
+    >>> from dclust.io.pointcloud import check_new_file
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = os.path.join(d, "tracks.csv")
+    ...     _ = open(path, "w").write("id\\n")
+    ...     try:
+    ...         check_new_file(path, overwrite=False, option="--tracks")
+    ...     except dclust.errors.StorageError:
+    ...         print("exists:", check_new_file(path, overwrite=True, option="--tracks") == path)
+    exists: True
+    """
     local = os.path.abspath(os.fspath(path))
     if os.path.lexists(local):
         if os.path.isdir(local) or not overwrite:
@@ -567,6 +649,20 @@ class FrameLabelsWriter:
 
     Zarr v3 group with ``labels`` (frames, max_points) int32, ``-1`` padding, one chunk per frame (blosc-lz4), and
     ``counts`` (frames,) int32.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, zarr
+    >>> from dclust.io.pointcloud import FrameLabelsWriter, write_labels_store
+    >>> def fill(tmp):
+    ...     writer = FrameLabelsWriter(tmp, n_frames=2, max_points=3, counts=np.array([3, 2]), attrs={"lam": 4.0})
+    ...     writer.write(0, np.array([0, 0, 1]))
+    ...     writer.write(1, np.array([1, 1]))
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     store = write_labels_store(os.path.join(d, "ids.zarr"), False, fill)
+    ...     labels = zarr.open_group(store, mode="r")["labels"][...]
+    >>> labels.tolist()                                     # -1 pads the shorter frame
+    [[0, 0, 1], [1, 1, -1]]
     """
 
     def __init__(self, tmp: str, n_frames: int, max_points: int, counts: np.ndarray, attrs: dict) -> None:
@@ -594,7 +690,20 @@ class FrameLabelsWriter:
 
 def check_new_store(path: str | os.PathLike, overwrite: bool, option: str = "OUT.zarr") -> str:
     """Absolute local path of a new Zarr store; raises StorageError (before anything is written) for a remote URL,
-    an existing store without ``overwrite``, or an existing path that is not a Zarr store."""
+    an existing store without ``overwrite``, or an existing path that is not a Zarr store.
+
+    Examples
+    --------
+    >>> import os, tempfile, dclust
+    >>> from dclust.io.pointcloud import check_new_store
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = check_new_store(os.path.join(d, "ids.zarr"), overwrite=False)   # free: its absolute path
+    ...     try:
+    ...         check_new_store("s3://bucket/ids.zarr", overwrite=False)
+    ...     except dclust.errors.StorageError:
+    ...         print(os.path.basename(path), "remote refused")
+    ids.zarr remote refused
+    """
     local = _resolve(path, option)[1]
     if local is None:
         raise StorageError(message(f"{option} {os.fspath(path)!r}", "a local path (the store is renamed into place "
@@ -604,14 +713,34 @@ def check_new_store(path: str | os.PathLike, overwrite: bool, option: str = "OUT
 
 
 def write_labels_store(path: str, overwrite: bool, fill: Callable[[str], None]) -> str:
-    """Create the store at ``path`` atomically: ``fill(tmp)`` writes it (e.g. through :class:`FrameLabelsWriter`)."""
+    """Create the store at ``path`` atomically: ``fill(tmp)`` writes it (e.g. through :class:`FrameLabelsWriter`).
+
+    Examples
+    --------
+    >>> import os, tempfile, zarr
+    >>> from dclust.io.pointcloud import write_labels_store
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = write_labels_store(os.path.join(d, "out.zarr"), False, lambda tmp: zarr.create_group(store=tmp))
+    ...     print(os.listdir(d))                            # the temporary was renamed into place
+    ['out.zarr']
+    """
     local = check_new_store(path, overwrite)
     _atomic_write(local, fill)
     return local
 
 
 def write_table(columns: dict[str, np.ndarray], path: str) -> str:
-    """Write a table (equal-length columns) as Parquet (``.parquet``/``.pq``, pyarrow) or CSV, atomically."""
+    """Write a table (equal-length columns) as Parquet (``.parquet``/``.pq``, pyarrow) or CSV, atomically.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.io.pointcloud import write_table
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = write_table({"id": np.array([0, 1]), "n_points": np.array([10, 12])}, os.path.join(d, "tracks.csv"))
+    ...     print(open(path).read().splitlines()[0])
+    id,n_points
+    """
     lower = os.fspath(path).lower()
     if lower.endswith((".parquet", ".pq")):
         try:

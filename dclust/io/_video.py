@@ -68,7 +68,14 @@ def import_av() -> Any:
 
 
 def is_zarr_path(path: str | os.PathLike) -> bool:
-    """True for a path that names (or will name) a Zarr store: an existing Zarr directory or a ``.zarr`` suffix."""
+    """True for a path that names (or will name) a Zarr store: an existing Zarr directory or a ``.zarr`` suffix.
+
+    Examples
+    --------
+    >>> from dclust.io.video import is_zarr_path
+    >>> is_zarr_path("frames.zarr"), is_zarr_path("movie.mp4")
+    (True, False)
+    """
     text = os.fspath(path).rstrip("/")
     return text.endswith(".zarr") or _is_zarr_dir(os.path.abspath(text))
 
@@ -81,6 +88,15 @@ class FrameSource:
 
     Attributes: ``path``, ``width``, ``height``, ``fps`` (Fraction), ``n_frames`` (int, or None when a video
     container does not state it), ``kind`` ("video" or "zarr").
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.io.video import open_frames, write_video
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     src = open_frames(write_video([np.full((2, 3, 3), t, np.uint8) for t in range(4)], os.path.join(d, "c.zarr")))
+    ...     print([int(f[0, 0, 0]) for f in src.frames(1, 3)], int(src.frame(3)[0, 0, 0]))
+    [1, 2] 3
     """
 
     def __init__(self, path: str, kind: str, width: int, height: int, fps: Fraction, n_frames: int | None,
@@ -148,6 +164,16 @@ def open_frames(path: str | os.PathLike) -> FrameSource:
         Not a readable video with a video stream, a Zarr array of the wrong shape/dtype, or zero frames stated.
     ImportError
         A video file while PyAV is not installed (names the extra ``video``).
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.io.video import open_frames, write_video
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = write_video([np.zeros((4, 6, 3), np.uint8)] * 5, os.path.join(d, "clip.zarr"), fps=30)
+    ...     src = open_frames(path)
+    ...     print(src.kind, src.n_frames, (src.height, src.width), src.fps)
+    zarr 5 (4, 6) 30
     """
     text = os.fspath(path)
     if not os.path.lexists(text):
@@ -199,7 +225,20 @@ def open_frames(path: str | os.PathLike) -> FrameSource:
 
 
 class FrameSink:
-    """A new video file or Zarr frames store, written under a temporary name; ``commit`` renames it into place."""
+    """A new video file or Zarr frames store, written under a temporary name; ``commit`` renames it into place.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from fractions import Fraction
+    >>> from dclust.io.video import create_sink
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     sink = create_sink(os.path.join(d, "out.zarr"), 2, 2, Fraction(25), n_frames=1)
+    ...     sink.write(np.zeros((2, 2, 3), np.uint8))
+    ...     sink.abort()                                    # nothing is left behind
+    ...     print(os.listdir(d))
+    []
+    """
 
     def write(self, frame: np.ndarray) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -325,7 +364,21 @@ class _ZarrSink(FrameSink):
 def create_sink(path: str | os.PathLike, width: int, height: int, fps: Fraction, *, n_frames: int | None = None,
                 codec: str | None = None) -> FrameSink:
     """A new output for frames of ``width`` x ``height``: a Zarr store for ``*.zarr`` paths, else a video file
-    whose container follows the extension (H.264 via libx264 when available, else the best encoder offered)."""
+    whose container follows the extension (H.264 via libx264 when available, else the best encoder offered).
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from fractions import Fraction
+    >>> from dclust.io.video import create_sink, open_frames
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     sink = create_sink(os.path.join(d, "out.zarr"), 6, 4, Fraction(25), n_frames=2)
+    ...     for t in range(2):
+    ...         sink.write(np.full((4, 6, 3), t, np.uint8))
+    ...     path = sink.commit()
+    ...     print(open_frames(os.path.join(d, "out.zarr")).n_frames)
+    2
+    """
     target = os.path.abspath(os.fspath(path))
     if is_zarr_path(target):
         return _ZarrSink(target, width, height, fps, n_frames)
@@ -334,7 +387,18 @@ def create_sink(path: str | os.PathLike, width: int, height: int, fps: Fraction,
 
 def write_video(frames: Any, path: str | os.PathLike, *, fps: float | Fraction = 25, codec: str | None = None,
                 overwrite: bool = False) -> str:
-    """Write an iterable of ``(H, W, 3)`` uint8 RGB frames to a video file or a Zarr store, atomically."""
+    """Write an iterable of ``(H, W, 3)`` uint8 RGB frames to a video file or a Zarr store, atomically.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.io.video import read_frame, write_video
+    >>> frames = (np.full((4, 6, 3), t, np.uint8) for t in range(3))        # any iterable of frames
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = write_video(frames, os.path.join(d, "clip.zarr"))
+    ...     print(int(read_frame(path, 2)[0, 0, 0]))
+    2
+    """
     target = check_output(path, overwrite)
     it = iter(frames)
     first = np.asarray(next(it))
@@ -351,7 +415,17 @@ def write_video(frames: Any, path: str | os.PathLike, *, fps: float | Fraction =
 
 
 def remove_tree(path: str) -> None:
-    """Remove a file or directory if present (checkpoint clean-up)."""
+    """Remove a file or directory if present (checkpoint clean-up).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from dclust.io.video import remove_tree
+    >>> d = tempfile.mkdtemp()
+    >>> remove_tree(d); remove_tree(d)                       # a missing path is not an error
+    >>> os.path.exists(d)
+    False
+    """
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
     elif os.path.lexists(path):
@@ -359,21 +433,53 @@ def remove_tree(path: str) -> None:
 
 
 def read_frame(path: str, t: int) -> np.ndarray:
-    """Frame ``t`` of a Zarr frames store (used by workers of a distributed job)."""
+    """Frame ``t`` of a Zarr frames store (used by workers of a distributed job).
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.io.video import read_frame, write_video
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = write_video([np.full((2, 2, 3), 7, np.uint8)], os.path.join(d, "one.zarr"))
+    ...     frame = read_frame(path, 0)
+    >>> frame.shape, frame.dtype.name, int(frame.max())
+    ((2, 2, 3), 'uint8', 7)
+    """
     import zarr
 
     return np.ascontiguousarray(zarr.open_array(path, mode="r")[t])
 
 
 def write_frame(path: str, t: int, frame: np.ndarray) -> None:
-    """Write frame ``t`` into an existing Zarr frames store (one chunk per frame: writers never share a chunk)."""
+    """Write frame ``t`` into an existing Zarr frames store (one chunk per frame: writers never share a chunk).
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.io.video import read_frame, write_frame, write_video
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = write_video([np.zeros((2, 2, 3), np.uint8)] * 2, os.path.join(d, "clip.zarr"))
+    ...     write_frame(path, 1, np.full((2, 2, 3), 9, np.uint8))
+    ...     print(int(read_frame(path, 0).max()), int(read_frame(path, 1).max()))
+    0 9
+    """
     import zarr
 
     zarr.open_array(path, mode="r+")[t] = frame
 
 
 def write_png(image: np.ndarray, path: str | os.PathLike, *, overwrite: bool = False) -> str:
-    """Write an ``(H, W, 3)`` RGB or ``(H, W, 4)`` RGBA uint8 image as a PNG (zlib only), atomically."""
+    """Write an ``(H, W, 3)`` RGB or ``(H, W, 4)`` RGBA uint8 image as a PNG (zlib only), atomically.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np
+    >>> from dclust.io.video import write_png
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = write_png(np.zeros((8, 8, 4), np.uint8), os.path.join(d, "palette.png"))
+    ...     print(open(path, "rb").read(8) == b"\\x89PNG\\r\\n\\x1a\\n")
+    True
+    """
     import struct
     import zlib
 

@@ -1,4 +1,4 @@
-"""BP-means kernels (ALGORITHMS.md 2.2, 2.7, 8.3): bit sweeps, the OCC block step, the serial validation of
+"""BP-means kernels (docs/algorithms.md 2.2, 2.7, 8.3): bit sweeps, the OCC block step, the serial validation of
 proposals, the feature update ``A = pinv(G) B``, feature pruning, the objective and a plain serial reference.
 
 Everything here is pure numpy/numba: one block (or the driver's small arrays) in, arrays out.
@@ -126,7 +126,7 @@ def _sweep_rows(X, Z, A, aa, repeat):
 def sweep_rows(X: np.ndarray, Z: np.ndarray, A: np.ndarray, *, repeat: bool = False):
     """Coordinate sweeps of every row of ``Z`` (uint8, (n, K), changed in place) against fixed features ``A``.
 
-    One sweep per row, or (``repeat=True``, the K-features step of ALGORITHMS.md 2.4) sweeps until the row stops
+    One sweep per row, or (``repeat=True``, the K-features step of docs/algorithms.md 2.4) sweeps until the row stops
     changing. Returns ``(q, flips)``: the final squared residual of every row and the number of bits changed.
     """
     A = np.ascontiguousarray(A, dtype=np.float64).reshape(-1, X.shape[1])
@@ -172,7 +172,7 @@ def _serial_sweep(X, Z0, R, A0, lam, k_from, max_new, saturate):
 
 
 def serial_sweep(X, Z, A, lam, *, R=None, k_from=None, max_new=None, saturate=False):
-    """Serial BP-means step 1 over the rows of ``X`` in order, opening features (ALGORITHMS.md 2.2 and 8.3).
+    """Serial BP-means step 1 over the rows of ``X`` in order, opening features (docs/algorithms.md 2.2 and 8.3).
 
     Parameters
     ----------
@@ -290,7 +290,7 @@ def gram_partial(X: np.ndarray, Z: np.ndarray, rows: np.ndarray | None = None):
 
 @dataclass
 class BPBlockResult:
-    """What one block returns from a keyed OCC epoch of BP-means (ALGORITHMS.md 8.3)."""
+    """What one block returns from a keyed OCC epoch of BP-means (docs/algorithms.md 8.3)."""
 
     Z: np.ndarray  # (n_b, K_snapshot) uint8: the block's bits after the epoch (proposers' swept bits included)
     G: np.ndarray  # Z'Z over the rows finished in this epoch (non-proposers)
@@ -415,7 +415,7 @@ def _ref_sweep(x, z, A, lam_open=None):
 
 
 def bpmeans_reference(X, lam, orders, *, features=None, Z=None, max_iter=100, cap=None):
-    """Serial BP-means (ALGORITHMS.md 2.2), plain Python loops: the oracle of the tests.
+    """Serial BP-means (docs/algorithms.md 2.2), plain Python loops: the oracle of the tests.
 
     Parameters
     ----------
@@ -466,7 +466,7 @@ def bpmeans_reference(X, lam, orders, *, features=None, Z=None, max_iter=100, ca
 
 
 def serial_bpmeans(X, lam, order, *, features=None, max_iter=100, max_features=None, cap=None):
-    """Serial BP-means (ALGORITHMS.md 2.2) on in-memory rows with the numba kernels, rows visited in ``order``.
+    """Serial BP-means (docs/algorithms.md 2.2) on in-memory rows with the numba kernels, rows visited in ``order``.
 
     ``cap`` (capped BP-means, [MB] eq. 15): never more than ``cap`` features. Without a cap, more than
     ``max_features`` features stops the run: the function then returns ``None`` for Z.

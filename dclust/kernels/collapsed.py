@@ -1,4 +1,4 @@
-"""Serial in-memory kernels: collapsed DP-means (ALGORITHMS.md 1.4) and capped DP-means (1.5), plus plain-Python
+"""Serial in-memory kernels: collapsed DP-means (docs/algorithms.md 1.4) and capped DP-means (1.5), plus plain-Python
 references used as test oracles.
 
 Collapsed DP-means is a Hartigan-style descent on ``J_C(z) = sum_k SSE_k + lam*K``: each point, in a fixed
@@ -128,7 +128,7 @@ def collapsed_pass(X: np.ndarray, order: np.ndarray, labels: np.ndarray, lam: fl
 
 
 def collapsed_dpmeans_reference(X, lam, order, *, init="mean", max_iter=100):
-    """Collapsed DP-means (ALGORITHMS.md 1.4) in plain Python: the oracle of the tests.
+    """Collapsed DP-means (docs/algorithms.md 1.4) in plain Python: the oracle of the tests.
 
     Returns ``(labels, history)``; labels are numbered in creation order, history holds ``J_C`` after each pass.
     """
@@ -236,7 +236,7 @@ def capped_pass(X: np.ndarray, order: np.ndarray, centers: np.ndarray, labels: n
 
 
 def capped_dpmeans_reference(X, lam, order, max_clusters, *, init="mean", max_iter=100):
-    """Capped DP-means (ALGORITHMS.md 1.5) in plain Python. Returns ``(labels, centres, history)``."""
+    """Capped DP-means (docs/algorithms.md 1.5) in plain Python. Returns ``(labels, centres, history)``."""
     X = np.asarray(X, dtype=np.float64)
     n = X.shape[0]
     if init == "mean":
@@ -269,7 +269,7 @@ def capped_dpmeans_reference(X, lam, order, max_clusters, *, init="mean", max_it
 
 
 def collapsed_bp_objective(G: np.ndarray, B: np.ndarray, sq_norm: float, lam: float) -> float:
-    """``J_CBP = ||X||^2 - tr(B' pinv(G) B) + lam * K`` ([MB] eq. 10, ALGORITHMS.md 2.3) from ``(G, B, ||X||^2)``."""
+    """``J_CBP = ||X||^2 - tr(B' pinv(G) B) + lam * K`` ([MB] eq. 10, docs/algorithms.md 2.3) from ``(G, B, ||X||^2)``."""
     from .bpmeans import collapsed_objective
 
     return collapsed_objective(G, B, sq_norm, lam)
@@ -386,7 +386,7 @@ def _cbp_pass(X, order, Z, K, lam, sq_norm, rcond, tol):
 
 def collapsed_bp_pass(X: np.ndarray, order: np.ndarray, Z: np.ndarray, lam: float, sq_norm: float,
                       *, max_features: int | None = None):
-    """One pass of collapsed BP-means (ALGORITHMS.md 2.3): A is always ``pinv(Z'Z) Z'X``, so only Z is searched.
+    """One pass of collapsed BP-means (docs/algorithms.md 2.3): A is always ``pinv(Z'Z) Z'X``, so only Z is searched.
 
     For every row n in ``order``: each bit k (k = 0..K-1) is flipped iff that lowers ``J_CBP`` by more than a
     relative 1e-12 (T1, with a margin for rounding); the flip changes row and column k of ``G`` by ``+-z`` and row

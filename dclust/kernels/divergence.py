@@ -1,4 +1,4 @@
-"""Bregman divergences of RDP-means (ALGORITHMS.md 5.2): squared Euclidean and generalised KL for count data.
+"""Bregman divergences of RDP-means (docs/algorithms.md 5.2): squared Euclidean and generalised KL for count data.
 
 For KL the data rows are Laplace-smoothed and normalised first (:func:`smooth_rows`), so every row and every
 centre (a mean of rows) sums to 1 and ``D(x, mu) = sum_j x_j log x_j - x . log mu``. The mean is the optimal

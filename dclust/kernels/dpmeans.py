@@ -52,7 +52,7 @@ def serial_assign(P: np.ndarray, C: np.ndarray, lam: float):
 
 
 def dpmeans_reference(X, lam, orders, *, init="mean", max_iter=100, sample_weight=None):
-    """Serial DP-means (ALGORITHMS.md 1.2), plain numpy and Python loops: the oracle of the tests.
+    """Serial DP-means (docs/algorithms.md 1.2), plain numpy and Python loops: the oracle of the tests.
 
     ``orders`` is one permutation (reused every pass) or a list with one permutation per pass. Ties go to the
     lowest centre index; a cluster opens only when every centre is strictly farther than ``lam``.

@@ -1,4 +1,4 @@
-"""Collapsed Gibbs for the Dirichlet-process mixture with a Normal-Normal conjugate model (ALGORITHMS.md 7):
+"""Collapsed Gibbs for the Dirichlet-process mixture with a Normal-Normal conjugate model (docs/algorithms.md 7):
 known isotropic variance ``sigma2``, prior ``N(mu0, rho2 I)`` on the means, concentration ``alpha``. The slow, exact
 reference for DP-means. Pure numpy/numba; randomness only from the ``numpy.random.Generator`` passed in.
 """
@@ -18,7 +18,7 @@ _JIT = dict(nogil=True, cache=True)
 
 
 # --------------------------------------------------------------------------------------------------------------
-# DP mixture, Normal-Normal conjugate, collapsed Gibbs ([SL]; ALGORITHMS.md 7)
+# DP mixture, Normal-Normal conjugate, collapsed Gibbs ([SL]; docs/algorithms.md 7)
 # --------------------------------------------------------------------------------------------------------------
 
 

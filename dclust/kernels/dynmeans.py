@@ -1,4 +1,4 @@
-"""D-Means kernels (ALGORITHMS.md section 3): pure numpy/numba, one time step's arrays in, arrays out.
+"""D-Means kernels (docs/algorithms.md section 3): pure numpy/numba, one time step's arrays in, arrays out.
 
 Slots. During a time step the clusters are numbered by *slot*: slots ``0..n_old-1`` are the old clusters of the
 state (in id order), slots ``n_old..`` are the clusters opened during the step, in creation order. A slot is
@@ -246,7 +246,7 @@ def best_options(Y, state: StepState):
 
 
 def dm_propose(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: int, state: StepState):
-    """One keyed OCC epoch of D-Means on one block (ALGORITHMS.md 8.5): the rows whose order key lies in
+    """One keyed OCC epoch of D-Means on one block (docs/algorithms.md 8.5): the rows whose order key lies in
     ``[lo, hi]`` and whose best eq. 28 option in the snapshot ``state`` is an instantiated slot are folded into
     per-slot statistics; the others (best option a revival or a new cluster) are proposed.
 
@@ -595,7 +595,7 @@ class StepResult:
 
 
 def dmeans_reference(batches, lam, Q, tau, orders, *, max_iter=100, sample_weights=None, prefer_current=True):
-    """Serial D-Means over a stream (ALGORITHMS.md 3), plain Python loops: the oracle of the tests.
+    """Serial D-Means over a stream (docs/algorithms.md 3), plain Python loops: the oracle of the tests.
 
     Parameters
     ----------

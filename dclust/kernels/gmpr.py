@@ -1,4 +1,4 @@
-"""GM-PR kernels (ALGORITHMS.md section 6): log-densities, E-step partials for unlinked points and for link
+"""GM-PR kernels (docs/algorithms.md section 6): log-densities, E-step partials for unlinked points and for link
 blocks, the Gaussian-statistics monoid merged with Chan's rule, the M-step and the class-weight solve.
 
 Pure numpy, one block in, arrays out. Components are indexed flat, ``c = m * n_sub + k`` for class ``m`` and
@@ -157,7 +157,7 @@ class GaussianStats:
     scatter : (C, D, D) or (C, D) float64
         ``Σ w (x − mean)(x − mean)ᵀ`` about the component's own mean (its diagonal for diagonal models).
     class_counts : (M,) float64
-        ``c_m`` of ALGORITHMS.md 6.4 (a must-link posterior counted once, a cannot-link pair twice).
+        ``c_m`` of docs/algorithms.md 6.4 (a must-link posterior counted once, a cannot-link pair twice).
     loglik : float
         Sum of the log-likelihood terms seen (without the ``−|CL| log(1 − Σα²)`` normaliser).
     n_rows : int
@@ -746,7 +746,7 @@ def _project(alpha: np.ndarray) -> np.ndarray:
 
 
 def update_alpha(counts: np.ndarray, n_cannot: int, alpha_old: np.ndarray) -> tuple[np.ndarray, bool]:
-    """Class weights maximising :func:`alpha_objective` (ALGORITHMS.md 6.4, E-GP4), with GEM acceptance.
+    """Class weights maximising :func:`alpha_objective` (docs/algorithms.md 6.4, E-GP4), with GEM acceptance.
 
     Two classes: the closed form ``α_1 = (c_1 − |CL|) / (c_1 + c_2 − 2|CL|)``. Otherwise SLSQP from
     ``α⁰ = c / Σc``. The new weights are kept only if ``F(α_new) ≥ F(α_old)``.
@@ -805,7 +805,7 @@ def _slsqp_alpha(counts: np.ndarray, n_cannot: int) -> np.ndarray:
 
 
 def estep_reference(X, i, j, must, params: MixtureParams) -> tuple[GaussianStats, float]:
-    """The whole E-step in memory (the test oracle): statistics and ``ℓ(ϑ)`` of ALGORITHMS.md 6.2.
+    """The whole E-step in memory (the test oracle): statistics and ``ℓ(ϑ)`` of docs/algorithms.md 6.2.
 
     ``i, j`` are global row indices of the links and ``must`` their types. Accumulates per point and per link in
     one pass, without blocks, so it checks the blocked/tree-reduced computation.

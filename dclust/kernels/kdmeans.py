@@ -5,7 +5,7 @@ with the old centres, ``kphiphi`` (K,), ``gamma`` (K,) of eq. 19, ``penalty`` (K
 
 Every centre is kept implicitly as ``theta_c = a_c phi_{k(c)} + sum_j C_jc omega(y_j)`` (``a_c = 0`` for a new
 cluster), so squared feature-space distances are ``kyy_ii - 2 (a_c kyphi_{i,k(c)} + (kyy C)_ic) + ||theta_c||^2``.
-The label pass follows ALGORITHMS.md 3.4 and section 0: eq. 28 with every centre fixed during the pass except the
+The label pass follows docs/algorithms.md 3.4 and section 0: eq. 28 with every centre fixed during the pass except the
 one-point optimum of a cluster a point revives or opens; emptied clusters stay options until the pass ends; then
 eq. 29 (which, in feature space, is the membership itself) and the loop stops when no label changes.
 """

@@ -1,4 +1,4 @@
-"""Kernels of the K-features family (ALGORITHMS.md 2.4-2.6): the greedy K-means++-style feature initialisation,
+"""Kernels of the K-features family (docs/algorithms.md 2.4-2.6): the greedy K-means++-style feature initialisation,
 exhaustive row optimisation, and the per-row sampling keys that make the greedy draw one min-reduction."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _greedy_rows(X, A):
 
 
 def greedy_rows(X: np.ndarray, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Bits of the greedy initialisation (ALGORITHMS.md 2.6) for features ``A`` (row 0 is the base feature).
+    """Bits of the greedy initialisation (docs/algorithms.md 2.6) for features ``A`` (row 0 is the base feature).
 
     ``z_0 = 1``; then for k = 1, 2, ...: ``z_k = 1`` iff subtracting ``a_k`` strictly lowers the residual.
     Returns ``(Z (n, K) uint8, q (n,) squared residuals)``. Rows are independent, so this is a map over blocks.
@@ -88,7 +88,7 @@ def draw_keys(index: np.ndarray, weights: np.ndarray, seed: int, round_: int) ->
 
 
 def exhaustive_rows(X: np.ndarray, Z: np.ndarray, A: np.ndarray) -> tuple[np.ndarray, int]:
-    """Best of all ``2**K`` bit rows for every row of ``X`` (ALGORITHMS.md 2.4, ``exhaustive=True``).
+    """Best of all ``2**K`` bit rows for every row of ``X`` (docs/algorithms.md 2.4, ``exhaustive=True``).
 
     A row keeps its current bits ``Z`` unless another combination is strictly better (T1); among equally good
     others the first in lexicographic order wins (T2). Returns the new ``Z`` and the number of rows changed.

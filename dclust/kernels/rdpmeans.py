@@ -1,4 +1,4 @@
-"""RDP-means kernels (ALGORITHMS.md 5.2, 5.3, 8.4): block steps of a pass, the serial validation of proposals,
+"""RDP-means kernels (docs/algorithms.md 5.2, 5.3, 8.4): block steps of a pass, the serial validation of proposals,
 and a plain serial reference implementation used as the test oracle.
 
 A pass visits the rows that carry no link first (phase 0: DP-means with optimistic concurrency, their link
@@ -70,7 +70,7 @@ def _stats_skip(X, labels, mind, skip, k, offset, block_index) -> ClusterStats:
 
 
 def rdp_propose(Xb, wb, linked, *, offset, block_index, mix, lo, hi, centers, lam, kind):
-    """One keyed OCC epoch of phase 0 on one block (ALGORITHMS.md 8.4): its rows without links whose order key
+    """One keyed OCC epoch of phase 0 on one block (docs/algorithms.md 8.4): its rows without links whose order key
     (:func:`dclust.kernels.distances.order_keys`) lies in ``[lo, hi]``.
 
     A row within ``lam`` of a snapshot centre takes its nearest one (final for the pass, folded into the returned
@@ -191,7 +191,7 @@ def validate_proposals(
     rows: np.ndarray, lam: float, kind: str, centers: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Serial DP-means assignment of ``rows`` in order, with link terms 0, against ``centres`` plus the centres
-    it opens (the OCC validation of ALGORITHMS.md 8.2 and 8.4).
+    it opens (the OCC validation of docs/algorithms.md 8.2 and 8.4).
 
     For proposals, ``centres`` is empty: every proposal is already farther than ``lam`` from the snapshot (link
     terms included) and its link terms to centres opened in the same validation are 0, since its neighbours are
@@ -229,7 +229,7 @@ def rdpmeans_reference(
     X, i, j, value, lam, orders, *, xi0=0.001, xi_rate=2.0, max_xi=None, max_iter=20, divergence="euclidean",
     smoothing=0.3,
 ):
-    """Serial RDP-means (ALGORITHMS.md 5.3), plain Python loops: the oracle of the tests.
+    """Serial RDP-means (docs/algorithms.md 5.3), plain Python loops: the oracle of the tests.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""SD-Means kernels (ALGORITHMS.md section 4): pure numpy/scipy, one step's small dense matrices in, arrays out.
+"""SD-Means kernels (docs/algorithms.md section 4): pure numpy/scipy, one step's small dense matrices in, arrays out.
 
 Notation: ``N`` points in the batch, ``K`` old clusters, ``kyy`` the (N, N) Gram matrix of the batch, ``kyphi`` the
 (N, K) matrix ``omega(y_i)^T phi_k``, ``kphiphi`` the (K,) vector ``phi_k^T phi_k``, ``gamma`` the (K,) vector of
@@ -64,7 +64,7 @@ def mst_path_distances(D2: np.ndarray, bandwidth: float, n_tree: int | None = No
     """Path distances through the Euclidean minimum spanning tree, counting only edges longer than ``bandwidth``.
 
     The tree is built on the first ``n_tree`` points (the batch). ``d_ij`` between two tree points is the sum of
-    the lengths of the tree edges on the path from i to j that exceed ``bandwidth`` (ALGORITHMS.md 10.2, E-DM8).
+    the lengths of the tree edges on the path from i to j that exceed ``bandwidth`` (docs/algorithms.md 10.2, E-DM8).
     A point outside the tree (a support point of an old centre) is attached to its nearest tree point, and the
     attaching edge counts like a tree edge; two points closer than ``bandwidth`` are at distance 0 (this is also
     what the tree gives for two tree points, by the cycle property of minimum spanning trees). Edges of length
@@ -80,7 +80,7 @@ def mst_path_distances(D2: np.ndarray, bandwidth: float, n_tree: int | None = No
     n_tree : int, optional
         Number of leading points that form the tree (default, and when 0: all of them).
     combine : {"sum", "rss"}, default "sum"
-        ``"sum"``: ``d`` is the sum of the long edges' lengths (ALGORITHMS.md 10.2). ``"rss"``: ``d`` is the root
+        ``"sum"``: ``d`` is the sum of the long edges' lengths (docs/algorithms.md 10.2). ``"rss"``: ``d`` is the root
         of the sum of their squared lengths, as the authors' program computes it (``MSTKernelModel::dist`` in
         github.com/trevorcampbell/dynamic-means); a path through several long edges is then shorter.
 
@@ -141,7 +141,7 @@ def _coo(data_ij, n):
 def mst_kernel(D2: np.ndarray, bandwidth: float, n_tree: int | None = None, combine: str = "sum") -> np.ndarray:
     """The MST-path kernel of [DM] 8.2: ``exp(-d^2 / (2 bandwidth^2))`` with ``d`` from :func:`mst_path_distances`.
 
-    Not positive semi-definite in general (ALGORITHMS.md 4.5); SD-Means only uses the eigenvalues above lam.
+    Not positive semi-definite in general (docs/algorithms.md 4.5); SD-Means only uses the eigenvalues above lam.
     """
     d = mst_path_distances(D2, bandwidth, n_tree, combine)
     return np.exp(-(d * d) / (2.0 * bandwidth * bandwidth))

@@ -1,4 +1,4 @@
-"""Normalized-cut spectral clustering pieces ([SL]; ALGORITHMS.md 7): affinities, the symmetric normalised
+"""Normalized-cut spectral clustering pieces ([SL]; docs/algorithms.md 7): affinities, the symmetric normalised
 embedding, a seeded numpy k-means, and the two-way threshold sweep that takes ``argmin Ncut`` ([SL] errata).
 Pure numpy/scipy; randomness only from the ``numpy.random.Generator`` passed in.
 """
@@ -18,7 +18,7 @@ __all__ = ['rbf_affinity', 'knn_affinity', 'spectral_embedding', 'kmeans_lloyd',
 
 
 # --------------------------------------------------------------------------------------------------------------
-# normalized cut ([SL]; ALGORITHMS.md 7)
+# normalized cut ([SL]; docs/algorithms.md 7)
 # --------------------------------------------------------------------------------------------------------------
 
 

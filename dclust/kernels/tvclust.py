@@ -1,4 +1,4 @@
-"""TVClust Gibbs sampler (ALGORITHMS.md 5.6, with E-TV1 and E-TV2): a Dirichlet-process mixture of Gaussians
+"""TVClust Gibbs sampler (docs/algorithms.md 5.6, with E-TV1 and E-TV2): a Dirichlet-process mixture of Gaussians
 with a Normal-inverse-Wishart base measure and noisy must/cannot links, sampled with Neal's Algorithm 2.
 
 In-memory reference code for small N: pure numpy, seeded by one ``numpy.random.Generator``.

@@ -1,4 +1,4 @@
-"""Clustering metrics, streamed over numpy or dask labels (ALGORITHMS.md section 9).
+"""Clustering metrics, streamed over numpy or dask labels (docs/algorithms.md section 9).
 
 Every score is computed from the contingency table ``n_ij`` of the two labelings. For dask inputs each row block
 yields its sparse cells (unique ``(true, pred)`` pairs with counts) and the partials are merged with a tree

@@ -1,4 +1,4 @@
-"""Scores computed from the reduced contingency table (ALGORITHMS.md section 9); no O(N^2) pair loop anywhere.
+"""Scores computed from the reduced contingency table (docs/algorithms.md section 9); no O(N^2) pair loop anywhere.
 
 Pair counts use exact integer arithmetic (``TP = sum C2(n_ij)`` and so on), so the Rand index and the ARI are the
 correctly rounded values of exact rationals and agree with scikit-learn's to the last bits.
@@ -138,7 +138,7 @@ def _entropy(counts: np.ndarray) -> float:
 def normalized_mutual_info_score(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> float:
     """Normalised mutual information ``I(U; V) / ((H(U) + H(V)) / 2)``, natural logarithms.
 
-    The arithmetic mean is scikit-learn's default (the papers do not say which; ALGORITHMS.md E-TV6). Degenerate
+    The arithmetic mean is scikit-learn's default (the papers do not say which; docs/algorithms.md E-TV6). Degenerate
     cases as in scikit-learn: both labelings with a single label (zero entropies, including N = 1) give 1.0; any
     other case with zero mutual information gives 0.0.
 
@@ -323,7 +323,7 @@ def tracking_accuracy(steps: Iterable[tuple[Any, Any]], *, tracked: bool = True,
     A global one-to-one map ``M: true id -> learned id`` starts empty. At each step the maximum-weight matching of
     the step's contingency table ``C_t`` is solved; for each matched pair ``(a, b)`` with ``C_t[a, b] > 0``,
     ``a -> b`` is added to ``M`` if ``a`` is unmapped and ``b`` is not already the image of another class, and then
-    ``C_t[a, b]`` counts as correct iff ``M[a] == b``. The first mapping wins (ALGORITHMS.md E-DM9): a later pair
+    ``C_t[a, b]`` counts as correct iff ``M[a] == b``. The first mapping wins (docs/algorithms.md E-DM9): a later pair
     that contradicts ``M`` counts 0. Learned ids must be persistent (D-Means ids), so a revived cluster keeps its
     mapping. The result is ``sum_t correct_t / sum_t N_t``. Ties between maximum matchings are broken by
     :func:`scipy.optimize.linear_sum_assignment`.

@@ -23,7 +23,7 @@ def n_parameters(model: GMPR) -> int:
     >>> import numpy as np, dclust
     >>> from dclust.model_selection import n_parameters
     >>> X = np.random.default_rng(0).normal(size=(60, 2))
-    >>> n_parameters(dclust.GMPR(n_classes=2, max_iter=5, random_state=0).fit(X))
+    >>> n_parameters(dclust.GMPR(n_classes=2, tol=1e-3, random_state=0).fit(X))
     11
     """
     if not isinstance(model, GMPR):
@@ -39,7 +39,7 @@ def n_parameters(model: GMPR) -> int:
 def bic(model: GMPR, X: Any) -> float:
     """Bayesian information criterion ``-2 log L + p log N`` of a fitted GM-PR model (lower is better).
 
-    ``log L`` is ``model.log_likelihood_`` (ALGORITHMS.md 6.2, at the final parameters of the fit on ``X``): with
+    ``log L`` is ``model.log_likelihood_`` (docs/algorithms.md 6.2, at the final parameters of the fit on ``X``): with
     no links it is the mixture log-likelihood and the value equals scikit-learn's ``GaussianMixture.bic`` for
     the same parameters; with links it is the composite likelihood of E-GP2, so compare BICs of fits on the same
     data and links. ``p`` is :func:`n_parameters`, ``N`` the number of rows of ``X`` (read from its metadata, no

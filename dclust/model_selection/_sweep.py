@@ -2,7 +2,7 @@
 
 1. **Sample pass.** ``sample_size`` rows drawn uniformly without replacement are gathered (only the chunks that
    hold them are read).
-2. **Candidates, in memory.** Without ``lams``, the k-th furthest-first heuristic (ALGORITHMS.md 1.3) on the
+2. **Candidates, in memory.** Without ``lams``, the k-th furthest-first heuristic (docs/algorithms.md 1.3) on the
    sample gives ``lambda_1 >= ... >= lambda_kmax``; the candidates are ``n_lams`` values spaced geometrically from
    ``lambda_kmax`` to ``lambda_1`` (at and above ``lambda_1`` DP-means keeps one cluster, DP3). DP-means
    (:class:`dclust.DPMeans`, the one implementation) is fitted on the sample for every candidate.
@@ -176,7 +176,7 @@ def _check_lams(lams: Any) -> np.ndarray | None:
 
 
 def furthest_first_lams(P: np.ndarray, k: int) -> np.ndarray:
-    """``lambda_1 >= ... >= lambda_k`` of the k-th furthest-first heuristic on in-memory rows ``P`` (ALGORITHMS.md
+    """``lambda_1 >= ... >= lambda_k`` of the k-th furthest-first heuristic on in-memory rows ``P`` (docs/algorithms.md
     1.3: from the mean, repeatedly add the row farthest from the chosen set; lowest index on ties)."""
     delta = ((P - P.mean(axis=0)) ** 2).sum(axis=1)
     out = []

@@ -45,7 +45,7 @@ class AnytimeDPMeans(DynamicBase):
 
     It is D-Means with ``Q = 0`` (no cluster is ever deleted, revival costs no penalty) and ``tau = 0`` (a
     cluster's centre is the running mean of every point it ever received). With ``lam`` the DP-means penalty,
-    after a full pass the clusters approximate batch :class:`dclust.DPMeans` ([DM] 4.1; ALGORITHMS.md DM4).
+    after a full pass the clusters approximate batch :class:`dclust.DPMeans` ([DM] 4.1; docs/algorithms.md DM4).
 
     Each batch is read into memory once (the next one is read while this one is processed). D-Means' iterations
     run on a keyed sample of ``sample_rows`` rows of the batch; one labelling pass over every row (two threads, a

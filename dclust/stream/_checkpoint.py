@@ -78,7 +78,19 @@ def resume_state(model: Any, fingerprint: dict | None = None, path: Any = None) 
 
 def save_state(model: Any, fingerprint: dict | None = None, path: Any = None) -> None:
     """Replace the checkpoint (``path``, default ``model.checkpoint``) by the state of ``model``, atomically (see
-    :func:`resume_state` for an example)."""
+    :func:`resume_state` for an example).
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, dclust
+    >>> from dclust.stream import resume_state, save_state
+    >>> rng = np.random.default_rng(0)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     model = dclust.DynamicMeans(lam=4.0, T_Q=5, k_tau=1.1, random_state=0).partial_fit(rng.normal(size=(30, 2)))
+    ...     save_state(model, path=os.path.join(d, "ck"))
+    ...     print(sorted(os.listdir(d)))
+    ['ck']
+    """
     if path is None and model.checkpoint is None:
         return
     _checkpointer(model, fingerprint, path).save({"phase": "batch"}, model=model)

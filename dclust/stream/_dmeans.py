@@ -20,7 +20,7 @@ __all__ = ["DynamicMeans"]
 
 @register
 class DynamicMeans(DynamicBase):
-    """D-Means ([DM] Alg. 1; ALGORITHMS.md section 3): DP-means over time steps, with persistent cluster ids.
+    """D-Means ([DM] Alg. 1; docs/algorithms.md section 3): DP-means over time steps, with persistent cluster ids.
 
     At each time step (a batch of points) every point joins an instantiated cluster (cost ``||y - theta||^2``),
     revives an old cluster ``k`` unseen for ``dt_k`` steps (cost ``Q dt_k + gamma_k/(gamma_k+1) ||y - phi_k||^2``)
@@ -33,7 +33,7 @@ class DynamicMeans(DynamicBase):
         Cost of a new cluster, in squared-distance units (> 0).
     T_Q, k_tau : float, optional
         The reparameterisation of [DM] eq. 30: ``T_Q > 1`` is the number of steps a cluster may go unobserved
-        and still be revived; ``k_tau >= 1`` (ALGORITHMS.md 3.1 allows ``k_tau = 1``, which gives
+        and still be revived; ``k_tau >= 1`` (docs/algorithms.md 3.1 allows ``k_tau = 1``, which gives
         ``tau = 1/(T_Q-1)``) scales the largest revival radius, ``k_tau * lam``. Then ``Q = lam/T_Q`` and
         ``tau = (T_Q(k_tau-1)+1)/(T_Q-1)``.
     Q, tau : float, optional

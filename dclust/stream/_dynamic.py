@@ -140,7 +140,7 @@ class DynamicBase(BaseEstimator):
         ----------
         batch : array-like of shape (n_t, n_features)
             numpy, dask, zarr or xarray. Every batch is processed with keyed optimistic concurrency
-            (ALGORITHMS.md 8.5): a batch of one block in memory, others over Dask, with the same epochs and so the
+            (docs/algorithms.md 8.5): a batch of one block in memory, others over Dask, with the same epochs and so the
             same result for any chunking. ``n_t = 0`` is allowed: the ages advance
             and the deletion check runs, nothing else changes.
         sample_weight : array-like of shape (n_t,), optional
@@ -267,7 +267,7 @@ def _finite(Y: np.ndarray) -> np.ndarray:
 
 
 class _DMPasses(Step):
-    """The passes of one restart of a D-Means time step (keyed OCC, ALGORITHMS.md 8.5), for the fit loop: the
+    """The passes of one restart of a D-Means time step (keyed OCC, docs/algorithms.md 8.5), for the fit loop: the
     first covers the keys after the serial ``prefix`` (run on the driver first), later ones all keys, until the
     partition repeats. The state is a dict: ``cur`` (the :class:`StepState` the next pass starts from), ``res``
     (the last pass's :class:`PassResult`), ``fp`` (its partition fingerprint), ``history`` and ``records``."""
@@ -311,7 +311,7 @@ class _DMPasses(Step):
 
 
 def _keyed_step(X, w, state: StepState, *, mix, max_iter, prefix_size, max_proposals, split_every=None):
-    """One time step (one restart) of D-Means with keyed OCC (ALGORITHMS.md 8.5) on ``X`` (numpy or dask): the
+    """One time step (one restart) of D-Means with keyed OCC (docs/algorithms.md 8.5) on ``X`` (numpy or dask): the
     passes of :class:`_DMPasses`, run by the fit loop (no events or checkpoints of their own: a stream announces
     and saves whole batches).
 

@@ -1,4 +1,4 @@
-"""KD-Means: kernelised Dynamic Means ([DM] 5.1-5.2; ALGORITHMS.md 4.1-4.2 with the label updates of 3.4)."""
+"""KD-Means: kernelised Dynamic Means ([DM] 5.1-5.2; docs/algorithms.md 4.1-4.2 with the label updates of 3.4)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class KernelDynamicMeans(SpectralDynamicMeans):
     random point orders, the lowest exact cost eq. 32 kept), with no spectral relaxation. The temporal state is the
     one :class:`SpectralDynamicMeans` carries: old centres kept in feature space by the recursive approximation of
     [DM] 5.2 (support sets of at most ``max_support`` points, eq. 36), weights ``w`` and ages ``dt`` (eq. 24), and
-    the deletion rule ``Q dt > lam``. With the linear kernel it is D-Means (ALGORITHMS.md DM3 on one batch).
+    the deletion rule ``Q dt > lam``. With the linear kernel it is D-Means (docs/algorithms.md DM3 on one batch).
 
     Parameters
     ----------

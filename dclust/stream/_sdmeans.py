@@ -1,4 +1,4 @@
-"""SD-Means: Spectral Dynamic Means ([DM] sections 5 and 6; ALGORITHMS.md section 4)."""
+"""SD-Means: Spectral Dynamic Means ([DM] sections 5 and 6; docs/algorithms.md section 4)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ _STATE_ATTRIBUTES = (
 class SpectralDynamicMeans(BaseEstimator):
     """SD-Means: kernelised D-Means solved by a spectral relaxation, one batch (time step) at a time.
 
-    Each batch is clustered in the feature space of a kernel: the matrix ``G`` of ALGORITHMS.md 4.3 (batch Gram
+    Each batch is clustered in the feature space of a kernel: the matrix ``G`` of docs/algorithms.md 4.3 (batch Gram
     matrix plus one row per old cluster) is eigendecomposed, the eigenvectors with eigenvalue above ``lam`` are
     rotated to a partition (Yu & Shi), and the clusters are matched optimally to old clusters (Hungarian) so that
     cluster ids persist over time. Old centres are kept in feature space as sparse support sets (at most
@@ -52,9 +52,9 @@ class SpectralDynamicMeans(BaseEstimator):
         Revival cost per step of absence (>= 0) and motion parameter (>= 0), instead of ``T_Q``, ``k_tau``.
     kernel : {"rbf", "linear", "mst", "mst-rss"} or callable, default "rbf"
         ``"rbf"``: ``exp(-||a-b||^2 / (2 bandwidth^2))``; ``"linear"``: ``a.b`` (then SD-Means finds at most
-        ``n_features + K_old`` clusters, ALGORITHMS.md 4.5); ``"mst"``: the MST-path kernel of [DM] 8.2, on the
+        ``n_features + K_old`` clusters, docs/algorithms.md 4.5); ``"mst"``: the MST-path kernel of [DM] 8.2, on the
         tree of the batch (support points of old centres are attached to their nearest batch point, as in the
-        authors' program), with the path length the sum of the edges longer than omega (ALGORITHMS.md E-DM8);
+        authors' program), with the path length the sum of the edges longer than omega (docs/algorithms.md E-DM8);
         ``"mst-rss"``: the same with the root of the sum of their squares, as the authors' program computes it
         (it reproduces [DM] 8.2 best, see docs/reproduction.md); or a callable ``f(A, B) -> (len(A), len(B))``
         symmetric kernel. For the MST kernels, which change with every batch's tree, the support points of old
@@ -66,7 +66,7 @@ class SpectralDynamicMeans(BaseEstimator):
     max_iter : int, default 100
         Cap on the rotation iterations per restart.
     max_support : int, default 50
-        Budget m of support points per old centre (ALGORITHMS.md 4.2).
+        Budget m of support points per old centre (docs/algorithms.md 4.2).
     max_batch : int, default 5000
         Largest Gram matrix side (batch rows + support points) accepted; larger batches raise
         :class:`~dclust.errors.InvalidDataError` naming the memory needed.

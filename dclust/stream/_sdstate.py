@@ -1,6 +1,6 @@
 """The temporal state of SD-Means: old clusters whose centres live in feature space as support sets.
 
-Stored in save-able form (ALGORITHMS.md 4.2): a padded array of support points, a padded array of coefficients and
+Stored in save-able form (docs/algorithms.md 4.2): a padded array of support points, a padded array of coefficients and
 the number of valid entries per cluster, next to the persistent ids, weights ``w`` and ages ``dt``.
 """
 

@@ -1,4 +1,4 @@
-"""BP-means and K-features: ALGORITHMS.md 2.8 (BP1-BP5), OCC == serial BP-means on serial_order_, dask == numpy,
+"""BP-means and K-features: docs/algorithms.md 2.8 (BP1-BP5), OCC == serial BP-means on serial_order_, dask == numpy,
 kernels against their twins, and bad input (max_features)."""
 
 import dask.array as da

@@ -1,4 +1,4 @@
-"""BP-means variants (ALGORITHMS.md 2.3, 2.4, 2.6, 2.8): capped BP-means (eq. 15) with OCC == serial, the
+"""BP-means variants (docs/algorithms.md 2.3, 2.4, 2.6, 2.8): capped BP-means (eq. 15) with OCC == serial, the
 ``init="sample"`` restarts (feature recovery, redundant-feature deletion), the greedy initialisation's stopping rule,
 and collapsed BP-means (eq. 10) against a plain-Python reference."""
 

@@ -1,4 +1,4 @@
-"""Collapsed DP-means (ALGORITHMS.md 1.4, DP7) and capped DP-means (1.5): properties and reference agreement."""
+"""Collapsed DP-means (docs/algorithms.md 1.4, DP7) and capped DP-means (1.5): properties and reference agreement."""
 
 from __future__ import annotations
 

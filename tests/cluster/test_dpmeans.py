@@ -1,4 +1,4 @@
-"""DP-means: the properties of ALGORITHMS.md 1.7 (DP1-DP8) and OCC == serial."""
+"""DP-means: the properties of docs/algorithms.md 1.7 (DP1-DP8) and OCC == serial."""
 
 import dask.array as da
 import numpy as np

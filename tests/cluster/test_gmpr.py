@@ -1,4 +1,4 @@
-"""GM-PR (ALGORITHMS.md 6.7): monotone log-likelihood, dask == numpy oracle, sklearn equivalence without links,
+"""GM-PR (docs/algorithms.md 6.7): monotone log-likelihood, dask == numpy oracle, sklearn equivalence without links,
 cannot-link posteriors, the class-weight solve, and links that help on data a plain mixture gets wrong."""
 
 from __future__ import annotations

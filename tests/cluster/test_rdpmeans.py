@@ -1,4 +1,4 @@
-"""RDP-means (ALGORITHMS.md 5.2-5.5, 8.4): serial equivalence of the coloured OCC passes, monotone objective,
+"""RDP-means (docs/algorithms.md 5.2-5.5, 8.4): serial equivalence of the coloured OCC passes, monotone objective,
 reduction to DP-means, large-xi behaviour, the sparse link counts, dask == numpy, KL, bad input."""
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def test_n_clusters_sets_lam_by_the_furthest_first_heuristic(three):
 
 
 def test_color_phases_of_a_pass_run_as_one_task_graph(three):
-    """ALGORITHMS.md 8.4 with the proposals validated inside the graph: one compute per pass for all colour
+    """docs/algorithms.md 8.4 with the proposals validated inside the graph: one compute per pass for all colour
     phases however many colours, and still serial RDP-means on ``serial_order_``."""
     from dask.callbacks import Callback
 

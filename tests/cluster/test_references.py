@@ -1,4 +1,4 @@
-"""The in-memory reference algorithms (ALGORITHMS.md 7, 10.1): DPMMGibbs, SpectralClustering, IBPGibbs."""
+"""The in-memory reference algorithms (docs/algorithms.md 7, 10.1): DPMMGibbs, SpectralClustering, IBPGibbs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TVClust reference sampler (ALGORITHMS.md 5.6): eq. 13 with E-TV1/E-TV2, conjugate pieces, seeded
+"""TVClust reference sampler (docs/algorithms.md 5.6): eq. 13 with E-TV1/E-TV2, conjugate pieces, seeded
 reproducibility, sensible clusterings with links, hard links, and bad input."""
 
 from __future__ import annotations

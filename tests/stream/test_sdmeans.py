@@ -1,4 +1,4 @@
-"""SD-Means: ALGORITHMS.md 4.6 (SD1-SD4), the relaxation identity (E-DM3), kernels, state round trip, bad input."""
+"""SD-Means: docs/algorithms.md 4.6 (SD1-SD4), the relaxation identity (E-DM3), kernels, state round trip, bad input."""
 
 import itertools
 
