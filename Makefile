@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= dclust
 
-.PHONY: demo test bench venv clean image
+.PHONY: demo test test-fast bench venv clean image
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=20
 
+test-fast: $(STAMP)  # everything but the tests marked slow (benchmark scripts end to end, killed processes)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+
 bench: $(STAMP)
-	for b in engine kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links; do $(PY) benchmarks/bench_$$b.py || exit 1; done
+	for b in engine kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links faces; do $(PY) benchmarks/bench_$$b.py || exit 1; done
 
 image:
 	docker build -f deploy/Dockerfile -t $(IMAGE):$(VERSION) .

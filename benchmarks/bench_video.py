@@ -124,7 +124,8 @@ def sklearn_job(path: str, out: str, k: int, fit_sample: int, seed: int, max_fra
     """MiniBatchKMeans per frame on the same fit sample; every pixel predicted; encoded like the dclust jobs."""
     from sklearn.cluster import MiniBatchKMeans
 
-    from dclust.apps.video import _sample, flicker_ratio, flicker_summary, psnr
+    from dclust.apps.video import _sample, flicker_ratio, psnr
+    from dclust.metrics import flicker_summary
     from dclust.io._video import create_sink, open_frames
 
     src = open_frames(path)
@@ -180,7 +181,7 @@ def flicker_decomposition(path: str, records: list[dict], max_frames: int | None
 
 
 def run_video(path: str, label: str, a: argparse.Namespace, tmp: str, max_frames: int | None) -> list[dict]:
-    from dclust.apps.video import quantize_video
+    from dclust.apps.video import VideoOptions, quantize_video
 
     rows = []
     c0 = cpu_seconds()
@@ -197,7 +198,7 @@ def run_video(path: str, label: str, a: argparse.Namespace, tmp: str, max_frames
     def job(name: str, method: str, decomposition: bool = True, **kw) -> dict:
         out = os.path.join(tmp, f"{label}-{method}.mp4")
         c0 = cpu_seconds()
-        doc = quantize_video(path, out, method=method, **common, **kw)
+        doc = quantize_video(path, out, VideoOptions(method=method, **common, **kw))
         cpu = cpu_seconds() - c0
         s = doc["summary"]
         row = {"video": label, "method": name, "n_frames": doc["n_frames"], "seconds": doc["seconds"],
@@ -286,15 +287,15 @@ def video_checks(rs: list[dict]) -> dict:
 
 def warm_up(tmp: str) -> None:
     """Load every numba kernel (compiled or from cache) before anything is timed."""
-    from dclust.apps.video import quantize_video, synthetic_frames
-    from dclust.io._video import write_video
+    from dclust.apps.video import VideoOptions, quantize_video, synthetic_frames
+    from dclust.io.video import write_video
 
     path = os.path.join(tmp, "warm.mp4")
     write_video(synthetic_frames(3, 64, 48), path, fps=24)
     for method, kw in (("dmeans", {}), ("kmeans", {"k": 4, "lam": None}), ("dpmeans", {})):
         for cs in ("rgb", "lab"):
-            quantize_video(path, os.path.join(tmp, "warm-out.mp4"), method=method, colorspace=cs, overwrite=True,
-                           **kw)
+            quantize_video(path, os.path.join(tmp, "warm-out.mp4"),
+                           VideoOptions(method=method, colorspace=cs, overwrite=True, **kw))
 
 
 def main(argv=None) -> int:

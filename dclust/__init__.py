@@ -12,7 +12,9 @@ reduction, and only O(K x D) state reaches the driver.
 from __future__ import annotations
 
 from . import constraints, errors, metrics
+from ._dask.passes import CHUNK_DONE_TOPIC
 from ._fit import ProgressEvent, on_progress
+from ._fit import emit as emit_progress
 from .cluster import (
     BPMeans,
     CappedDPMeans,
@@ -27,6 +29,7 @@ from .cluster import (
     LCVQE,
     MahalanobisKMeans,
     MPCKMeans,
+    COPKMeans,
     RDPMeans,
     SpectralClustering,
     StepwiseKFeatures,
@@ -56,6 +59,7 @@ __all__ = [
     "TVClust",
     "TVClustVariational",
     "MPCKMeans",
+    "COPKMeans",
     "LCVQE",
     "DPMMGibbs",
     "IBPGibbs",
@@ -75,5 +79,7 @@ __all__ = [
     "metrics",
     "errors",
     "on_progress",
+    "emit_progress",
     "ProgressEvent",
+    "CHUNK_DONE_TOPIC",
 ]

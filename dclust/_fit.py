@@ -39,7 +39,8 @@ from ._dask.passes import persist_if_fits
 from .errors import ConvergenceWarning
 
 __all__ = [
-    "ProgressEvent", "on_progress", "emit", "Stopwatch", "logger", "NoCheckpoint", "rng_state", "set_rng_state", "restore_rng",
+    "ProgressEvent", "on_progress", "emit", "Stopwatch", "logger", "NoCheckpoint", "rng_state", "set_rng_state",
+    "restore_rng",
     "Step", "LoopResult", "fit_loop", "best_of", "warn_unconverged", "persisted", "restore_finished", "finish",
 ]
 
@@ -91,7 +92,18 @@ def on_progress(callback: Callable[[ProgressEvent], None]) -> Iterator[None]:
 
 
 def emit(event: ProgressEvent) -> None:
-    """Log ``event`` on the ``dclust`` logger (INFO) and pass it to the callbacks of :func:`on_progress`."""
+    """Log ``event`` on the ``dclust`` logger (INFO) and pass it to the callbacks of :func:`on_progress`
+    (public as ``dclust.emit_progress``: the applications' jobs report their steps through it).
+
+    Examples
+    --------
+    >>> import dclust
+    >>> events = []
+    >>> with dclust.on_progress(events.append):
+    ...     dclust.emit_progress(dclust.ProgressEvent("myjob", "iter", 1, 0.5, 3, 0.01))
+    >>> events[0].estimator, events[0].n_clusters
+    ('myjob', 3)
+    """
     logger.info(
         "%s %s %d: objective=%.6g K=%d (%.3fs)",
         event.estimator, event.phase, event.iteration, event.objective, event.n_clusters, event.seconds,
@@ -211,7 +223,8 @@ class Step:
     ``step(state)``
         One pass over the data (built with the pass engine), reduced and finalized: the next state.
     ``objective(state)``, ``n_clusters(state)``
-        What the ``"iter"`` event of the pass that made ``state`` reports; ``extra(state)`` adds entries.
+        What the ``"iter"`` event of the pass that made ``state`` reports; ``extra(state)`` adds entries
+        (``start_extra(state)`` those of the ``"init"`` event).
     ``converged(old, new)``
         True when the pass from ``old`` to ``new`` ends the run.
     ``to_checkpoint(state)`` / ``from_checkpoint(ck, saved, iteration)``
@@ -244,6 +257,9 @@ class Step:
         raise NotImplementedError
 
     def extra(self, state: Any) -> dict:
+        return {}
+
+    def start_extra(self, state: Any) -> dict:
         return {}
 
     def to_checkpoint(self, state: Any) -> dict:
@@ -327,7 +343,8 @@ def fit_loop(step: Step, *, max_iter: int, ck: Any = None, resume: dict | None =
     if resume is None:
         first, state = 0, step.start()
         if announce:
-            emit(ProgressEvent(step.name, "init", 0, float("nan"), step.n_clusters(state), watch.lap()))
+            emit(ProgressEvent(step.name, "init", 0, float("nan"), step.n_clusters(state), watch.lap(),
+                               step.start_extra(state)))
     else:
         with ck.reading():
             first = int(resume["iteration"])

@@ -110,7 +110,25 @@ CALLABLE = _Kind("a callable", callable)
 
 
 def validate_params(estimator) -> None:
-    """Check every constructor parameter of ``estimator`` against its ``_parameter_constraints``."""
+    """Check every constructor parameter of ``estimator`` against its ``_parameter_constraints`` (what ``fit``
+    does first), e.g. before any data is read.
+
+    Raises
+    ------
+    InvalidParameterError
+        The first parameter whose value no constraint accepts.
+
+    Examples
+    --------
+    >>> import dclust
+    >>> from dclust.cluster import validate_params
+    >>> validate_params(dclust.KMeans(n_clusters=3))
+    >>> try:
+    ...     validate_params(dclust.KMeans(n_clusters=0))
+    ... except dclust.errors.InvalidParameterError as exc:
+    ...     print(str(exc).split(";")[0])
+    KMeans(n_clusters=...): expected an integer in [1, inf)
+    """
     cls = type(estimator).__name__
     for name, constraints in estimator._parameter_constraints.items():
         value = getattr(estimator, name)

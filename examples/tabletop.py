@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from dclust.cluster import BPMeans, StepwiseKFeatures
-from dclust.cluster._references import IBPGibbs
+from dclust.cluster import IBPGibbs
 from dclust.datasets import make_tabletop
 
 PAPER = {"IBP Gibbs": (8.5e3, 10), "BP-means": (0.36, 6), "stepwise K-features": (0.10, 5)}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from dclust.apps.video import quantize_video, synthetic_frames
+from dclust.apps.video import VideoOptions, quantize_video, synthetic_frames
 from dclust.io._video import write_video
 
 
@@ -48,9 +48,9 @@ def main(argv=None) -> dict:
     results = {}
 
     def job(name: str, method: str, **kw) -> dict:
-        doc = quantize_video(source, os.path.join(args.out, f"{name}.mp4"), method=method, seed=args.seed,
-                             palette_png=os.path.join(args.out, f"{name}-palette.png"),
-                             report=os.path.join(args.out, f"{name}-report.json"), overwrite=True, **kw)
+        options = VideoOptions(method=method, seed=args.seed, palette_png=os.path.join(args.out, f"{name}-palette.png"),
+                               report=os.path.join(args.out, f"{name}-report.json"), overwrite=True, **kw)
+        doc = quantize_video(source, os.path.join(args.out, f"{name}.mp4"), options)
         results[name] = doc["summary"] | {"fps": doc["frames_per_second"]}
         return doc
 

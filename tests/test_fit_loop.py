@@ -38,11 +38,25 @@ ESTIMATORS = {
                                             random_state=1, checkpoint=ck),
     "GMPR": lambda ck=None: dclust.GMPR(n_classes=2, clusters_per_class=2, covariance_type="diag", tol=1e-12,
                                         max_iter=5, random_state=0, checkpoint=ck),
-    "KFeatures": lambda ck=None: dclust.KFeatures(n_features=3, n_init=2, max_iter=4, random_state=0,
+    "KFeatures": lambda ck=None: dclust.KFeatures(n_components=3, n_init=2, max_iter=4, random_state=0,
                                                   checkpoint=ck),
     "CappedDPMeans": lambda ck=None: CappedDPMeans(lam=6.0, max_clusters=5, random_state=0, checkpoint=ck),
     "COPKMeans": lambda ck=None: COPKMeans(n_clusters=4, n_init=2, random_state=0, checkpoint=ck),
     "TVClust": lambda ck=None: dclust.TVClust(init_clusters=3, n_sweeps=4, random_state=0, checkpoint=ck),
+    "DPMeans": lambda ck=None: dclust.DPMeans(lam=6.0, max_iter=5, prefix_size=20, max_proposals=8, random_state=0,
+                                              checkpoint=ck),
+    "RDPMeans": lambda ck=None: dclust.RDPMeans(lam=6.0, max_iter=4, prefix_size=20, max_proposals=8,
+                                                random_state=0, checkpoint=ck),
+    "BPMeans": lambda ck=None: dclust.BPMeans(lam=4.0, max_iter=5, prefix_size=20, max_proposals=8, random_state=0,
+                                              checkpoint=ck),
+}
+
+#: estimators with ``converged_`` that stop at max_iter=2 unconverged on the store (with the unit their warning names)
+UNCONVERGED = {
+    "DPMeans": ("passes", lambda ck=None: dclust.DPMeans(lam=6.0, max_iter=2, random_state=0, checkpoint=ck)),
+    "RDPMeans": ("iterations", lambda ck=None: dclust.RDPMeans(lam=6.0, max_iter=2, random_state=0, checkpoint=ck)),
+    "BPMeans": ("passes", lambda ck=None: dclust.BPMeans(lam=4.0, max_iter=2, prefix_size=20, random_state=0,
+                                                         checkpoint=ck)),
 }
 
 
@@ -168,6 +182,46 @@ def test_max_iter_tol_and_the_convergence_warning(store):
     assert km.n_iter_ == 2
     with pytest.warns(ConvergenceWarning, match="GMPR did not converge in max_iter=1 iterations"):
         dclust.GMPR(n_classes=2, max_iter=1, tol=0.0, random_state=0).fit(store)
+
+
+@pytest.mark.parametrize("name", ["DPMeans", "RDPMeans", "BPMeans"])
+def test_unconverged_fits_warn_from_the_loop_and_again_from_their_finished_checkpoint(name, store, tmp_path):
+    unit, make = UNCONVERGED[name]
+    ck = tmp_path / "ck"
+    with pytest.warns(ConvergenceWarning, match=rf"^{name} did not converge in max_iter=2 {unit}"):
+        model = make(ck).fit(store)
+    assert model.n_iter_ == 2 and model.converged_ is False
+    events = []
+    with pytest.warns(ConvergenceWarning, match=rf"^{name} did not converge in max_iter=2 {unit}"), \
+            dclust.on_progress(events.append):
+        again = make(ck).fit(store)
+    assert [e.phase for e in events] == ["done"]
+    assert_same_model(again, model)
+    # and a run that converges does not warn
+    params = {"max_iter": 100} if name != "RDPMeans" else {"max_iter": 100, "max_xi": 0.001}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        converged = make().set_params(**params).fit(store)
+    assert converged.converged_ and converged.n_iter_ > 2
+
+
+@pytest.mark.parametrize("name", ["DPMeans", "RDPMeans", "BPMeans"])
+def test_their_checkpoints_of_format_1_are_refused_not_misread(name, store, tmp_path):
+    """Format 1 held these estimators' own loop states: refused with a FormatVersionError, before any pass."""
+    from dclust.errors import FormatVersionError
+
+    ck = tmp_path / "ck"
+    with pytest.raises(Stop), dclust.on_progress(stop_after(1)):
+        ESTIMATORS[name](ck).fit(store)
+    doc = json.loads((ck / "zarr.json").read_text())
+    doc["attributes"]["dclust_checkpoint"]["format"] = 1
+    (ck / "zarr.json").write_text(json.dumps(doc))
+    events = []
+    with pytest.raises(FormatVersionError, match=rf"a {name} checkpoint of format 2 or newer.*format 1, written by "
+                                                 "an older dclust.*Remove the checkpoint"), \
+            dclust.on_progress(events.append):
+        ESTIMATORS[name](ck).fit(store)
+    assert events == []
 
 
 def test_a_resumed_loop_state_that_does_not_fit_is_refused(store, tmp_path):

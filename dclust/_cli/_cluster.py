@@ -30,6 +30,8 @@ import typer
 
 from dclust.errors import InvalidParameterError, message
 
+from ._quiet import current_context, log_file_note
+
 __all__ = ["dask_client", "SCHEDULER_ENV", "TLS_ENV", "DEFAULT_DASHBOARD_PORT", "TlsCaOpt", "TlsCertOpt",
            "TlsKeyOpt", "tls_from_context", "security"]
 
@@ -61,9 +63,7 @@ TlsKeyOpt = Annotated[Optional[str], _tls_option("tls_key", "this client's priva
 def tls_from_context(ctx: Any = None) -> dict[str, Optional[str]]:
     """The ``--tls-*`` values of the running command (``{}`` outside a command)."""
     if ctx is None:
-        from ._session import _current_context
-
-        ctx = _current_context()
+        ctx = current_context()
     while ctx is not None:
         if _TLS_META in ctx.meta:
             return dict(ctx.meta[_TLS_META])
@@ -230,8 +230,6 @@ def dask_client(
         except Exception as exc:
             if client.status == "running" and not _connection_lost(exc):
                 raise
-            from ._quiet import log_file_note
-
             raise ConnectionError(
                 f"lost the connection to the Dask scheduler at {scheduler_address} during the run (the scheduler "
                 f"stopped or the network failed; distributed raised {type(exc).__name__}). Outputs not yet complete "

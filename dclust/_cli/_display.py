@@ -223,7 +223,7 @@ class Display:
                 self._line(f"{description}: {status}")
 
         if client is not None:
-            from dclust._dask.passes import CHUNK_DONE_TOPIC
+            from dclust import CHUNK_DONE_TOPIC
 
             client.subscribe_topic(CHUNK_DONE_TOPIC, on_chunk)
         try:

@@ -1,58 +1,36 @@
-"""``dclust constraints import`` and ``dclust fit gmpr``; ``--constraints`` (a Zarr graph or a links CSV, read by
-:func:`dclust.io.read_links`) shared with ``fit rdpmeans``.
+"""``dclust constraints import``; the links reader of ``--constraints`` (``fit rdpmeans``, ``fit gmpr``, ``plot
+links``).
 
 Commands::
 
     dclust constraints import PAIRS.csv --chunks-like IN.zarr OUT.zarr [--n-samples N] [--no-check-feasible]
-    dclust fit gmpr IN.zarr --classes C [--clusters-per-class M] [--constraints LINKS.zarr|LINKS.csv]
-                    [--covariance full|diag] --labels OUT.zarr --model MODEL.zarr [--seed S] [--max-iter M]
-                    [--checkpoint CK]
 
 A links CSV has a header row with the columns ``i``, ``j`` (row indices of IN, 0-based) and ``type`` (``must`` /
 ``cannot``, ``ml`` / ``cl`` or ``1`` / ``-1``, case-insensitive), and optionally ``weight`` (a positive confidence
 per link). ``constraints import`` turns it into a :class:`dclust.ConstraintGraph` aligned to the row chunks of IN and
 writes it with ``ConstraintGraph.to_zarr``; ``fit rdpmeans`` and ``fit gmpr`` read such a Zarr graph or the CSV
-itself (the same reader and checks, with the default feasibility check). ``fit gmpr`` writes the labels of the
-fitted mixture for the rows of IN, using the links (linked rows get their pair posterior, see ``GMPR.predict_proba``).
+itself (the same reader, :func:`dclust.io.read_links`, and checks, with the default feasibility check).
 """
 
 from __future__ import annotations
 
 import time
-from enum import Enum
 from typing import Annotated, Any, Optional
 
-import numpy as np
 import typer
 
 import dclust
 from dclust.errors import InvalidDataError, message
 from dclust.io import read_links
 
-from ._display import learned_attributes
-from ._options import (
-    _location,
-    ConstraintsOpt,
-    FitCheckpointOpt,
-    InputArg,
-    LabelsOpt,
-    MaxIterOpt,
-    ModelOpt,
-    SeedOpt,
-    _checkpoint_row,
-    _estimator_params,
-    shared_options,
-)
+from ._options import _location, example, shared_options
 from ._session import _Session
-from .main import app, fit_app
 
-__all__ = ["constraints_app", "constraints_import", "fit_gmpr", "load_constraints"]
+__all__ = ["constraints_app", "constraints_import", "load_constraints"]
 
 constraints_app = typer.Typer(
     help="Must-link / cannot-link constraint graphs over the rows of a data set.", no_args_is_help=True
 )
-app.add_typer(constraints_app, name="constraints")
-
 
 def is_csv(path: str) -> bool:
     return str(path).lower().endswith(".csv")
@@ -82,7 +60,8 @@ def load_constraints(path: str, X: Any) -> Any:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@constraints_app.command("import")
+@constraints_app.command(
+    "import", epilog=example("dclust constraints import links.csv --chunks-like points.zarr links.zarr"))
 @shared_options(cluster=False)
 def constraints_import(
     s: _Session,
@@ -135,72 +114,3 @@ def constraints_import(
             "rows (N)": n, "row blocks": len(X.chunks[0]), "weighted": pairs.weight is not None,
             "graph": out}
     s.report(result, "constraints import", rows)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# fit gmpr
-# ---------------------------------------------------------------------------------------------------------------
-
-
-class Covariance(str, Enum):
-    full = "full"
-    diag = "diag"
-
-
-@fit_app.command("gmpr")
-@shared_options()
-def fit_gmpr(
-    s: _Session,
-    input_path: InputArg,
-    classes: Annotated[int, typer.Option("--classes", min=1, help="Number of classes (the output labels).")],
-    labels: LabelsOpt,
-    model: ModelOpt,
-    clusters_per_class: Annotated[
-        int, typer.Option("--clusters-per-class", min=1, help="Gaussian sub-clusters per class.")
-    ] = 1,
-    constraints: ConstraintsOpt = None,
-    covariance: Annotated[Covariance, typer.Option("--covariance", help="Covariance of every Gaussian.")] = (
-        Covariance.full
-    ),
-    seed: SeedOpt = None,
-    max_iter: MaxIterOpt = None,
-    checkpoint: FitCheckpointOpt = None,
-) -> None:
-    """GM-PR: EM for a Gaussian mixture per class, with must-links and cannot-links between classes."""
-    params = _estimator_params({"n_classes": classes, "clusters_per_class": clusters_per_class,
-                                "covariance_type": covariance.value, "random_state": seed, "checkpoint": checkpoint},
-                               max_iter=max_iter)
-    estimator = dclust.GMPR(**params)
-    resume = s.check_outputs({"--labels": labels, "--model": model},
-                             (input_path, constraints) if constraints else (input_path,), checkpoint=checkpoint)
-    X, n, d = s.open_input(input_path)
-    G = load_constraints(constraints, X) if constraints else None
-    links = f" with {G.n_must:,} must- and {G.n_cannot:,} cannot-links" if G is not None else ""
-    fit_seconds, labels_seconds = s.fit_and_write(
-        estimator, X, f"GMPR on {n:,} x {d}{links}", labels, model, resumed_from=checkpoint if resume else None,
-        labels_of=lambda: estimator.predict(X, constraints=G), constraints=G,
-    )
-    scalars, _ = learned_attributes(estimator)
-    n_must, n_cannot = (G.n_must, G.n_cannot) if G is not None else (0, 0)
-    result = {
-        "command": "fit gmpr", "estimator": "GMPR", "input": _location(input_path),
-        "component": s.component, "n_samples": n, "n_features": d,
-        "constraints": _location(constraints), "n_must": n_must,
-        "n_cannot": n_cannot, "labels": _location(labels), "model": _location(model),
-        "params": estimator.get_params(), "n_classes": classes, "clusters_per_class": clusters_per_class,
-        "checkpoint": _location(checkpoint), "resumed": resume,
-        "class_weights": np.asarray(estimator.weights_).tolist(), "learned": scalars,
-        "objective_history": list(estimator.objective_history_),
-        "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
-    }
-    iters = max(1, int(estimator.n_iter_))
-    rows: dict[str, Any] = {
-        "estimator": "GMPR", "data": f"{n:,} x {d}", "links": f"{n_must:,} must, {n_cannot:,} cannot",
-        "classes": classes, "clusters per class": clusters_per_class, "covariance": covariance.value,
-        "log-likelihood": estimator.log_likelihood_, "iterations": estimator.n_iter_,
-        "converged": estimator.converged_, "fit seconds": round(fit_seconds, 2),
-        "seconds / iteration": round(s.display.seconds_per_iteration() or fit_seconds / iters, 3),
-        "labels": labels, "model": model,
-        **_checkpoint_row(checkpoint, resume),
-    }
-    s.report(result, "fit GMPR", rows)

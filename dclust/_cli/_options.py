@@ -20,6 +20,11 @@ from ._cluster import SCHEDULER_ENV, TlsCaOpt, TlsCertOpt, TlsKeyOpt
 from ._session import _command, _usage
 
 
+def example(*commands: str) -> str:
+    """The epilog of a command's ``--help``: ``Example:`` and one or more command lines."""
+    return "Example:\n\n" + "\n\n".join(f"  $ {c}" for c in commands)
+
+
 def _bounded(low: float, inclusive: bool) -> Callable[..., float | None]:
     """An option callback: the value (if given) is a finite number > ``low`` (>= with ``inclusive``)."""
     def check(param: typer.CallbackParam, value: float | None) -> float | None:
@@ -159,7 +164,10 @@ InputArg = Annotated[
                                       "path or a URL (s3://bucket/points.zarr)."),
 ]
 LabelsOpt = Annotated[str, typer.Option("--labels", metavar="OUT.zarr", help="Where to write the labels (Zarr).")]
-ModelOpt = Annotated[str, typer.Option("--model", metavar="MODEL.zarr", help="Where to save the fitted model.")]
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option("--model", metavar="MODEL.zarr", help="Also save the fitted model here (default: labels only)."),
+]
 SeedOpt = Annotated[Optional[int], typer.Option("--seed", min=0, help="random_state (reproducible runs).")]
 MaxIterOpt = Annotated[
     Optional[int], typer.Option("--max-iter", min=1, help="Maximum number of iterations (default: the estimator's).")

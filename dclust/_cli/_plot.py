@@ -27,7 +27,7 @@ import typer
 
 import dclust
 
-from ._options import ConstraintsOpt, InputArg, SeedOpt, _location, shared_options
+from ._options import ConstraintsOpt, InputArg, SeedOpt, _location, example, shared_options
 from ._session import _Session, _usage
 
 __all__ = ["plot_app"]
@@ -69,7 +69,7 @@ def _done(s: _Session, plotting: Any, fig: Any, out: str, command: str, info: di
     s.report({"command": f"plot {command}", "output": path, **info}, f"plot {command}", {"image": out, **info})
 
 
-@plot_app.command("clusters")
+@plot_app.command("clusters", epilog=example("dclust plot clusters points.zarr --model km.zarr --out clusters.png"))
 @shared_options()
 def plot_clusters(
     s: _Session,
@@ -96,7 +96,7 @@ def plot_clusters(
     _done(s, plotting, fig, out, "clusters", info)
 
 
-@plot_app.command("history")
+@plot_app.command("history", epilog=example("dclust plot history km.zarr --out history.png"))
 @shared_options(component=False, cluster=False)
 def plot_history(s: _Session, model: ModelArg, out: OutOpt) -> None:
     """The objective per iteration of a saved model (and K per batch for stream models)."""
@@ -121,7 +121,9 @@ def _sweep_info(doc: dict) -> dict[str, Any]:
     return {"n_candidates": len(sw.get("lam", [])), "suggested_lam": sw.get("suggested_lam")}
 
 
-@plot_app.command("sweep")
+@plot_app.command(
+    "sweep", epilog=example("dclust sweep dpmeans points.zarr --json > sweep.json && dclust plot sweep sweep.json "
+                            "--out sweep.png"))
 @shared_options(component=False, cluster=False)
 def plot_sweep(
     s: _Session,
@@ -132,7 +134,7 @@ def plot_sweep(
     _plot_json(s, sweep, "SWEEP.json", out, "plot_sweep", "sweep", _sweep_info)
 
 
-@plot_app.command("palette")
+@plot_app.command("palette", epilog=example("dclust plot palette report.json --out palette.png"))
 @shared_options(component=False, cluster=False)
 def plot_palette(
     s: _Session,
@@ -144,7 +146,7 @@ def plot_palette(
                lambda doc: {"n_frames": len(doc["frames"])})
 
 
-@plot_app.command("tracks")
+@plot_app.command("tracks", epilog=example("dclust plot tracks labels.zarr --batch-rows 10000 --out tracks.png"))
 @shared_options(component=False, cluster=False)
 def plot_tracks(
     s: _Session,
@@ -160,7 +162,7 @@ def plot_tracks(
     _done(s, plotting, fig, out, "tracks", {"n_steps": len(steps), "title": fig.axes[0].get_title()})
 
 
-@plot_app.command("links")
+@plot_app.command("links", epilog=example("dclust plot links labels.zarr --constraints links.csv --out links.png"))
 @shared_options(component=False, cluster=False)
 def plot_links(s: _Session, labels: LabelsArg, out: OutOpt, constraints: ConstraintsOpt = None) -> None:
     """Satisfied and violated must-links and cannot-links of stored labels."""

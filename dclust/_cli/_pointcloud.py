@@ -24,7 +24,7 @@ import typer
 
 from dclust.apps.pointcloud import track
 
-from ._options import _bounded, _positive, shared_options
+from ._options import _bounded, _positive, example, shared_options
 from ._session import _Session, _usage
 
 __all__ = ["pointcloud_app"]
@@ -61,7 +61,9 @@ class _FrameProgress:
                     f"deaths {event.extra['deaths']}")
 
 
-@pointcloud_app.command("track")
+@pointcloud_app.command(
+    "track", epilog=example('dclust pointcloud track "frames/*.ply" segments.zarr --lam 0.5 --T-Q 10 --k-tau 1.1 '
+                            "--tracks tracks.csv"))
 @shared_options(component=False, tls=False)
 def pointcloud_track(
     s: _Session,

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import sys
@@ -21,7 +22,7 @@ from typing import Any, Iterator
 import typer
 from typer.core import TyperGroup
 
-__all__ = ["OneLineErrorsGroup", "library_logs", "LOG_FILE_ENV", "LIBRARY_LOGGERS", "log_file_note"]
+__all__ = ["OneLineErrorsGroup", "library_logs", "LOG_FILE_ENV", "LIBRARY_LOGGERS", "log_file_note", "current_context"]
 
 #: Environment variable naming the log file of the Dask libraries (default: dclust-PID.log in the temp directory).
 LOG_FILE_ENV = "DCLUST_LOG_FILE"
@@ -29,7 +30,27 @@ LOG_FILE_ENV = "DCLUST_LOG_FILE"
 LIBRARY_LOGGERS = ("distributed", "tornado", "asyncio", "bokeh")
 
 _CURRENT: list[str | None] = [None]  # the log file of the running command
-_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+# typer >= 0.2x vendors click (typer._click) and no longer depends on it; older typer re-exports click's classes.
+# Exceptions must be typer's own, or typer does not recognise them (an uncaught traceback instead of exit code 2).
+def _click_class(name: str) -> type:
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
+
+
+_UsageError = _click_class("UsageError")
+_ClickException = _click_class("ClickException")
+
+
+def current_context() -> Any:
+    """The running command's click context (for the usage line of usage errors and the ``--tls-*`` values), or
+    None outside a command."""
+    for module in (typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals", "click.globals"):
+        try:
+            return importlib.import_module(module).get_current_context(silent=True)
+        except (ImportError, AttributeError):
+            continue
+    return None
 
 
 def _one_line(text: str) -> str:

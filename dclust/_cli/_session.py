@@ -4,7 +4,6 @@ Dask cluster, the check of the outputs before any work, and the report (a table,
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import sys
@@ -21,27 +20,7 @@ from dclust.errors import InvalidParameterError, StorageError
 
 from ._cluster import dask_client, tls_from_context
 from ._display import Display, key_value_table, to_jsonable
-from ._quiet import library_logs
-
-
-# typer >= 0.2x vendors click (typer._click) and no longer depends on it; older typer re-exports click's classes.
-# Exceptions must be typer's own, or typer does not recognise them (an uncaught traceback instead of exit code 2).
-def _click_class(name: str) -> type:
-    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
-
-
-_UsageError = _click_class("UsageError")
-_ClickException = _click_class("ClickException")
-
-
-def _current_context() -> Any:
-    """The running command's context (for the usage line of usage errors), or None."""
-    for module in (typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals", "click.globals"):
-        try:
-            return importlib.import_module(module).get_current_context(silent=True)
-        except (ImportError, AttributeError):
-            continue
-    return None
+from ._quiet import _ClickException, _UsageError, current_context, library_logs
 
 
 def _one_line(text: str) -> str:
@@ -54,7 +33,7 @@ def _memory_limit(value: str) -> str | int:
 
 def _usage(message: str) -> Exception:
     """A usage error (exit code 2, shown with the command's usage line)."""
-    return _UsageError(message, ctx=_current_context())
+    return _UsageError(message, ctx=current_context())
 
 
 class _Session:
@@ -112,11 +91,8 @@ class _Session:
         resume = checkpoint is not None and os.path.lexists(checkpoint)
         if checkpoint is not None and not resume:
             outputs = {**outputs, "--checkpoint": checkpoint}
-        elif resume:  # rewritten after every iteration: its directory must be writable too
-            from dclust._store._atomic import check_location
-
-            check_location(os.path.abspath(checkpoint), "--checkpoint")
-        _check_outputs(outputs, self.overwrite, inputs + ((checkpoint,) if resume else ()))
+        _check_outputs(outputs, self.overwrite, inputs + ((checkpoint,) if resume else ()),
+                       rewritten={"--checkpoint": checkpoint} if resume else None)  # rewritten after every iteration
         return resume
 
     def open_input(self, path: str, **kwargs: Any) -> tuple[Any, int, int]:
@@ -145,11 +121,11 @@ class _Session:
         with display.step(f"saving the model to {model}"):
             dclust.save(estimator, model, overwrite=self.overwrite)
 
-    def fit_and_write(self, estimator: Any, X: Any, description: str, labels: str, model: str, *,
+    def fit_and_write(self, estimator: Any, X: Any, description: str, labels: str, model: str | None, *,
                       resumed_from: str | None = None, chunk_progress: bool = True,
                       labels_of: Callable[[], Any] | None = None, **fit_kwargs: Any) -> tuple[float, float]:
         """On the cluster: :meth:`fit`, write the labels (``labels_of()``, default ``estimator.predict(X)``) to
-        ``labels`` and save the model to ``model``; the seconds of the fit and of the labels."""
+        ``labels`` and save the model to ``model`` (unless None); the seconds of the fit and of the labels."""
         with self.live() as display:
             fit_seconds = self.fit(display, estimator, X, description, resumed_from=resumed_from,
                                    chunk_progress=chunk_progress, **fit_kwargs)
@@ -158,7 +134,8 @@ class _Session:
                 dclust.write_labels(labels_of() if labels_of else estimator.predict(X), labels,
                                     overwrite=self.overwrite)
             labels_seconds = time.perf_counter() - t
-            self.save_model(display, estimator, model)
+            if model is not None:
+                self.save_model(display, estimator, model)
         return fit_seconds, labels_seconds
 
     def warning_texts(self) -> list[str]:
@@ -217,22 +194,18 @@ def _command(json_out: bool, quiet: bool, debug: bool, **options: Any) -> Iterat
         _fail(exc, 1, debug)
 
 
-def _check_outputs(outputs: dict[str, str], overwrite: bool, inputs: tuple[str, ...] = ()) -> None:
-    """Before any work: outputs are distinct, are not inputs, and may be written (the io layer's own check)."""
-    from dclust._store._atomic import _check_new_target, _resolve  # the check write_array/write_labels/save run
-
-    seen: dict[str, str] = {}
-    for name, path in [(f"input {p}", p) for p in inputs]:
-        seen[_resolve(path, "input")[0]] = name
-    for option, path in outputs.items():
-        url, local = _resolve(path, option)
-        if url in seen:
-            raise _usage(f"{option} {path!r} is the same store as {seen[url]}; give every output its own path.")
-        seen[url] = option
-        if local is not None:  # remote URLs are checked by the writer itself, still before writing
-            try:
-                _check_new_target(local, overwrite, option)
-            except StorageError as exc:
-                raise StorageError(
-                    _one_line(str(exc)).replace("overwrite=True", "--overwrite").replace(f"{option}(path=", f"{option} (")
-                ) from None
+def _check_outputs(outputs: dict[str, str], overwrite: bool, inputs: tuple[str, ...] = (),
+                   rewritten: dict[str, str] | None = None) -> None:
+    """Before any work: :func:`dclust.io.check_outputs` (the check write_array/write_labels/save run), its errors
+    worded for the command line."""
+    try:
+        dclust.io.check_outputs(outputs, inputs, overwrite=overwrite, rewritten=rewritten)
+    except InvalidParameterError as exc:  # two outputs, or an output and an input, at one path
+        raise _usage(str(exc)) from None
+    except StorageError as exc:
+        if not any(f"{option}(path=" in str(exc) for option in outputs):
+            raise
+        text = _one_line(str(exc)).replace("overwrite=True", "--overwrite")
+        for option in outputs:
+            text = text.replace(f"{option}(path=", f"{option} (")
+        raise StorageError(text) from None

@@ -24,18 +24,16 @@ model are written (``predict``, streamed) and the model is saved. ``--checkpoint
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import time
 from typing import Annotated, Any, Optional
 
 import numpy as np
 import typer
-import zarr
 
 import dclust
 from dclust.errors import StorageError
-from dclust.stream._checkpoint import save_state
+from dclust.io import BatchLabelsWriter
+from dclust.stream import fingerprint_of, resume_state, save_state
 
 from ._display import learned_attributes
 from ._options import (
@@ -46,6 +44,7 @@ from ._options import (
     _estimator_params,
     _location,
     _positive,
+    example,
     shared_options,
 )
 from ._session import _Session, _usage
@@ -78,8 +77,6 @@ MaxIterOpt = Annotated[
 def _load_checkpoint(path: str, model: Any, fingerprint: dict | None = None) -> Any:
     """``model`` with the state of the checkpoint at ``path`` (validated by the estimator's checkpoint code: same
     estimator, parameters and data), the error naming the option."""
-    from dclust.stream._checkpoint import resume_state
-
     try:
         resume_state(model, fingerprint, path=path)
     except StorageError as exc:
@@ -87,51 +84,20 @@ def _load_checkpoint(path: str, model: Any, fingerprint: dict | None = None) -> 
     return model
 
 
-def _local(path: str, option: str) -> str:
-    from dclust.io._write import _resolve
-
-    local = _resolve(path, option)[1]
-    if local is None:
-        raise _usage(f"{option} {path!r}: streamed output needs a local path (it is renamed into place when "
-                     "complete).")
-    return local
-
-
-def _partial_path(local: str) -> str:
-    return os.path.join(os.path.dirname(local), f".{os.path.basename(local.rstrip(os.sep))}.partial")
-
-
-def _create_partial(partial: str, n: int, batch_rows: int) -> Any:
-    from dclust.io._write import _compressors  # the codec write_labels uses for int labels
-
-    shutil.rmtree(partial, ignore_errors=True)  # a stale store of a run without a checkpoint to resume
-    dtype = np.dtype(np.int64)
-    return zarr.create_array(store=partial, shape=(n,), dtype=dtype, chunks=(max(1, min(batch_rows, n)),),
-                             compressors=_compressors("auto", dtype), zarr_format=3)
-
-
-def _open_partial(partial: str, n: int, batch_rows: int, checkpoint: str, labels: str) -> Any:
-    expected = (max(1, min(batch_rows, n)),)
+def _labels_writer(labels: str, n: int, batch_rows: int, checkpoint: str | None, done: int) -> BatchLabelsWriter:
+    """The writer of the labels, batch by batch: a new partial store, or (``done`` batches resumed) the one of the
+    interrupted run."""
     try:
-        z = zarr.open_array(partial, mode="r+")
-        ok = z.shape == (n,) and tuple(z.chunks) == expected
-    except Exception:  # noqa: BLE001 - missing or unreadable: same message
-        ok = False
-    if not ok:
+        return BatchLabelsWriter(labels, n, batch_rows, resume=bool(done), name="--labels")
+    except dclust.errors.InvalidParameterError as exc:
+        raise _usage(str(exc)) from None
+    except StorageError:
+        partial = BatchLabelsWriter.partial_path(labels)
         raise StorageError(
             f"--checkpoint {checkpoint!r} holds an interrupted run, but the labels it wrote so far ({partial!r}) are "
             f"missing or do not match {n} rows in batches of {batch_rows}; resume with the same input, --batch-rows "
             f"and --labels {labels!r}, or remove the checkpoint to start afresh."
-        )
-    return z
-
-
-def _commit(partial: str, local: str, overwrite: bool) -> None:
-    """Rename the complete partial store to ``local`` (replacing an existing store only with --overwrite)."""
-    from dclust.io._write import _atomic_write, _check_new_target
-
-    _check_new_target(local, overwrite, "--labels")
-    _atomic_write(local, lambda tmp: os.replace(partial, tmp))
+        ) from None
 
 
 def _totals(history: dict[str, list]) -> dict[str, int]:
@@ -143,7 +109,9 @@ def _totals(history: dict[str, list]) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@stream_app.command("dmeans")
+@stream_app.command(
+    "dmeans", epilog=example("dclust stream dmeans points.zarr --batch-rows 10000 --lam 4.0 --T-Q 10 --k-tau 1.1 "
+                             "--labels ids.zarr"))
 @shared_options()
 def stream_dmeans(
     s: _Session,
@@ -184,8 +152,6 @@ def stream_dmeans(
     fresh = dclust.DynamicMeans(**params)
     resume = s.check_outputs({"--labels": labels, **({"--model": model_path} if model_path else {})}, (input_path,),
                              checkpoint=checkpoint)
-    local = _local(labels, "--labels")
-    partial = _partial_path(local)
     X, n, d = s.open_input(input_path, chunks=batch_rows)  # one row block per batch
     n_batches = X.numblocks[0]
     model = _load_checkpoint(checkpoint, fresh) if resume else fresh
@@ -193,14 +159,15 @@ def stream_dmeans(
     if done > n_batches:
         raise StorageError(f"--checkpoint {checkpoint!r} holds {done} batches, more than the {n_batches} of "
                            f"{input_path!r} in batches of {batch_rows} rows; pass the same input and --batch-rows.")
-    seconds = _stream_dmeans(s, model, X, done, batch_rows, partial, local, checkpoint, model_path)
+    writer = _labels_writer(labels, n, batch_rows, checkpoint, done)
+    seconds = _stream_dmeans(s, model, X, done, writer, checkpoint, model_path)
     history = model.history_
     totals = _totals(history)
     scalars, _ = learned_attributes(model)
     result = {
         "command": "stream dmeans", "estimator": "DynamicMeans", "input": _location(input_path),
         "component": s.component, "n_samples": n, "n_features": d, "batch_rows": batch_rows,
-        "n_batches": n_batches, "resumed_batches": done, "labels": local,
+        "n_batches": n_batches, "resumed_batches": done, "labels": writer.path,
         "checkpoint": _location(checkpoint),
         "model": _location(model_path), "params": model.get_params(),
         "n_clusters": int(model.n_clusters_), "n_tracked": int(model.cluster_ids_.shape[0]),
@@ -218,13 +185,11 @@ def stream_dmeans(
     s.report(result, "stream DynamicMeans", rows)
 
 
-def _stream_dmeans(s: _Session, model: Any, X: Any, done: int, batch_rows: int, partial: str, local: str,
-                   checkpoint: str | None, model_path: str | None) -> float:
+def _stream_dmeans(s: _Session, model: Any, X: Any, done: int, writer: BatchLabelsWriter, checkpoint: str | None,
+                   model_path: str | None) -> float:
     """Fit the batches after ``done``, writing their labels as they come; returns the seconds of the batches."""
     n, n_batches = X.shape[0], X.numblocks[0]
     offsets = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
-    z = (_open_partial(partial, n, batch_rows, checkpoint, local) if done
-         else _create_partial(partial, n, batch_rows))
     try:
         with s.live() as display:
             if done:
@@ -234,18 +199,18 @@ def _stream_dmeans(s: _Session, model: Any, X: Any, done: int, batch_rows: int, 
                 t = time.perf_counter()
                 for b in range(done, n_batches):
                     model.partial_fit(X.blocks[b])
-                    z[offsets[b]:offsets[b + 1]] = np.asarray(model.labels_)
+                    writer.write(int(offsets[b]), model.labels_)
                     if checkpoint is not None:  # after the batch's labels: a resume never skips unwritten ones
                         save_state(model, path=checkpoint)
                 seconds = time.perf_counter() - t
-            with display.step(f"renaming the labels into place at {local}"):
-                _commit(partial, local, s.overwrite)
+            with display.step(f"renaming the labels into place at {writer.path}"):
+                writer.commit(overwrite=s.overwrite)
             if model_path:
                 s.save_model(display, model, model_path)
         return seconds
     except BaseException:
         if checkpoint is None:  # nothing can resume it
-            shutil.rmtree(partial, ignore_errors=True)
+            writer.discard()
         raise
 
 
@@ -254,7 +219,9 @@ def _stream_dmeans(s: _Session, model: Any, X: Any, done: int, batch_rows: int, 
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@stream_app.command("anytime-dpmeans")
+@stream_app.command(
+    "anytime-dpmeans", epilog=example("dclust stream anytime-dpmeans points.zarr --lam 4.0 --batch-rows 50000 "
+                                      "--labels labels.zarr --model dp.zarr"))
 @shared_options()
 def stream_anytime_dpmeans(
     s: _Session,
@@ -284,9 +251,8 @@ def stream_anytime_dpmeans(
     X, n, d = s.open_input(input_path)
     n_batches = -(-n // batch_rows)
     if resume:
-        from dclust.stream._checkpoint import fingerprint_of
-
-        model = _load_checkpoint(checkpoint, fresh, fingerprint_of(fresh, fresh._batches(X)[0]))
+        batches = X if X.chunks[0][0] == batch_rows else X.rechunk({0: batch_rows})  # as iter_fit reads X
+        model = _load_checkpoint(checkpoint, fresh, fingerprint_of(fresh, batches))
     else:
         model = fresh
     done = int(getattr(model, "n_batches_", 0))

@@ -25,7 +25,7 @@ import dclust.model_selection as model_selection
 from dclust.errors import message
 
 from ._display import fmt_number
-from ._options import InputArg, SeedOpt, _location, shared_options
+from ._options import InputArg, SeedOpt, _location, example, shared_options
 from ._session import _Session, _usage
 
 __all__ = ["sweep_app"]
@@ -63,7 +63,7 @@ def _sweep_table(sw: model_selection.LamSweep) -> Table:
     return table
 
 
-@sweep_app.command("dpmeans")
+@sweep_app.command("dpmeans", epilog=example("dclust sweep dpmeans points.zarr --n-lams 16 --plot sweep.png"))
 @shared_options()
 def sweep_dpmeans(
     s: _Session,

@@ -37,6 +37,7 @@ from ._options import (
     VerboseOpt,
     _bounded,
     _positive,
+    example,
 )
 from ._session import _command, _memory_limit, _usage
 
@@ -95,7 +96,9 @@ def _frame_progress(console: Any, enabled: bool, description: str) -> Iterator[N
             progress.stop()
 
 
-@video_app.command("quantize")
+@video_app.command(
+    "quantize", epilog=example("dclust video quantize clip.mp4 quantized.mp4 --lam 800 --palette-png palette.png "
+                               "--report report.json"))
 def quantize(
     input_path: Annotated[str, typer.Argument(metavar="IN", help="Video file (mp4, avi, mkv, ...) or Zarr frames "
                                               "store (T, H, W, 3) uint8.")],
@@ -152,8 +155,8 @@ def quantize(
     if (Q is not None or tau is not None) and (T_Q is not None or k_tau is not None or Q is None or tau is None):
         raise _usage("give D-Means' temporal parameters as one pair: --T-Q and --k-tau, or --Q and --tau.")
     with _command(json_out, quiet, debug, verbose=verbose) as s:
-        from dclust.apps.video import quantize_video
-        from dclust.io._video import is_zarr_path
+        from dclust.apps.video import VideoOptions, quantize_video
+        from dclust.io.video import is_zarr_path
 
         if scheduler and not is_zarr_path(input_path):
             raise _usage(f"--scheduler needs a Zarr frames store as IN (workers read the frames from it); "
@@ -161,23 +164,22 @@ def quantize(
 
         if lam is None and method != Method.kmeans:
             lam = 800.0 if colorspace == ColorSpace.rgb else 100.0
-        kwargs: dict[str, Any] = dict(
-            method=method.value, lam=lam if method != Method.kmeans else None,
-            T_Q=T_Q if method == Method.dmeans else None, k_tau=k_tau if method == Method.dmeans else None,
-            Q=Q if method == Method.dmeans else None, tau=tau if method == Method.dmeans else None, k=k,
+        dmeans = method == Method.dmeans
+        options = VideoOptions(
+            method=method.value, lam=lam if method != Method.kmeans else None, T_Q=T_Q if dmeans else None,
+            k_tau=k_tau if dmeans else None, Q=Q if dmeans else None, tau=tau if dmeans else None, k=k,
             colorspace=colorspace.value, max_colors=max_colors, fit_sample=fit_sample, max_iter=max_iter, seed=seed,
             palette_png=palette_png, report=report, resume=resume, overwrite=overwrite, max_frames=max_frames,
-            _stop_after=stop_after,
         )
         with contextlib.ExitStack() as stack:
+            client = None
             if scheduler:
                 client = stack.enter_context(dask_client(scheduler, memory_limit=_memory_limit(memory_limit),
                                                          announce=None if quiet else s.err.print,
                                                          **tls_from_context()))
                 s.scheduler_address = client.scheduler.address
-                kwargs["client"] = client
             stack.enter_context(_frame_progress(s.err, not quiet, f"{method.value} {os.path.basename(input_path)}"))
-            doc = quantize_video(input_path, output, **kwargs)
+            doc = quantize_video(input_path, output, options, client=client, _stop_after=stop_after)
         summ = doc["summary"]
         result = {"command": "video quantize", **{k_: v for k_, v in doc.items() if k_ not in ("frames", "flicker")}}
         rows = {"method": method.value, "frames": doc["n_frames"], "size": f"{doc['width']} x {doc['height']}",

@@ -1,19 +1,23 @@
 """``dclust``: the command line. It turns arguments into public-API calls and has no logic of its own.
 
+The one typer app: every command family lives in its own module, which builds its sub-app (or its command
+function) without importing this module; this module imports them all and registers each explicitly, so
+``dclust``, ``python -m dclust`` and ``python -m dclust._cli.main`` know the same commands. Every command's
+``--help`` ends with an example.
+
 Commands::
 
-    dclust generate blobs OUT.zarr --n N [--d D] [--k K] [--chunk-rows R] [--seed S] [--truth TRUTH.zarr]
-    dclust fit kmeans  IN.zarr --k K          --labels OUT.zarr --model MODEL.zarr [--seed S] [--max-iter M]
-                                                 [--checkpoint CK]
-    dclust fit dpmeans IN.zarr (--k K | --lam L) --labels OUT.zarr --model MODEL.zarr [--seed S] [--max-iter M]
-                                                 [--checkpoint CK]
-    dclust predict MODEL.zarr IN.zarr --labels OUT.zarr
-    dclust info MODEL.zarr
-    dclust fit bpmeans / rdpmeans ...         (dclust._cli._more)
-    dclust fit gmpr ... / dclust constraints import ...  (dclust._cli._links)
-    dclust stream dmeans / anytime-dpmeans ...  (dclust._cli._stream)
-    dclust sweep dpmeans IN.zarr [--plot PNG]  (dclust._cli._sweep)
-    dclust plot clusters / history / sweep / palette / tracks / links ...  (dclust._cli._plot)
+    dclust generate blobs OUT.zarr --n N [--d D] [--k K] [--chunk-rows R] [--seed S] [--truth TRUTH.zarr]   (here)
+    dclust fit kmeans / dpmeans / bpmeans / rdpmeans / gmpr IN ... --labels OUT.zarr [--model MODEL.zarr]
+                                                                              (dclust._cli._fit)
+    dclust predict MODEL.zarr IN --labels OUT.zarr;  dclust info MODEL.zarr  (here)
+    dclust constraints import PAIRS.csv --chunks-like IN OUT.zarr              (dclust._cli._links)
+    dclust stream dmeans / anytime-dpmeans ...                                 (dclust._cli._stream)
+    dclust video quantize IN OUT ...                                           (dclust._cli._video)
+    dclust pointcloud track IN OUT.zarr ...                                    (dclust._cli._pointcloud)
+    dclust sweep dpmeans IN [--plot PNG]                                       (dclust._cli._sweep)
+    dclust plot clusters / history / sweep / palette / tracks / links ...      (dclust._cli._plot)
+    dclust clean PATH                                                          (dclust._cli._clean)
 
 IN (the input points of fit, predict, stream, sweep, plot clusters, constraints import) is anything
 :func:`dclust.open_array` opens: a Zarr store, a Parquet file or directory, a CSV/TSV file or glob, a NetCDF/HDF5 file,
@@ -29,8 +33,8 @@ one JSON object with ``--json``).
 
 ``--checkpoint CK`` (fit kmeans, dpmeans, bpmeans, rdpmeans, gmpr) saves the fit's state in the directory CK after
 every iteration (atomically); rerunning the same command after a crash resumes from it and ends with the identical
-model. The labels and the model are written after the fit, each under a temporary name renamed into place when
-complete.
+model. The labels and (with ``--model``) the model are written after the fit, each under a temporary name renamed into
+place when complete.
 
 Exit codes: 0 success; 2 usage error (bad or conflicting options, including dclust's InvalidParameterError);
 1 data or runtime error (missing input, existing output without ``--overwrite``, invalid data, a lost scheduler,
@@ -43,34 +47,34 @@ from __future__ import annotations
 
 import time
 from enum import Enum
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
 import dclust
 
+from ._clean import clean
 from ._display import key_value_table, learned_attributes
+from ._fit import fit_app
+from ._links import constraints_app
 from ._options import (
-    StorageOptionOpt,
-    _storage_options,
-    _location,
-    ClusterLamOpt,
     DebugOpt,
-    FitCheckpointOpt,
     InputArg,
     JsonOpt,
     LabelsOpt,
-    MaxIterOpt,
-    ModelOpt,
-    SeedOpt,
-    TargetKOpt,
-    _checkpoint_row,
-    _estimator_params,
-    _exactly_one_of_k_and_lam,
+    StorageOptionOpt,
+    _location,
+    _storage_options,
+    example,
     shared_options,
 )
+from ._plot import plot_app
+from ._pointcloud import pointcloud_app
 from ._quiet import OneLineErrorsGroup
-from ._session import _command, _Session, _usage
+from ._session import _command, _Session
+from ._stream import stream_app
+from ._sweep import sweep_app
+from ._video import video_app
 
 __all__ = ["app"]
 
@@ -84,9 +88,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 generate_app = typer.Typer(help="Generate synthetic data sets into Zarr stores.", no_args_is_help=True)
-fit_app = typer.Typer(help="Fit a clustering model; write its labels and the model.", no_args_is_help=True)
-app.add_typer(generate_app, name="generate")
-app.add_typer(fit_app, name="fit")
 
 
 class Codec(str, Enum):
@@ -121,7 +122,8 @@ def _main(
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@generate_app.command("blobs")
+@generate_app.command(
+    "blobs", epilog=example("dclust generate blobs points.zarr --n 100000 --d 8 --k 16 --truth truth.zarr"))
 @shared_options(component=False)
 def generate_blobs(
     s: _Session,
@@ -163,85 +165,14 @@ def generate_blobs(
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# fit
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _fit(s: _Session, estimator: Any, input_path: str, labels: str, model: str, checkpoint: str | None) -> None:
-    name = type(estimator).__name__
-    resume = s.check_outputs({"--labels": labels, "--model": model}, (input_path,), checkpoint=checkpoint)
-    X, n, d = s.open_input(input_path)
-    fit_seconds, labels_seconds = s.fit_and_write(estimator, X, f"{name} on {n:,} x {d}", labels, model,
-                                                  resumed_from=checkpoint if resume else None)
-    scalars, _ = learned_attributes(estimator)
-    n_clusters = int(estimator.cluster_centers_.shape[0])
-    history = list(getattr(estimator, "objective_history_", []))
-    result = {
-        "command": f"fit {name.lower()}", "estimator": name, "input": _location(input_path),
-        "component": s.component, "n_samples": n, "n_features": d, "labels": _location(labels),
-        "model": _location(model), "params": estimator.get_params(), "n_clusters": n_clusters,
-        "checkpoint": _location(checkpoint), "resumed": resume,
-        "learned": scalars, "objective_history": history,
-        "seconds": {"fit": round(fit_seconds, 3), "labels": round(labels_seconds, 3)},
-    }
-    rows: dict[str, Any] = {"estimator": name, "data": f"{n:,} x {d}", "clusters (K)": n_clusters}
-    rows.update({k: v for k, v in scalars.items() if k not in ("n_clusters_", "n_features_in_")})
-    iters = max(1, int(scalars.get("n_iter_", 1)))
-    per_iteration = s.display.seconds_per_iteration() or fit_seconds / iters  # the live line's figure
-    result["seconds"]["per_iteration"] = round(per_iteration, 3)
-    rows.update({"fit seconds": round(fit_seconds, 2), "seconds / iteration": round(per_iteration, 3),
-                 "labels": labels, "model": model, **_checkpoint_row(checkpoint, resume)})
-    s.report(result, f"fit {name}", rows)
-
-
-@fit_app.command("kmeans")
-@shared_options()
-def fit_kmeans(
-    s: _Session,
-    input_path: InputArg,
-    k: Annotated[int, typer.Option("--k", min=1, help="Number of clusters.")],
-    labels: LabelsOpt,
-    model: ModelOpt,
-    seed: SeedOpt = None,
-    max_iter: MaxIterOpt = None,
-    checkpoint: FitCheckpointOpt = None,
-) -> None:
-    """k-means (k-means|| seeding, Lloyd iterations) with K clusters."""
-    params = _estimator_params({"n_clusters": k, "random_state": seed, "checkpoint": checkpoint}, max_iter=max_iter)
-    _fit(s, dclust.KMeans(**params), input_path, labels, model, checkpoint)
-
-
-@fit_app.command("dpmeans")
-@shared_options()
-def fit_dpmeans(
-    s: _Session,
-    input_path: InputArg,
-    k: TargetKOpt = None,
-    lam: ClusterLamOpt = None,
-    labels: LabelsOpt = ...,
-    model: ModelOpt = ...,
-    seed: SeedOpt = None,
-    max_iter: MaxIterOpt = None,
-    checkpoint: FitCheckpointOpt = None,
-) -> None:
-    """DP-means: the number of clusters follows from the penalty --lam (or is targeted with --k)."""
-    if k is None and lam is None:
-        raise _usage(f"give exactly one of --k (target number of clusters) and --lam (penalty per cluster); to "
-                     f"choose lam, run 'dclust sweep dpmeans {input_path}' (K for many lam, and a suggested lam).")
-    _exactly_one_of_k_and_lam(k, lam)
-    params = _estimator_params({"lam": lam, "n_clusters": k, "random_state": seed, "checkpoint": checkpoint},
-                               max_iter=max_iter)
-    _fit(s, dclust.DPMeans(**params), input_path, labels, model, checkpoint)
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # predict, info
 # ---------------------------------------------------------------------------------------------------------------
 
 ModelArg = Annotated[str, typer.Argument(metavar="MODEL.zarr", help="A model saved by 'dclust fit'.")]
 
 
-@app.command("predict")
+@app.command(
+    "predict", epilog=example("dclust predict km.zarr points.zarr --labels labels.zarr"))
 @shared_options()
 def predict(s: _Session, model: ModelArg, input_path: InputArg, labels: LabelsOpt) -> None:
     """Label every point of IN with its nearest cluster of a saved model."""
@@ -266,7 +197,7 @@ def predict(s: _Session, model: ModelArg, input_path: InputArg, labels: LabelsOp
     s.report(result, "predict", rows)
 
 
-@app.command("info")
+@app.command("info", epilog=example("dclust info km.zarr", "dclust info km.zarr --json"))
 def info(model: ModelArg, json_out: JsonOpt = False, debug: DebugOpt = False,
          storage_option: StorageOptionOpt = None) -> None:
     """Show a saved model: estimator, parameters, learned scalars and array shapes."""
@@ -294,17 +225,19 @@ def info(model: ModelArg, json_out: JsonOpt = False, debug: DebugOpt = False,
         ))
 
 
-# more commands, in their own modules (they use the helpers above): fit bpmeans/rdpmeans, stream dmeans/anytime-dpmeans
-from . import _more  # noqa: E402,F401 - registers its commands on fit_app
-from . import _links  # noqa: E402,F401 - registers fit gmpr on fit_app and the constraints group on app
-from ._stream import stream_app  # noqa: E402
+# ---------------------------------------------------------------------------------------------------------------
+# the command families of the other modules, registered here and only here
+# ---------------------------------------------------------------------------------------------------------------
 
+app.add_typer(generate_app, name="generate")
+app.add_typer(fit_app, name="fit")
+app.add_typer(constraints_app, name="constraints")
 app.add_typer(stream_app, name="stream")
+app.add_typer(video_app, name="video")
+app.add_typer(pointcloud_app, name="pointcloud")
+app.add_typer(sweep_app, name="sweep")
+app.add_typer(plot_app, name="plot")
+app.command("clean", epilog=example("dclust clean /data/outputs", "dclust clean /data/outputs/labels.zarr"))(clean)
 
-if __name__ == "__main__":  # pragma: no cover
-    app()
-from ._video import video_app; app.add_typer(video_app, name="video")  # noqa: E402,E702
-from ._pointcloud import pointcloud_app; app.add_typer(pointcloud_app, name="pointcloud")  # noqa: E402,E702
-from ._sweep import sweep_app; app.add_typer(sweep_app, name="sweep")  # noqa: E402,E702
-from ._plot import plot_app; app.add_typer(plot_app, name="plot")  # noqa: E402,E702
-from ._clean import clean; app.command("clean")(clean)  # noqa: E402,E702
+if __name__ == "__main__":  # pragma: no cover - python -m dclust._cli.main
+    app(prog_name="dclust")

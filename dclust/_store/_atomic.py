@@ -621,7 +621,8 @@ def _exchange(a: str, b: str) -> bool:
 
 
 def write_bytes(data: bytes, target: str) -> None:
-    """Write ``data`` to the local file ``target`` atomically (:func:`_atomic_write`)."""
+    """Write ``data`` to the local file ``target`` atomically (:func:`_atomic_write`): a crash leaves the previous
+    content (see :func:`check_output` for an example)."""
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as fh:
@@ -633,7 +634,19 @@ def write_bytes(data: bytes, target: str) -> None:
 def check_output(path: str | os.PathLike, overwrite: bool, what: str = "output") -> str:
     """Absolute local path of a new output file (or Zarr store) in an existing directory, checked before any work:
     the directory exists and is writable (:func:`check_location`), and an existing ``path`` is replaced only with
-    ``overwrite`` (and only if it is a file or a Zarr store)."""
+    ``overwrite`` (and only if it is a file or a Zarr store).
+
+    Examples
+    --------
+    >>> import os, tempfile, dclust
+    >>> path = dclust.io.check_output(os.path.join(tempfile.mkdtemp(), "report.json"), overwrite=False)
+    >>> dclust.io.write_bytes(b"{}", path)
+    >>> try:
+    ...     dclust.io.check_output(path, overwrite=False)
+    ... except dclust.errors.StorageError as exc:
+    ...     print(type(exc).__name__, "already exists" in str(exc))
+    StorageError True
+    """
     local = os.path.abspath(os.fspath(path))
     if os.path.lexists(local):
         if not overwrite:

@@ -1,10 +1,10 @@
 """Checkpoints of long fits: a driver that dies resumes where it stopped and ends with the identical model.
 
-Format 1. A checkpoint is one Zarr v3 group (a local directory), replaced atomically after every iteration::
+Format 2. A checkpoint is one Zarr v3 group (a local directory), replaced atomically after every iteration::
 
     CK/
       zarr.json                  attributes (JSON, no pickle):
-                                   {"dclust_checkpoint": {"format": 1, "dclust_version": "...",
+                                   {"dclust_checkpoint": {"format": 2, "dclust_version": "...",
                                     "estimator": "KMeans", "params": {...}, "unsaved_params": {...},
                                     "fingerprint": {...}, "state": {...}},
                                     ...and, when the state includes the model (a finished fit, a stream after a
@@ -29,7 +29,8 @@ previous complete state as ``.CK.old-*``: :meth:`Checkpointer.resume` renames it
 URL, or an fsspec mapper that carries the ``storage_options``) each save is committed by a commit record and
 copied into place (``dclust._store._atomic``): a resume reads the last committed state, whenever the writer died.
 
-Validation on resume (before any output is written): the format version (newer: :class:`FormatVersionError`),
+Validation on resume (before any output is written): the format version (newer, or older than the estimator's
+``_checkpoint_since``: :class:`FormatVersionError`),
 the estimator, its parameters (all but ``checkpoint`` and ``persist``, which do not change the result), the
 input's fingerprint (shape, dtype, row chunks, whether weighted, a hash of its first rows) and, at the first pass
 over the data, the one-cluster statistics of the whole input (weight, mean, scatter) recorded by the
@@ -81,8 +82,10 @@ from ._zarr import read_all
 
 __all__ = ["Checkpointer", "data_fingerprint", "graph_fingerprint", "rng_state", "set_rng_state", "FORMAT_VERSION"]
 
-#: The newest checkpoint format this dclust writes and reads.
-FORMAT_VERSION = 1
+#: The newest checkpoint format this dclust writes and reads. An estimator whose saved state changed sets
+#: ``_checkpoint_since`` (the oldest format it reads; default 1) and older checkpoints of it are refused. Format 2:
+#: DPMeans, RDPMeans and BPMeans save their loop state as the fit loop does (``{"loop": {"iteration", "state"}}``).
+FORMAT_VERSION = 2
 #: Parameters that do not change the result (a resume may change them).
 _FREE_PARAMS = ("checkpoint", "persist")
 #: Arrays of at most this many elements are stored inline in the JSON state.
@@ -349,6 +352,14 @@ class Checkpointer:
             )
         if ck.get("estimator") != self.name:
             raise _other_run(self.shown, f"a checkpoint of {self.name}", f"one of {ck.get('estimator')!r}")
+        since = getattr(self.estimator, "_checkpoint_since", 1)
+        if fmt < since:
+            raise FormatVersionError(
+                message(f"checkpoint {self.shown}", f"a {self.name} checkpoint of format {since} or newer",
+                        f"format {fmt}, written by an older dclust ({ck.get('dclust_version', 'unknown')}) whose "
+                        f"{self.name} saved another state", "Remove the checkpoint to start afresh, or resume it "
+                        "with the dclust that wrote it.")
+            )
         self._check_params(group, ck.get("params"), ck.get("unsaved_params"))
         self._check_fingerprint(ck.get("fingerprint"))
         state = ck.get("state")

@@ -9,7 +9,7 @@ random sample of that many points and every point is then assigned: to the neare
 data in this frame (D-Means, the fixed-point rule of ALGORITHMS.md 3.7 DM2), or to the segment of its nearest
 sampled point (SD-Means, whose clusters need not be convex).
 
-:func:`track` runs the whole job from files (see :mod:`dclust.io._pointcloud`) to a Zarr store of labels
+:func:`track` runs the whole job from files (see :mod:`dclust.io.pointcloud`) to a Zarr store of labels
 (frames x max_points, int32, ``-1`` padding), a tracks table (Parquet or CSV) and an optional PNG.
 :func:`tracking_scores` evaluates labels against ground truth (the protocol of 10.2).
 """
@@ -24,11 +24,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .. import metrics
-from .._fit import ProgressEvent, emit
-from .._validation import validate_params
-from ..errors import InvalidDataError, InvalidParameterError, message
-from ..io._pointcloud import (
+from dclust import ProgressEvent, emit_progress, metrics
+from dclust.cluster import nearest, validate_params
+from dclust.errors import InvalidDataError, InvalidParameterError, message
+from dclust.io.pointcloud import (
     FEATURES,
     FrameLabelsWriter,
     PointFrame,
@@ -39,13 +38,23 @@ from ..io._pointcloud import (
     write_labels_store,
     write_table,
 )
-from ..kernels.distances import _one_blas_thread, nearest
-from ..stream import DynamicMeans, SpectralDynamicMeans
+from dclust.stream import DynamicMeans, SpectralDynamicMeans
+
 from ._scenes import moving_objects_scene
 
 __all__ = ["PointCloudTracker", "TrackResult", "track", "tracking_scores", "moving_objects_scene"]
 
 _DEFAULT_SAMPLE = {False: 10_000, True: 1_000}
+_BLAS: list = []  # the threadpoolctl controller, made once (it inspects the loaded libraries)
+
+
+def _one_blas_thread() -> Any:
+    """BLAS limited to one thread for the ``with`` block."""
+    if not _BLAS:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0].limit(limits=1, user_api="blas")
 
 
 def _bad(name: str, expected: str, value: Any, fix: str) -> InvalidParameterError:
@@ -367,7 +376,7 @@ def track(source: Any, out: str | os.PathLike, *, lam: float, T_Q: float, k_tau:
     ----------
     source : str or sequence of paths
         A directory or glob of ``.ply`` / ``.las`` / ``.laz`` / ``.npy`` frames, or a Zarr store of frames
-        (:func:`dclust.io._pointcloud.scan_frames`).
+        (:func:`dclust.io.pointcloud.scan_frames`).
     out : str or os.PathLike
         New Zarr store: group with ``labels`` (frames, max_points) int32 (``-1`` padding) and ``counts``
         (frames,), and the job's parameters in its attributes.
@@ -458,7 +467,7 @@ def track(source: Any, out: str | os.PathLike, *, lam: float, T_Q: float, k_tau:
                 keep = np.random.default_rng(t).permutation(len(frame))[:20_000]
                 shots[t] = (frame.xyz[keep], labels[keep])
             h = tracker.history_
-            emit(ProgressEvent("PointCloudTracker", "frame", t + 1, float(h["objective"][-1]),
+            emit_progress(ProgressEvent("PointCloudTracker", "frame", t + 1, float(h["objective"][-1]),
                                int(h["n_clusters"][-1]), time.perf_counter() - tf,
                                {"n_points": len(frame), "n_frames": n_frames, "births": int(h["births"][-1]),
                                 "deaths": int(h["deaths"][-1]), "revivals": int(h["revivals"][-1]),

@@ -26,10 +26,15 @@ no fitting) and continues fitting where it stopped, so the result equals an unin
 
 With a Dask ``client`` (CLI ``--scheduler``) the input must be a Zarr frames store: the driver fits each frame and
 the workers quantise the frames (reading them from the store and writing a Zarr output directly).
+
+The job is a pipeline of four stages -- decode -> quantise -> encode -> metrics -- configured by one
+:class:`VideoOptions`; each frame's palette is fitted between decode and quantise (:mod:`dclust.apps._palettes`),
+and the checkpoint (:mod:`dclust.apps._video_checkpoint`) holds the palettes fitted so far.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -37,213 +42,128 @@ import queue
 import threading
 import time
 import warnings
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .._fit import ProgressEvent, emit
-from ..errors import ConvergenceWarning, DclustError, InvalidDataError, InvalidParameterError, StorageError, message
-from ..io._video import (
-    FrameSource,
-    check_output,
-    create_sink,
-    open_frames,
-    read_frame,
-    remove_tree,
-    write_bytes,
-    write_frame,
-    write_png,
-)
-from ..kernels.kmeans import kmeans_plusplus, lloyd
-from ..io._models import load, save
-from ..stream import DynamicMeans
-from ._video_kernels import CellTable, features, palette_rgb, quantise_rows
+from dclust import ProgressEvent, emit_progress
+from dclust.errors import InvalidDataError, InvalidParameterError, message
+from dclust.io import check_output, write_bytes
+from dclust.io.video import create_sink, open_frames, read_frame, write_frame, write_png
+from dclust.metrics import flicker_summary
+from dclust.plot import palette_image
 
-__all__ = ["quantize_video", "psnr", "flicker_ratio", "flicker_summary", "palette_image", "synthetic_frames",
-           "METHODS"]
+from ._palettes import FITTERS, Palette
+from ._video_checkpoint import Checkpoint, checkpoint_dir, fingerprint
+from ._video_kernels import CellTable, features, quantise_rows
+
+__all__ = ["VideoOptions", "quantize_video", "psnr", "flicker_ratio", "synthetic_frames", "METHODS"]
 
 METHODS = ("dmeans", "kmeans", "dpmeans")
-_CHECKPOINT_VERSION = 1
-_CHECKPOINT_SECONDS = 5.0
 _QUEUE_FRAMES = 3
 
 
-# --------------------------------------------------------------------------------------------------- metrics
+# --------------------------------------------------------------------------------------------------- options
 
 
-def psnr(mse: float, peak: float = 255.0) -> float:
-    """``10 log10(peak^2 / mse)`` in dB (inf for ``mse = 0``).
+@dataclass(frozen=True)
+class VideoOptions:
+    """Everything :func:`quantize_video` can be told, checked when created (before any frame is read).
 
-    >>> round(psnr(255.0 ** 2 / 100), 6)
-    20.0
-    """
-    return math.inf if mse <= 0 else 10.0 * math.log10(peak * peak / mse)
+    Parameters
+    ----------
+    method : {"dmeans", "kmeans", "dpmeans"}, default "dmeans"
+        D-Means with persistent palette ids (``lam`` and ``T_Q``, ``k_tau``; [DM] 10.2 used 800, 15, 1.1 on RGB in
+        [0, 255], the defaults); per-frame k-means with ``k`` colors warm-started from the previous frame; or
+        per-frame DP-means with penalty ``lam``. A frame with fewer distinct colors than ``k`` in its fit sample
+        (a black frame of a fade-in) is quantised with the colors it has; the report's summary lists those frames
+        (``frames_fewer_colors``) and each frame's ``k`` is its number of colors.
+    lam : float, default 800
+        Penalty of a new color (a squared distance in the color space); ignored by ``method="kmeans"``.
+    T_Q, k_tau : float, optional
+        D-Means' frames a color may go unseen and be revived (default 15) and revival radius in units of ``lam``
+        (default 1.1).
+    Q, tau : float, optional
+        D-Means' revival cost per frame unseen and transition variance, in place of ``T_Q`` and ``k_tau`` (eq. 30:
+        ``Q = lam/T_Q``, ``tau >= 1/(T_Q-1)``). A smaller ``tau`` holds the palette more firmly (less flicker,
+        some PSNR); ``tau = 0`` keeps every color's running mean over all frames.
+    k : int, optional
+        Colors per frame of ``method="kmeans"`` (required there, refused otherwise).
+    colorspace : {"rgb", "lab"}, default "rgb"
+        Space of the clustering: RGB values 0..255, or CIE Lab (D65). ``lam`` is a squared distance in it.
+    max_colors : int, optional
+        At most this many colors per frame: the clusters with the most sample pixels are kept.
+    fit_sample : int, default 2048
+        Pixels per frame used to fit the palette: the same ``fit_sample`` positions (drawn once from ``seed``) in
+        every frame; every pixel is assigned. A larger sample lowers the sampling noise of the centers (higher
+        PSNR) at the cost of fitting time; with D-Means it also opens more small clusters in the color tails,
+        since ``lam`` is an absolute radius.
+    max_iter : int, default 100
+        Bound on the passes of each frame's fit; the fits converge well within it (typically 8 to 15 passes), so
+        the palette of a frame does not depend on where an unfinished fit stopped.
+    seed : int, default 0
+        Seed of the pixel sample and of the fits.
+    palette_png, report : path, optional
+        The palette over time as a PNG (one column per frame, one row per persistent cluster; transparent where a
+        cluster is absent, :func:`dclust.plot.palette_image`) and a JSON report (``frames`` list of ``k``,
+        ``births``, ``deaths``, ``psnr``, ``flicker``, ...; the summary; the flicker series).
+    resume : bool, default False
+        Continue an interrupted run of the same job from its checkpoint (``.{output}.resume``).
+    overwrite : bool, default False
+        Replace existing outputs.
+    max_frames : int, optional
+        Process only the first ``max_frames`` frames.
+    codec : str, optional
+        Video encoder of a video output (default: H.264 when available).
 
+    Raises
+    ------
+    InvalidParameterError
+        A value out of range, ``k`` missing for (or given to a method other than) ``"kmeans"``, or an incomplete
+        pair of D-Means' temporal parameters.
 
-def flicker_ratio(dq: float, do: float) -> float:
-    """ALGORITHMS.md 9: ``f_t = mean|Q_t - Q_{t-1}| / mean|O_t - O_{t-1}|`` from the two sums (same pixel count);
-    NaN when the original does not change.
-
-    >>> flicker_ratio(30, 20), math.isnan(flicker_ratio(5, 0))
-    (1.5, True)
-    """
-    return float(dq) / float(do) if do > 0 else math.nan
-
-
-def flicker_summary(series: Any) -> float:
-    """Median of ``|f_t - 1|`` over the frames with a defined ratio (NaN if none).
-
-    >>> flicker_summary([float("nan"), 1.5, 0.9, 1.0])
-    0.1
-    """
-    f = np.asarray([x for x in series if x is not None], dtype=np.float64)
-    f = f[np.isfinite(f)]
-    return float(np.median(np.abs(f - 1.0))) if f.size else math.nan
-
-
-# --------------------------------------------------------------------------------------------------- fitters
-
-
-@dataclass
-class Palette:
-    """One frame's palette: persistent ids, centres in the colour space, their RGB, and the fit's counts."""
-
-    ids: np.ndarray
-    centers: np.ndarray
-    rgb: np.ndarray
-    births: int = 0
-    deaths: int = 0
-    revivals: int = 0
-    n_iter: int = 0
-    converged: bool = True
-
-    def to_json(self) -> dict:
-        return {"ids": self.ids.tolist(), "centres": self.centers.tolist(), "rgb": self.rgb.tolist(),
-                "births": self.births, "deaths": self.deaths, "revivals": self.revivals, "n_iter": self.n_iter,
-                "converged": self.converged}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "Palette":
-        return cls(np.asarray(d["ids"], np.int64), np.asarray(d["centres"], np.float64).reshape(-1, 3),
-                   np.asarray(d["rgb"], np.uint8).reshape(-1, 3), int(d["births"]), int(d["deaths"]),
-                   int(d["revivals"]), int(d["n_iter"]), bool(d["converged"]))
-
-
-def _top(ids, centers, counts, max_colors):
-    """The ``max_colors`` clusters with the most sample pixels (lower id first on ties), in id order."""
-    if max_colors is None or ids.size <= max_colors:
-        return ids, centers
-    order = np.lexsort((ids, -counts))[:max_colors]
-    keep = np.sort(order)
-    return ids[keep], centers[keep]
-
-
-class _DMeansFitter:
-    def __init__(self, p: dict) -> None:
-        self.p = p
-        self.model = DynamicMeans(lam=p["lam"], T_Q=p["T_Q"], k_tau=p["k_tau"], Q=p["Q"], tau=p["tau"],
-                                  max_iter=p["max_iter"], random_state=p["seed"])
-
-    def fit(self, t: int, X: np.ndarray, prev: Palette | None) -> Palette:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            m = self.model.partial_fit(X)
-        seen = m.ages_ == 1
-        ids, centers = m.cluster_ids_[seen], m.cluster_centers_[seen]
-        counts = np.array([np.count_nonzero(m.labels_ == i) for i in ids]) if self.p["max_colors"] else None
-        ids, centers = _top(ids, centers, counts, self.p["max_colors"])
-        h = m.history_
-        return Palette(ids, centers, palette_rgb(centers, self.p["colorspace"]), int(h["births"][-1]),
-                       int(h["deaths"][-1]), int(h["revivals"][-1]), int(m.n_iter_), bool(m.converged_))
-
-    def save(self, directory: str, n: int) -> str:
-        """The model as ``model-{n}.zarr`` (``dclust.save``: Zarr + JSON, written atomically)."""
-        name = f"model-{n}.zarr"
-        save(self.model, os.path.join(directory, name), overwrite=True)
-        return name
-
-    def restore(self, directory: str, name: str | None, palettes: list[Palette]) -> None:
-        path = os.path.join(directory, name or "")
-        try:
-            model = load(path)
-        except DclustError as exc:
-            raise StorageError(f"the checkpoint model {path!r} cannot be read ({exc}); remove {directory!r} to "
-                               "start afresh.") from exc
-        if not isinstance(model, DynamicMeans) or int(model.n_batches_) != len(palettes):
-            raise StorageError(f"the checkpoint in {directory!r} is inconsistent (its model does not match its "
-                               f"{len(palettes)} frames); remove it and start afresh.")
-        self.model = model
-
-
-class _KMeansFitter:
-    """Per-frame Lloyd iterations on the sample, K fixed, warm-started from the previous frame's centres.
-
-    A frame whose fit sample holds ``m < k`` distinct colours (a black frame of a fade-in) is quantised with
-    exactly those ``m`` colours (its palette has ``m`` entries; the report counts such frames); the next frame with
-    at least ``k`` colours is seeded afresh (k-means++ on its distinct colours), and the frames after it warm-start
-    again.
+    Examples
+    --------
+    >>> from dclust.apps.video import VideoOptions
+    >>> VideoOptions(method="kmeans", k=8, lam=None).params()["k"]
+    8
+    >>> VideoOptions(lam=800.0).params()["T_Q"]  # [DM] 10.2's defaults
+    15.0
     """
 
-    def __init__(self, p: dict) -> None:
-        self.p = p
-        self.centers: np.ndarray | None = None
+    method: str = "dmeans"
+    lam: float | None = 800.0
+    T_Q: float | None = None
+    k_tau: float | None = None
+    Q: float | None = None
+    tau: float | None = None
+    k: int | None = None
+    colorspace: str = "rgb"
+    max_colors: int | None = None
+    fit_sample: int = 2048
+    max_iter: int = 100
+    seed: int = 0
+    palette_png: str | os.PathLike | None = None
+    report: str | os.PathLike | None = None
+    resume: bool = False
+    overwrite: bool = False
+    max_frames: int | None = None
+    codec: str | None = None
 
-    def fit(self, t: int, X: np.ndarray, prev: Palette | None) -> Palette:
-        k = self.p["k"]
-        births = deaths = 0
-        uniq = np.unique(X, axis=0)
-        if uniq.shape[0] < k:  # every colour of the sample is a centre: nothing to fit
-            self.centers = uniq
-            return Palette(np.arange(uniq.shape[0], dtype=np.int64), uniq, palette_rgb(uniq, self.p["colorspace"]),
-                           uniq.shape[0], 0 if prev is None else int(prev.ids.size), 0, 0, True)
-        if self.centers is None or self.centers.shape[0] < k:  # first frame, or after a frame of fewer colours
-            births, deaths = k, 0 if prev is None else int(prev.ids.size)
-            C = kmeans_plusplus(uniq, np.ones(uniq.shape[0]), k, np.random.default_rng([self.p["seed"], t, 1]))
-        else:
-            C = self.centers.copy()
-        C, _, n_iter, converged, _ = lloyd(X, None, C, max_iter=self.p["max_iter"], rtol=1e-8)
-        self.centers = C
-        return Palette(np.arange(k, dtype=np.int64), C, palette_rgb(C, self.p["colorspace"]), births, deaths, 0,
-                       n_iter, converged)
+    def __post_init__(self) -> None:
+        self.params()
+        m = self.max_frames
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise InvalidParameterError(message("max_frames", "an integer >= 1 or None", repr(m),
+                                                "Pass a valid max_frames."))
 
-    def save(self, directory: str, n: int) -> None:
-        return None
-
-    def restore(self, directory: str, name: str | None, palettes: list[Palette]) -> None:
-        self.centers = palettes[-1].centers.copy() if palettes else None
-
-
-class _DPMeansFitter:
-    """A fresh DP-means per frame (D-Means' first step: no old clusters), ids local to the frame."""
-
-    def __init__(self, p: dict) -> None:
-        self.p = p
-
-    def fit(self, t: int, X: np.ndarray, prev: Palette | None) -> Palette:
-        seed = int(np.random.default_rng([self.p["seed"], t, 2]).integers(2**62))
-        m = DynamicMeans(lam=self.p["lam"], Q=0.0, tau=0.0, max_iter=self.p["max_iter"], random_state=seed)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            m.partial_fit(X)
-        ids, centers = np.arange(m.cluster_ids_.size, dtype=np.int64), m.cluster_centers_
-        counts = np.bincount(m.labels_, minlength=ids.size) if self.p["max_colors"] else None
-        ids, centers = _top(ids, centers, counts, self.p["max_colors"])
-        ids = np.arange(ids.size, dtype=np.int64)
-        return Palette(ids, centers, palette_rgb(centers, self.p["colorspace"]), int(ids.size),
-                       0 if prev is None else int(prev.ids.size), 0, int(m.n_iter_), bool(m.converged_))
-
-    def save(self, directory: str, n: int) -> None:
-        return None
-
-    def restore(self, directory: str, name: str | None, palettes: list[Palette]) -> None:
-        return None
-
-
-_FITTERS = {"dmeans": _DMeansFitter, "kmeans": _KMeansFitter, "dpmeans": _DPMeansFitter}
-
-
-# --------------------------------------------------------------------------------------------------- params
+    def params(self) -> dict:
+        """The checked parameters of the fits (what a checkpoint records and the report shows): the method, the
+        color space, the sample, and the method's own parameters (the others None)."""
+        return _check_params(self.method, self.lam, self.T_Q, self.k_tau, self.k, self.colorspace, self.max_colors,
+                             self.fit_sample, self.max_iter, self.seed, self.Q, self.tau)
 
 
 def _check_params(method, lam, T_Q, k_tau, k, colorspace, max_colors, fit_sample, max_iter, seed, Q=None,
@@ -300,85 +220,195 @@ def _check_params(method, lam, T_Q, k_tau, k, colorspace, max_colors, fit_sample
     return p
 
 
-# --------------------------------------------------------------------------------------------------- checkpoint
+
+# --------------------------------------------------------------------------------------------------- the job
 
 
-def _checkpoint_dir(output: str) -> str:
-    parent, name = os.path.split(os.path.abspath(output).rstrip(os.sep))
-    return os.path.join(parent, f".{name}.resume")
+def quantize_video(input: str | os.PathLike, output: str | os.PathLike, options: VideoOptions | None = None, *,
+                   client: Any = None, _stop_after: int | None = None, **legacy_kwargs: Any) -> dict:
+    """Quantise the colors of a video (or Zarr frames store) frame by frame; write the quantised frames.
+
+    Parameters
+    ----------
+    input, output : path
+        A video file readable by PyAV or a Zarr array ``(T, H, W, 3)`` uint8 (``*.zarr``); the output is a Zarr
+        store for ``*.zarr`` paths, else a video (container from the extension; H.264 via libx264 when available,
+        the input's frame rate).
+    options : VideoOptions, optional
+        The method, its parameters and the outputs besides ``output`` (default: ``VideoOptions()``, D-Means with
+        [DM] 10.2's parameters).
+    client : distributed.Client, optional
+        Quantise on a Dask cluster (Zarr input required).
+    **legacy_kwargs
+        Deprecated: the fields of :class:`VideoOptions` as keywords (``method="kmeans", k=8``); they still work
+        for one release, with a DeprecationWarning.
+
+    Returns
+    -------
+    dict
+        The report (also written to ``options.report`` when given): input, output, method, params, size, fps,
+        codec, ``n_frames``, ``resumed_frames``, seconds, ``frames_per_second``, ``summary`` (PSNR, flicker, K,
+        births, deaths, ...), the ``flicker`` series and the per-frame records ``frames``.
+
+    Raises
+    ------
+    InvalidParameterError
+        Bad options, an output at the input's path, two outputs at one path, or a ``client`` with a video file.
+    InvalidDataError
+        An unreadable input, or one without frames.
+    StorageError
+        An existing output without ``overwrite``, or a checkpoint of other parameters or another input.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from dclust.apps.video import VideoOptions, quantize_video, synthetic_frames
+    >>> from dclust.io.video import write_video
+    >>> d = tempfile.mkdtemp()
+    >>> clip = write_video(synthetic_frames(4, 32, 24), os.path.join(d, "clip.zarr"))
+    >>> doc = quantize_video(clip, os.path.join(d, "q.zarr"), VideoOptions(lam=800.0, fit_sample=256))
+    >>> doc["n_frames"], doc["summary"]["psnr"] > 20
+    (4, True)
+    """
+    options = _options(options, legacy_kwargs)
+    p = options.params()
+    src = open_frames(input)
+    out = _check_outputs(input, output, options, src, client)
+    ckpt = Checkpoint(checkpoint_dir(out), p, fingerprint(src))
+    fitter = FITTERS[options.method](p)
+    palettes: list[Palette] = []
+    if options.resume:
+        state = ckpt.load()
+        if state is not None:
+            palettes, model_name = state
+            fitter.restore(ckpt.dir, model_name, palettes)
+            ckpt.saved_n = len(palettes)
+    else:
+        ckpt.remove()
+    max_frames = options.max_frames
+    n_total = src.n_frames if max_frames is None or src.n_frames is None else min(src.n_frames, max_frames)
+    sink = create_sink(out, src.width, src.height, src.fps, n_frames=n_total, codec=options.codec)
+    job = _Job(src, p, fitter, palettes, ckpt, len(palettes), n_total, max_frames, _stop_after)
+    try:
+        if client is not None:
+            _run_distributed(job, sink, client)
+        else:
+            _run_local(job, sink)
+        if not job.records:
+            raise InvalidDataError(message(f"input {src.path!r}", "at least one video frame", "zero frames",
+                                           "Pass a video that holds frames."))
+        seconds = time.perf_counter() - job.t_start
+        doc = _report(src, out, p, job.records, palettes, seconds, job.done, getattr(sink, "codec", "zarr"))
+        if options.palette_png is not None:
+            write_png(palette_image(job.records), options.palette_png, overwrite=options.overwrite)
+        if options.report is not None:
+            write_bytes(json.dumps(_jsonable(doc), indent=1).encode(),
+                        check_output(options.report, options.overwrite, "report"))
+        sink.commit()
+    except BaseException:
+        sink.abort()
+        if len(palettes) > job.done or (palettes and ckpt.saved_n != len(palettes)):
+            try:
+                ckpt.save(palettes, fitter, force=True)
+            except Exception:  # noqa: BLE001 - the original error matters more
+                pass
+        raise
+    ckpt.remove()
+    return doc
 
 
-def _fingerprint(src: FrameSource) -> dict:
-    st = os.stat(src.path)
-    return {"path": os.path.abspath(src.path), "kind": src.kind, "width": src.width, "height": src.height,
-            "size": st.st_size if src.kind == "video" else None,
-            "mtime_ns": st.st_mtime_ns if src.kind == "video" else None, "n_frames": src.n_frames}
+def _options(options: VideoOptions | None, legacy: dict[str, Any]) -> VideoOptions:
+    """``options``, or (deprecated) a :class:`VideoOptions` made of keywords."""
+    if not legacy:
+        return VideoOptions() if options is None else options
+    names = {f.name for f in dataclasses.fields(VideoOptions)}
+    unknown = sorted(set(legacy) - names)
+    if unknown:
+        raise TypeError(f"quantize_video() got an unexpected keyword argument {unknown[0]!r}")
+    if options is not None:
+        raise InvalidParameterError(message("quantize_video", "options=VideoOptions(...) or keywords, not both",
+                                            f"options and {', '.join(sorted(legacy))}",
+                                            "Put every setting into the VideoOptions."))
+    warnings.warn("quantize_video(..., " + ", ".join(f"{k}=..." for k in legacy) + ") is deprecated and will be "
+                  "removed in the next release; pass options=VideoOptions(...) instead.", DeprecationWarning,
+                  stacklevel=3)
+    return VideoOptions(**legacy)
 
 
-class _Checkpoint:
-    def __init__(self, directory: str, params: dict, fingerprint: dict) -> None:
-        self.dir, self.params, self.fingerprint = directory, params, fingerprint
-        self.last = time.perf_counter()
-        self.saved_n = -1
-
-    def load(self) -> tuple[list[Palette], str | None] | None:
-        path = os.path.join(self.dir, "state.json")
-        if not os.path.isfile(path):
-            return None
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise StorageError(f"the checkpoint {path!r} cannot be read ({exc}); remove {self.dir!r} to start "
-                               "afresh.") from exc
-        if doc.get("version") != _CHECKPOINT_VERSION:
-            raise StorageError(f"the checkpoint {path!r} has version {doc.get('version')!r}, this dclust reads "
-                               f"{_CHECKPOINT_VERSION}; remove {self.dir!r} to start afresh.")
-        diff = [f"{k}={doc['params'].get(k)!r} (now {v!r})" for k, v in self.params.items()
-                if doc["params"].get(k) != v]
-        if diff:
-            raise StorageError(f"the checkpoint in {self.dir!r} was written with other parameters: "
-                               f"{', '.join(diff)}; pass the same parameters to resume, or drop --resume.")
-        theirs = {k: v for k, v in doc["input"].items() if k != "n_frames"}
-        ours = {k: v for k, v in self.fingerprint.items() if k != "n_frames"}
-        if theirs != ours:
-            raise StorageError(f"the checkpoint in {self.dir!r} belongs to another input ({doc['input']['path']!r}, "
-                               "or the file changed since); resume with the same input, or drop --resume.")
-        return [Palette.from_json(d) for d in doc["palettes"]], doc.get("model")
-
-    def save(self, palettes: list[Palette], fitter: Any, force: bool = False) -> None:
-        n = len(palettes)
-        if n == self.saved_n or not n or (not force and time.perf_counter() - self.last < _CHECKPOINT_SECONDS):
-            return
-        os.makedirs(self.dir, exist_ok=True)
-        model = fitter.save(self.dir, n)
-        doc = {"version": _CHECKPOINT_VERSION, "params": self.params, "input": self.fingerprint, "model": model,
-               "palettes": [p.to_json() for p in palettes]}
-        write_bytes(json.dumps(doc).encode(), os.path.join(self.dir, "state.json"))
-        for name in os.listdir(self.dir):  # older models
-            if name.startswith("model-") and name != model:
-                remove_tree(os.path.join(self.dir, name))
-        self.last, self.saved_n = time.perf_counter(), n
-
-    def remove(self) -> None:
-        remove_tree(self.dir)
-
-
-# --------------------------------------------------------------------------------------------------- pipeline
+def _check_outputs(input: Any, output: Any, options: VideoOptions, src: Any, client: Any) -> str:
+    """Before any work: the output, the palette PNG and the report are new (or ``overwrite``), in existing
+    directories, at paths of their own; a ``client`` needs a Zarr input."""
+    out = check_output(output, options.overwrite)
+    if out == os.path.abspath(os.fspath(input)):
+        raise InvalidParameterError(message("output", "a path other than the input", f"the input {out!r}",
+                                            "Write the quantised video to a new path."))
+    paths = {os.path.abspath(os.fspath(input)): "input", out: "output"}
+    for name, path in {"palette_png": options.palette_png, "report": options.report}.items():
+        if path is None:
+            continue
+        local = check_output(path, options.overwrite, name)
+        if local in paths:
+            raise InvalidParameterError(message(name, "a path of its own", f"the same path as the {paths[local]}",
+                                                "Give every output its own path."))
+        paths[local] = name
+    if client is not None and src.kind != "zarr":
+        raise InvalidParameterError(message("input", "a Zarr frames store (T, H, W, 3) when a scheduler is used "
+                                            "(workers read the frames from it)", f"a video file {src.path!r}",
+                                            "Convert the video to Zarr first (dclust video quantize IN OUT.zarr "
+                                            "--method ... writes frames), or drop --scheduler."))
+    return out
 
 
 @dataclass
-class _Metrics:
-    records: list = field(default_factory=list)
-    prevO: np.ndarray | None = None
-    prevQ: np.ndarray | None = None
+class _Job:
+    """The state of one run: the input, the fit parameters ``p``, the fitter and the palettes fitted so far (the
+    first ``done`` of them replayed from a checkpoint), and the metrics stage's records."""
+
+    src: Any
+    p: dict
+    fitter: Any
+    palettes: list[Palette]
+    checkpoint: Checkpoint
+    done: int
+    n_total: int | None
+    max_frames: int | None
+    stop_after: int | None
+    records: list[dict] = field(default_factory=list)
+    t_start: float = field(default_factory=time.perf_counter)
+
+    def palette(self, t: int, frame: np.ndarray) -> Palette:
+        """Frame ``t``'s palette: replayed from the checkpoint, or fitted on the frame's sample."""
+        if t < self.done:
+            return self.palettes[t]
+        pal = self.fitter.fit(t, _sample(frame, t, self.p), self.palettes[-1] if self.palettes else None)
+        self.palettes.append(pal)
+        return pal
+
+    def fitted(self, t: int) -> None:
+        """After frame ``t``'s palette: save the checkpoint (every few seconds); the test hook's interruption."""
+        if t < self.done:
+            return
+        self.checkpoint.save(self.palettes, self.fitter)
+        if self.stop_after is not None and len(self.palettes) >= self.stop_after:
+            raise KeyboardInterrupt(f"stopped after {self.stop_after} frames (test hook)")
+
+    def measured(self, t: int, pal: Palette, sums: tuple[int, int, int], seconds: float) -> None:
+        """The metrics stage: frame ``t``'s record (PSNR, flicker, palette) from the quantiser's sums, and its
+        progress event."""
+        sse, dq, do = sums
+        mse = sse / (self.src.width * self.src.height * 3)
+        rec = {"t": t, "k": int(pal.ids.size), "births": pal.births, "deaths": pal.deaths, "revivals": pal.revivals,
+               "psnr": psnr(mse), "mse": mse, "flicker": flicker_ratio(dq, do) if t > 0 else math.nan,
+               "n_iter": pal.n_iter, "converged": pal.converged, "ids": pal.ids.tolist(), "rgb": pal.rgb.tolist()}
+        self.records.append(rec)
+        emit_progress(ProgressEvent("video", "iter", t + 1, rec["psnr"], rec["k"], seconds,
+                                    {"n_frames": self.n_total, "births": rec["births"], "deaths": rec["deaths"],
+                                     "flicker": rec["flicker"],
+                                     "fps": (t + 1) / max(time.perf_counter() - self.t_start, 1e-9),
+                                     "replayed": t < self.done}))
 
 
-def _record(t: int, pal: Palette, sse: int, dq: int, do: int, n_values: int) -> dict:
-    mse = sse / n_values
-    return {"t": t, "k": int(pal.ids.size), "births": pal.births, "deaths": pal.deaths, "revivals": pal.revivals,
-            "psnr": psnr(mse), "mse": mse, "flicker": flicker_ratio(dq, do) if t > 0 else math.nan,
-            "n_iter": pal.n_iter, "converged": pal.converged, "ids": pal.ids.tolist(), "rgb": pal.rgb.tolist()}
+# --------------------------------------------------------------------------------------------------- in process
 
 
 class _Worker(threading.Thread):
@@ -407,6 +437,181 @@ def _put(q: queue.Queue, item: Any, stop: threading.Event, consumer: _Worker | N
     return False
 
 
+def _get(q: queue.Queue, stop: threading.Event) -> Any:
+    """The next item, or None once ``stop`` is set."""
+    while not stop.is_set():
+        try:
+            return q.get(timeout=0.1)
+        except queue.Empty:
+            continue
+    return None
+
+
+def _run_local(job: _Job, sink: Any) -> None:
+    """decode -> (fit) -> quantise -> encode in threads with bounded queues; metrics on this thread.
+
+    Decoding, quantising and encoding run in their own threads; this thread fits each frame's palette (the fit of
+    frame t+1 overlaps the quantisation of frame t) and runs the metrics stage as the quantiser's sums arrive, so
+    the progress events are emitted where the callbacks live."""
+    stop = threading.Event()
+    q_in: queue.Queue = queue.Queue(_QUEUE_FRAMES)
+    q_fit: queue.Queue = queue.Queue(_QUEUE_FRAMES)
+    q_out: queue.Queue = queue.Queue(_QUEUE_FRAMES)
+    measured: deque = deque()  # (t, palette, sums, seconds) from the quantiser, for the metrics stage
+    colorspace = job.p["colorspace"]
+
+    def decode() -> None:
+        for t, frame in enumerate(job.src.frames(0, job.max_frames)):
+            if not _put(q_in, (t, frame), stop):
+                return
+        _put(q_in, None, stop)
+
+    def quantise() -> None:
+        table = CellTable()
+        prevO = prevQ = None
+        while True:
+            item = _get(q_fit, stop)
+            if item is None:
+                break
+            t, O, pal, watch = item
+            Q = np.empty_like(O)
+            table.reset()
+            sums = quantise_rows(O, 0, O.shape[0], colorspace, pal.centers, pal.rgb, prevO, prevQ, Q, table)
+            prevO, prevQ = O, Q
+            measured.append((t, pal, sums, time.perf_counter() - watch))
+            if not _put(q_out, Q, stop, encoder):
+                return
+        _put(q_out, None, stop, encoder)
+
+    def encode() -> None:
+        while True:
+            item = _get(q_out, stop)
+            if item is None:
+                return
+            sink.write(item)
+
+    decoder = _Worker(decode, "dclust-video-decode")
+    quantiser = _Worker(quantise, "dclust-video-quantise")
+    encoder = _Worker(encode, "dclust-video-encode")
+    workers = (decoder, quantiser, encoder)
+    for w in workers:
+        w.start()
+
+    def metrics() -> None:
+        while measured:
+            job.measured(*measured.popleft())
+
+    def check() -> None:
+        for w in workers:
+            if w.error is not None:
+                raise w.error
+
+    try:
+        while True:
+            try:
+                item = q_in.get(timeout=0.1)
+            except queue.Empty:
+                check()
+                metrics()
+                continue
+            if item is None:
+                break
+            t, O = item
+            watch = time.perf_counter()
+            pal = job.palette(t, O)
+            if not _put(q_fit, (t, O, pal, watch), stop, quantiser):
+                break
+            metrics()
+            job.fitted(t)
+        _put(q_fit, None, stop, quantiser)
+        while quantiser.is_alive() or encoder.is_alive():
+            check()
+            metrics()
+            quantiser.join(timeout=0.1)
+            encoder.join(timeout=0.1)
+        check()
+        metrics()
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(timeout=120)
+
+
+# --------------------------------------------------------------------------------------------------- on a cluster
+
+
+def _quantise_task(path: str, t: int, C, rgb, C_prev, rgb_prev, colorspace: str, out_tmp: str | None):
+    """decode -> quantise -> encode of frame t on a worker, from the Zarr input (and t-1 for the flicker)."""
+    O = read_frame(path, t)
+    prevO = prevQ = None
+    if t > 0:
+        prevO = read_frame(path, t - 1)
+        prevQ = np.empty_like(prevO)
+        quantise_rows(prevO, 0, prevO.shape[0], colorspace, C_prev, rgb_prev, None, None, prevQ)
+    Q = np.empty_like(O)
+    sums = quantise_rows(O, 0, O.shape[0], colorspace, C, rgb, prevO, prevQ, Q)
+    if out_tmp is not None:
+        write_frame(out_tmp, t, Q)
+        return sums, None
+    return sums, Q
+
+
+def _run_distributed(job: _Job, sink: Any, client: Any) -> None:
+    """The driver fits each palette; workers decode, quantise and (Zarr output) encode the frames; the driver
+    encodes a video output and runs the metrics stage, in frame order."""
+    src = job.src
+    n = job.n_total or src.n_frames
+    to_zarr = getattr(sink, "array", None) is not None
+    out_tmp = sink.tmp if to_zarr else None
+    in_flight = max(2, 2 * len(client.scheduler_info().get("workers", {})))
+    pending: deque = deque()
+
+    def drain_one() -> None:
+        t, fut, pal, watch = pending.popleft()
+        sums, Q = fut.result()
+        if Q is not None:
+            sink.write(Q)
+        job.measured(t, pal, sums, time.perf_counter() - watch)
+
+    for t in range(n):
+        watch = time.perf_counter()
+        pal = job.palette(t, src.frame(t) if t >= job.done else None)
+        prev = job.palettes[t - 1] if t > 0 else pal
+        fut = client.submit(_quantise_task, src.path, t, pal.centers, pal.rgb, prev.centers, prev.rgb,
+                            job.p["colorspace"], out_tmp, pure=False)
+        pending.append((t, fut, pal, watch))
+        while len(pending) >= in_flight:
+            drain_one()
+        job.fitted(t)
+    while pending:
+        drain_one()
+    if to_zarr:
+        sink.n = n
+
+
+# --------------------------------------------------------------------------------------------------- metrics
+
+
+def psnr(mse: float, peak: float = 255.0) -> float:
+    """``10 log10(peak^2 / mse)`` in dB (inf for ``mse = 0``).
+
+    >>> round(psnr(255.0 ** 2 / 100), 6)
+    20.0
+    """
+    return math.inf if mse <= 0 else 10.0 * math.log10(peak * peak / mse)
+
+
+def flicker_ratio(dq: float, do: float) -> float:
+    """ALGORITHMS.md 9: ``f_t = mean|Q_t - Q_{t-1}| / mean|O_t - O_{t-1}|`` from the two sums (same pixel count);
+    NaN when the original does not change.
+
+    >>> flicker_ratio(30, 20), math.isnan(flicker_ratio(5, 0))
+    (1.5, True)
+    """
+    return float(dq) / float(do) if do > 0 else math.nan
+
+
+
 _SAMPLE_CACHE: dict = {}
 
 
@@ -427,325 +632,6 @@ def _sample(frame: np.ndarray, t: int, p: dict) -> np.ndarray:
         _SAMPLE_CACHE[key] = idx
     return features(pixels[idx], p["colorspace"])
 
-
-def _quantise_task(path: str, t: int, C, rgb, C_prev, rgb_prev, colorspace: str, out_tmp: str | None):
-    """Worker side of the distributed path: quantise frame t (and t-1 for the flicker) from the Zarr input."""
-    O = read_frame(path, t)
-    prevO = prevQ = None
-    if t > 0:
-        prevO = read_frame(path, t - 1)
-        prevQ = np.empty_like(prevO)
-        quantise_rows(prevO, 0, prevO.shape[0], colorspace, C_prev, rgb_prev, None, None, prevQ)
-    Q = np.empty_like(O)
-    sums = quantise_rows(O, 0, O.shape[0], colorspace, C, rgb, prevO, prevQ, Q)
-    if out_tmp is not None:
-        write_frame(out_tmp, t, Q)
-        return sums, None
-    return sums, Q
-
-
-def quantize_video(
-    input: str | os.PathLike,
-    output: str | os.PathLike,
-    *,
-    method: str = "dmeans",
-    lam: float | None = 800.0,
-    T_Q: float | None = None,
-    k_tau: float | None = None,
-    k: int | None = None,
-    Q: float | None = None,
-    tau: float | None = None,
-    colorspace: str = "rgb",
-    max_colors: int | None = None,
-    fit_sample: int = 2048,
-    max_iter: int = 100,
-    seed: int = 0,
-    palette_png: str | os.PathLike | None = None,
-    report: str | os.PathLike | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    max_frames: int | None = None,
-    codec: str | None = None,
-    client: Any = None,
-    _stop_after: int | None = None,
-) -> dict:
-    """Quantise the colours of a video (or Zarr frames store) frame by frame; write the quantised frames.
-
-    Parameters
-    ----------
-    input, output : path
-        A video file readable by PyAV or a Zarr array ``(T, H, W, 3)`` uint8 (``*.zarr``); the output is a Zarr
-        store for ``*.zarr`` paths, else a video (container from the extension; H.264 via libx264 when available,
-        the input's frame rate).
-    method : {"dmeans", "kmeans", "dpmeans"}
-        D-Means with persistent palette ids (``lam`` and ``T_Q``, ``k_tau``; [DM] 10.2 used 800, 15, 1.1 on RGB in
-        [0, 255], the defaults); per-frame k-means with ``k`` colours warm-started from the previous frame; or
-        per-frame DP-means with penalty ``lam``. A frame with fewer distinct colours than ``k`` in its fit sample
-        (a black frame of a fade-in) is quantised with the colours it has; the report's summary lists those frames
-        (``frames_fewer_colors``) and each frame's ``k`` is its number of colours.
-    Q, tau : float, optional
-        D-Means' revival cost per frame unseen and transition variance, in place of ``T_Q`` and ``k_tau`` (eq. 30:
-        ``Q = lam/T_Q``, ``tau >= 1/(T_Q-1)``). A smaller ``tau`` holds the palette more firmly (less flicker,
-        some PSNR); ``tau = 0`` keeps every colour's running mean over all frames.
-    colorspace : {"rgb", "lab"}
-        Space of the clustering: RGB values 0..255, or CIE Lab (D65). ``lam`` is a squared distance in it.
-    max_colors : int, optional
-        At most this many colours per frame: the clusters with the most sample pixels are kept.
-    fit_sample : int, default 2048
-        Pixels per frame used to fit the palette: the same ``fit_sample`` positions (drawn once from ``seed``) in
-        every frame; every pixel is assigned. A larger sample lowers the sampling noise of the centres (higher
-        PSNR) at the cost of fitting time; with D-Means it also opens more small clusters in the colour tails,
-        since ``lam`` is an absolute radius.
-    max_iter : int, default 100
-        Bound on the passes of each frame's fit; the fits converge well within it (typically 8 to 15 passes), so
-        the palette of a frame does not depend on where an unfinished fit stopped.
-    palette_png, report : path, optional
-        The palette over time as a PNG (one column per frame, one row per persistent cluster; transparent where a
-        cluster is absent) and a JSON report (``frames`` list of ``k``, ``births``, ``deaths``, ``psnr``,
-        ``flicker``, ...; the summary; the flicker series).
-    resume : bool
-        Continue an interrupted run of the same job from its checkpoint (``.{output}.resume``).
-    overwrite : bool
-        Replace existing outputs.
-    max_frames : int, optional
-        Process only the first ``max_frames`` frames.
-    client : distributed.Client, optional
-        Quantise on a Dask cluster (Zarr input required).
-
-    Returns
-    -------
-    dict
-        The report (also written to ``report`` when given).
-    """
-    p = _check_params(method, lam, T_Q, k_tau, k, colorspace, max_colors, fit_sample, max_iter, seed, Q, tau)
-    if max_frames is not None and (isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1):
-        raise InvalidParameterError(message("max_frames", "an integer >= 1 or None", repr(max_frames),
-                                            "Pass a valid max_frames."))
-    src = open_frames(input)
-    out = check_output(output, overwrite)
-    if out == os.path.abspath(os.fspath(input)):
-        raise InvalidParameterError(message("output", "a path other than the input", f"the input {out!r}",
-                                            "Write the quantised video to a new path."))
-    extra = {"palette_png": palette_png, "report": report}
-    paths = {os.path.abspath(os.fspath(input)): "input", out: "output"}
-    for name, path in extra.items():
-        if path is None:
-            continue
-        local = check_output(path, overwrite, name)
-        if local in paths:
-            raise InvalidParameterError(message(name, "a path of its own", f"the same path as the {paths[local]}",
-                                                "Give every output its own path."))
-        paths[local] = name
-    if client is not None and src.kind != "zarr":
-        raise InvalidParameterError(message("input", "a Zarr frames store (T, H, W, 3) when a scheduler is used "
-                                            "(workers read the frames from it)", f"a video file {src.path!r}",
-                                            "Convert the video to Zarr first (dclust video quantize IN OUT.zarr "
-                                            "--method ... writes frames), or drop --scheduler."))
-    ckpt = _Checkpoint(_checkpoint_dir(out), p, _fingerprint(src))
-    fitter = _FITTERS[method](p)
-    palettes: list[Palette] = []
-    if resume:
-        state = ckpt.load()
-        if state is not None:
-            palettes, model_name = state
-            fitter.restore(ckpt.dir, model_name, palettes)
-            ckpt.saved_n = len(palettes)
-    else:
-        ckpt.remove()
-    done = len(palettes)
-    n_total = src.n_frames if max_frames is None or src.n_frames is None else min(src.n_frames, max_frames)
-    sink = create_sink(out, src.width, src.height, src.fps, n_frames=n_total, codec=codec)
-    t0 = time.perf_counter()
-    metrics = _Metrics()
-    try:
-        runner = _run_distributed if client is not None else _run_local
-        runner(src, sink, p, fitter, palettes, metrics, ckpt, max_frames, n_total, done, client, _stop_after)
-        if not metrics.records:
-            raise InvalidDataError(message(f"input {src.path!r}", "at least one video frame", "zero frames",
-                                           "Pass a video that holds frames."))
-        seconds = time.perf_counter() - t0
-        doc = _report(src, out, p, metrics.records, palettes, seconds, done, getattr(sink, "codec", "zarr"))
-        if palette_png is not None:
-            write_png(palette_image(metrics.records), palette_png, overwrite=overwrite)
-        if report is not None:
-            write_bytes(json.dumps(_jsonable(doc), indent=1).encode(), check_output(report, overwrite, "report"))
-        sink.commit()
-    except BaseException:
-        sink.abort()
-        if len(palettes) > done or (palettes and ckpt.saved_n != len(palettes)):
-            try:
-                ckpt.save(palettes, fitter, force=True)
-            except Exception:  # noqa: BLE001 - the original error matters more
-                pass
-        raise
-    ckpt.remove()
-    return doc
-
-
-def _get(q: queue.Queue, stop: threading.Event) -> Any:
-    """The next item, or None once ``stop`` is set."""
-    while not stop.is_set():
-        try:
-            return q.get(timeout=0.1)
-        except queue.Empty:
-            continue
-    return None
-
-
-def _run_local(src, sink, p, fitter, palettes, metrics, ckpt, max_frames, n_total, done, client, stop_after):
-    """Four stages in threads with bounded queues: decode -> fit (this thread) -> quantise -> encode.
-
-    The fit of frame t+1 overlaps the quantisation of frame t; progress events are emitted from this thread (the
-    callbacks live in its context) as the quantiser's records arrive."""
-    stop = threading.Event()
-    q_in: queue.Queue = queue.Queue(_QUEUE_FRAMES)
-    q_fit: queue.Queue = queue.Queue(_QUEUE_FRAMES)
-    q_out: queue.Queue = queue.Queue(_QUEUE_FRAMES)
-    n_values = src.width * src.height * 3
-
-    def read() -> None:
-        for t, frame in enumerate(src.frames(0, max_frames)):
-            if not _put(q_in, (t, frame), stop):
-                return
-        _put(q_in, None, stop)
-
-    def quantise() -> None:
-        table = CellTable()
-        while True:
-            item = _get(q_fit, stop)
-            if item is None:
-                break
-            t, O, pal, watch = item
-            Q = np.empty_like(O)
-            table.reset()
-            sse, dq, do = quantise_rows(O, 0, O.shape[0], p["colorspace"], pal.centers, pal.rgb, metrics.prevO,
-                                        metrics.prevQ, Q, table)
-            metrics.prevO, metrics.prevQ = O, Q
-            rec = _record(t, pal, sse, dq, do, n_values)
-            rec["_seconds"] = time.perf_counter() - watch
-            metrics.records.append(rec)
-            if not _put(q_out, Q, stop, writer):
-                return
-        _put(q_out, None, stop, writer)
-
-    def write() -> None:
-        while True:
-            item = _get(q_out, stop)
-            if item is None:
-                return
-            sink.write(item)
-
-    reader = _Worker(read, "dclust-video-decode")
-    quantiser = _Worker(quantise, "dclust-video-quantise")
-    writer = _Worker(write, "dclust-video-encode")
-    workers = (reader, quantiser, writer)
-    for w in workers:
-        w.start()
-    t_start = time.perf_counter()
-    emitted = 0
-
-    def report_progress() -> None:
-        nonlocal emitted
-        while emitted < len(metrics.records):
-            rec = metrics.records[emitted]
-            _progress(rec, rec["t"], n_total, rec.pop("_seconds"), t_start, done)
-            emitted += 1
-
-    def check() -> None:
-        for w in workers:
-            if w.error is not None:
-                raise w.error
-
-    try:
-        while True:
-            try:
-                item = q_in.get(timeout=0.1)
-            except queue.Empty:
-                check()
-                report_progress()
-                continue
-            if item is None:
-                break
-            t, O = item
-            watch = time.perf_counter()
-            if t < done:
-                pal = palettes[t]
-            else:
-                pal = fitter.fit(t, _sample(O, t, p), palettes[-1] if palettes else None)
-                palettes.append(pal)
-            if not _put(q_fit, (t, O, pal, watch), stop, quantiser):
-                break
-            report_progress()
-            if t >= done:
-                ckpt.save(palettes, fitter)
-            if stop_after is not None and len(palettes) >= stop_after and t >= done:
-                raise KeyboardInterrupt(f"stopped after {stop_after} frames (test hook)")
-        _put(q_fit, None, stop, quantiser)
-        while quantiser.is_alive() or writer.is_alive():
-            check()
-            report_progress()
-            quantiser.join(timeout=0.1)
-            writer.join(timeout=0.1)
-        check()
-        report_progress()
-    finally:
-        stop.set()
-        for w in workers:
-            w.join(timeout=120)
-
-
-def _run_distributed(src, sink, p, fitter, palettes, metrics, ckpt, max_frames, n_total, done, client, stop_after):
-    from collections import deque
-
-    n = n_total or src.n_frames
-    to_zarr = getattr(sink, "array", None) is not None
-    out_tmp = sink.tmp if to_zarr else None
-    n_values = src.width * src.height * 3
-    in_flight = max(2, 2 * len(client.scheduler_info().get("workers", {})))
-    pending: deque = deque()
-    t_start = time.perf_counter()
-
-    def drain_one() -> None:
-        t, fut, pal, watch = pending.popleft()
-        (sse, dq, do), Q = fut.result()
-        rec = _record(t, pal, sse, dq, do, n_values)
-        metrics.records.append(rec)
-        if Q is not None:
-            sink.write(Q)
-        _progress(rec, t, n, time.perf_counter() - watch, t_start, done)
-
-    for t in range(n):
-        watch = time.perf_counter()
-        if t < done:
-            pal = palettes[t]
-        else:
-            pal = fitter.fit(t, _sample(src.frame(t), t, p), palettes[-1] if palettes else None)
-            palettes.append(pal)
-        prev = palettes[t - 1] if t > 0 else pal
-        fut = client.submit(_quantise_task, src.path, t, pal.centers, pal.rgb, prev.centers, prev.rgb,
-                            p["colorspace"], out_tmp, pure=False)
-        pending.append((t, fut, pal, watch))
-        while len(pending) >= in_flight:
-            drain_one()
-        if t >= done:
-            ckpt.save(palettes, fitter)
-        if stop_after is not None and len(palettes) >= stop_after and t >= done:
-            raise KeyboardInterrupt(f"stopped after {stop_after} frames (test hook)")
-    while pending:
-        drain_one()
-    if to_zarr:
-        sink.n = n
-
-
-def _progress(rec: dict, t: int, n_total: int | None, seconds: float, t_start: float, done: int) -> None:
-    now = time.perf_counter()
-    emit(ProgressEvent("video", "iter", t + 1, rec["psnr"], rec["k"], seconds,
-                       {"n_frames": n_total, "births": rec["births"], "deaths": rec["deaths"],
-                        "flicker": rec["flicker"], "fps": (t + 1) / max(now - t_start, 1e-9),
-                        "replayed": t < done}))
-
-
-# --------------------------------------------------------------------------------------------------- outputs
 
 
 def _report(src, out, p, records, palettes, seconds, resumed, codec) -> dict:
@@ -785,20 +671,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def palette_image(records: list[dict], *, cell_height: int = 8, max_width: int = 2048) -> np.ndarray:
-    """RGBA image of the palette over time: column = frame, row = persistent cluster id (in id order),
-    transparent where the cluster is absent. Each frame is ``max(1, min(8, max_width // T))`` pixels wide."""
-    ids = sorted({i for r in records for i in r["ids"]})
-    row = {i: j for j, i in enumerate(ids)}
-    T = len(records)
-    img = np.zeros((max(1, len(ids)), T, 4), np.uint8)
-    for t, r in enumerate(records):
-        for i, c in zip(r["ids"], r["rgb"]):
-            img[row[i], t, :3] = c
-            img[row[i], t, 3] = 255
-    cw = max(1, min(8, max_width // max(T, 1)))
-    return np.repeat(np.repeat(img, cell_height, axis=0), cw, axis=1)
-
 
 # --------------------------------------------------------------------------------------------------- test data
 
@@ -811,6 +683,13 @@ def synthetic_frames(n_frames: int, width: int, height: int, *, seed: int = 0, n
     Every surface carries a fixed grain texture (standard deviation ``texture``) that moves with it, so frames have
     many distinct colours while the frame-to-frame change comes from motion and lighting, as in rendered video;
     ``noise`` adds fresh per-frame sensor noise on top.
+
+    Examples
+    --------
+    >>> from dclust.apps.video import synthetic_frames
+    >>> frames = list(synthetic_frames(3, 32, 24, seed=1))
+    >>> len(frames), frames[0].shape, frames[0].dtype.name
+    (3, (24, 32, 3), 'uint8')
     """
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)

@@ -3,17 +3,13 @@ features opened with optimistic concurrency control."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
-from .._dask.passes import persist_if_fits
 from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, select_bits, transform_bits
-from .._fit import ProgressEvent, Stopwatch, emit, logger
+from .._fit import Step, finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._dask.occ import BPRule, KeyedPass, keyed_pass, keyed_records_from, keyed_records_state, patch_bits
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array
-from ..errors import ConvergenceWarning
 from ..kernels.distances import seed_mix
 from ..kernels.bpmeans import (
     collapsed_objective,
@@ -41,6 +37,131 @@ def _swept(rows: np.ndarray, A: np.ndarray) -> np.ndarray:
 
 def _pad_gram(g: Gram, k: int) -> Gram:
     return Gram.merge_all([g, Gram(np.zeros((k, k)), np.zeros((k, g.B.shape[1])))])
+
+
+class _Passes(Step):
+    """The passes of one BP-means fit, for the fit loop.
+
+    :meth:`start` draws the seed, makes the first pass over the data (NaN check, mean, ``||X||_F^2``, the rows of
+    the serial prefix; a resumed fit makes it at its first :meth:`step`) and the initial features; the first
+    :meth:`step` sweeps the serial prefix on the driver, then the other keys with optimistic concurrency. The
+    state is a dict: ``seed``, ``features`` (A), ``init_features``, ``Z`` (the allocation, a persisted dask array),
+    the histories, ``records`` and ``proposals`` (per pass); after a pass also ``epochs``, ``opened``, ``flips`` and
+    ``settled`` (no flip, no feature opened or removed: converged), for the event, not saved.
+    """
+
+    name, unit = "BPMeans", "passes"
+
+    def __init__(self, est: "BPMeans", X, ck):
+        self.est, self.X, self.ck = est, X, ck
+        self.lam = float(est.lam)
+        self.prefix = None  # what first_pass returns
+        self.passes = 0  # passes of the initialization
+
+    def _first_pass(self, seed: int) -> tuple:
+        if self.prefix is None:
+            self.prefix = first_pass(self.X, split_every=self.est.split_every, mix=seed_mix(seed),
+                                     prefix_size=self.est.prefix_size, check_content=self.ck.check_content)
+        return self.prefix
+
+    def start(self) -> dict:
+        est, X, lam = self.est, self.X, self.lam
+        seed = int(as_generator(est.random_state).integers(2**62))
+        mean, _, _, _, p_rows = self._first_pass(seed)
+        greedy = est.init == "greedy"
+        if greedy:
+            A, _, self.passes = greedy_init(X, mean, lam=lam, n_features=None, seed=seed,
+                                            max_features=est.max_features, split_every=est.split_every,
+                                            capped=est.capped)
+        elif est.init == "sample" and p_rows.shape[0]:
+            try:
+                A, _ = sample_restarts(p_rows, lam, n_init=est.n_init, seed=seed, max_features=est.max_features,
+                                       cap=est.max_features if est.capped else None)
+            except OverflowError:
+                q = (p_rows * p_rows).sum(axis=1)
+                raise FeatureOverflow(est.max_features + 1, float(q.max()), "initialisation sample") from None
+        else:
+            A = np.zeros((0, X.shape[1]))
+        if greedy or A.shape[0] == 0:
+            Z = init_bits(X, A, greedy).persist()
+        else:  # lazy: computed by the first epoch's tasks, from the same reads of X
+            Z = transform_bits(X, A)
+        return {"seed": seed, "features": A, "init_features": A.copy(), "Z": Z, "history": [], "assign_history": [],
+                "records": [], "proposals": []}
+
+    def step(self, s: dict) -> dict:
+        est, X, lam, A, first = self.est, self.X, self.lam, s["features"], not s["history"]
+        _, sq_norm, p_end, p_index, p_rows = self._first_pass(s["seed"])
+        start, rate, patches, pre, n_new = 0, 0.0, {}, None, 0
+        if first and p_index.size:
+            Zp = greedy_rows(p_rows, A)[0] if est.init == "greedy" else _swept(p_rows, A)
+            Zp, new, q, flips, overflow = serial_sweep(p_rows, Zp, A, lam,
+                                                       max_new=max(0, est.max_features - A.shape[0]),
+                                                       saturate=est.capped)
+            if overflow >= 0:
+                raise FeatureOverflow(est.max_features + 1, float(np.max(q[:overflow], initial=lam)),
+                                      "serial prefix")
+            pre = Gram(*gram_partial(p_rows, Zp), float(q.sum()), int(flips))
+            patches = patch_bits(p_index, 0, Zp, tuple(X.chunks[0]))
+            A, n_new = np.vstack([A, new]), new.shape[0]
+            rate = n_new / p_index.size
+        if first:  # after the prefix, epochs sized by its opening rate (1 when it is too short to tell)
+            start, rate = p_end, (rate if p_index.size >= 16 else 1.0)
+        k_start = A.shape[0] - n_new
+        rule = BPRule(X, s["Z"], A, lam, patches=patches, max_features=est.max_features, capped=est.capped)
+        epochs, _ = keyed_pass(X, None, rule, mix=seed_mix(s["seed"]), start=start, rate=rate,
+                               max_proposals=est.max_proposals, split_every=est.split_every)
+        Zpass, gram = rule.result()
+        k_all = rule.features.shape[0]
+        gram = _pad_gram(Gram.merge_all([gram] + ([pre] if pre is not None else [])), k_all)
+        keep, _ = prune_features(gram.G)
+        G, B = gram.G[np.ix_(keep, keep)], gram.B[keep]
+        opened = k_all - k_start
+        return {"seed": s["seed"], "features": feature_means(G, B), "init_features": s["init_features"],
+                "Z": select_bits(Zpass, keep).persist(),
+                "history": s["history"] + [collapsed_objective(G, B, sq_norm, lam)],
+                "assign_history": s["assign_history"] + [gram.sse + lam * k_all],
+                "records": s["records"] + [KeyedPass(start, epochs)],
+                "proposals": s["proposals"] + [[int(ep.proposals.size) for ep in epochs]],
+                "epochs": len(epochs), "opened": opened, "flips": gram.flips,
+                "settled": gram.flips == 0 and opened == 0 and keep.size == k_all}
+
+    def converged(self, old: dict, new: dict) -> bool:
+        return new["settled"]
+
+    def objective(self, s: dict) -> float:
+        return s["history"][-1]
+
+    def n_clusters(self, s: dict) -> int:
+        return s["features"].shape[0]
+
+    def start_extra(self, s: dict) -> dict:
+        return {"lam": self.lam, "passes": self.passes}
+
+    def extra(self, s: dict) -> dict:
+        return {"epochs": s["epochs"], "opened": s["opened"], "flips": s["flips"]}
+
+    def to_checkpoint(self, s: dict) -> dict:
+        return {k: s[k] for k in ("seed", "features", "init_features", "Z", "history", "assign_history",
+                                  "proposals")} | {"records": keyed_records_state(s["records"])}
+
+    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+        (n, d), chunks = self.X.shape, tuple(self.X.chunks[0])
+        A = ck.require_shape("features", saved["features"], (None, d)).astype(np.float64)
+        A0 = ck.require_shape("initial features", saved["init_features"], (None, d)).astype(np.float64)
+        Z = saved["Z"]
+        if (not hasattr(Z, "chunks") or Z.shape != (n, A.shape[0]) or tuple(Z.chunks[0]) != chunks
+                or A.shape[0] > self.est.max_features):
+            raise ValueError(f"an allocation of shape {getattr(Z, 'shape', None)} for {A.shape[0]} features")
+        out = {"seed": int(saved["seed"]), "features": A, "init_features": A0, "Z": Z.astype(np.uint8),
+               "history": [float(v) for v in saved["history"]],
+               "assign_history": [float(v) for v in saved["assign_history"]],
+               "records": keyed_records_from(saved["records"]),
+               "proposals": [[int(v) for v in p] for p in saved["proposals"]]}
+        if not (iteration > 0 and all(len(out[k]) == iteration
+                                      for k in ("history", "assign_history", "records", "proposals"))):
+            raise ValueError(f"histories that are not of {iteration} passes")
+        return out
 
 
 @register
@@ -148,6 +269,7 @@ class BPMeans(FeatureMixin, BaseEstimator):
         "checkpoint": [CHECKPOINT],
     }
     _transient_attributes = ("serial_order_", "allocation_")
+    _checkpoint_since = 2  # the loop state of format 1 was BPMeans' own
 
     def __init__(self, *, lam=1.0, init="sample", n_init=10, max_iter=100, max_features=100, capped=False,
                  random_state=None, prefix_size=1000, max_proposals=4096, persist="auto", split_every=None,
@@ -170,162 +292,41 @@ class BPMeans(FeatureMixin, BaseEstimator):
         self._validate_params()
         arr, info = check_array(X)
         n, d = arr.shape
-        lam = float(self.lam)
         ck = self._checkpointer(arr)
         state = ck.resume()
-        if state is not None and state.get("phase") == "done":
-            return self._restore(ck, state, arr, info)
-        resumed = None if state is None else self._unpack(ck, state, arr)
-        seed = int(as_generator(self.random_state).integers(2**62)) if resumed is None else resumed["seed"]
-        if info.kind != "numpy":
-            arr = persist_if_fits(arr, self.persist, logger)
-        watch = Stopwatch()
-        prefix = first_pass(arr, split_every=self.split_every, mix=seed_mix(seed), prefix_size=self.prefix_size,
-                            check_content=ck.check_content if ck.active else None)
+        extra = restore_finished(self, ck, state)
+        if extra is not None:
+            with ck.reading():
+                Z = extra["allocation"]
+                if not hasattr(Z, "chunks") or Z.shape != (n, self.n_latent_features_):
+                    raise ValueError(f"an allocation of shape {getattr(Z, 'shape', None)}")
+                self._order_records = (seed_mix(int(extra["seed"])), n, keyed_records_from(extra["records"]))
+            self.allocation_ = wrap_output(Z, info, "allocation")
+            if not self.converged_:
+                warn_unconverged("BPMeans", self.max_iter, unit="passes")
+            return finish(self, ck, n_iter=self.n_iter_, objective=self.objective_,
+                          n_clusters=self.n_latent_features_, save=False)
+        passes = _Passes(self, persisted(arr, info.kind, self.persist), ck)
         try:
-            return self._fit(arr, info, lam, seed, prefix, watch, ck, resumed)
+            run = fit_loop(passes, max_iter=self.max_iter, ck=ck, resume=None if state is None else state["loop"],
+                           warn=True)
         except FeatureOverflow as exc:
             raise overflow_error("BPMeans", self.lam, self.max_features, exc) from None
-
-    def _restore(self, ck, state, arr, info):
-        """The model of a finished fit's checkpoint (no pass over the data)."""
-        extra = ck.restore_attributes(self, state)
-        with ck.reading():
-            Z = extra["allocation"]
-            if not hasattr(Z, "chunks") or Z.shape != (arr.shape[0], self.n_latent_features_):
-                raise ValueError(f"an allocation of shape {getattr(Z, 'shape', None)}")
-            self._order_records = (seed_mix(int(extra["seed"])), arr.shape[0], keyed_records_from(extra["records"]))
-        self.allocation_ = wrap_output(Z, info, "allocation")
-        if not self.converged_:
-            warnings.warn(f"BPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
-                          ConvergenceWarning, stacklevel=3)
-        emit(ProgressEvent("BPMeans", "done", self.n_iter_, self.objective_, self.n_latent_features_, 0.0))
-        return self
-
-    def _unpack(self, ck, state, arr):
-        """The loop state of a checkpoint after a pass, shapes checked."""
-        n, d = arr.shape
-        with ck.reading():
-            first, seed = int(state["iteration"]), int(state["seed"])
-            if state["phase"] != "iter" or not 0 < first < self.max_iter:
-                raise ValueError(f"phase {state['phase']!r}, pass {first} (max_iter={self.max_iter})")
-            A = ck.require_shape("features", state["features"], (None, d)).astype(np.float64)
-            A0 = ck.require_shape("initial features", state["init_features"], (None, d)).astype(np.float64)
-            Z = state["Z"]
-            if (not hasattr(Z, "chunks") or Z.shape != (n, A.shape[0]) or tuple(Z.chunks[0]) != tuple(arr.chunks[0])
-                    or A.shape[0] > self.max_features):
-                raise ValueError(f"an allocation of shape {getattr(Z, 'shape', None)} for {A.shape[0]} features")
-            out = {"first": first, "seed": seed, "A": A, "A0": A0, "Z": Z.astype(np.uint8),
-                   "history": [float(v) for v in state["history"]],
-                   "assign_history": [float(v) for v in state["assign_history"]],
-                   "records": keyed_records_from(state["records"]),
-                   "proposals": [[int(v) for v in p] for p in state["proposals"]]}
-            if not all(len(out[k]) == first for k in ("history", "assign_history", "records", "proposals")):
-                raise ValueError(f"histories that are not of {first} passes")
-        return out
-
-    def _fit(self, arr, info, lam, seed, prefix, watch, ck, resumed):
-        n, d = arr.shape
-        mean, sq_norm, p_end, p_index, p_rows = prefix
-        greedy = self.init == "greedy"
-        cap = self.max_features if self.capped else None
-        if resumed is not None:
-            resumed = {k: v for k, v in resumed.items() if k != "seed"}  # the seed of this fit
-            return self._loop(arr, info, lam, seed, prefix, watch, ck, **resumed)
-        if greedy:
-            A, _, passes = greedy_init(arr, mean, lam=lam, n_features=None, seed=seed,
-                                       max_features=self.max_features, split_every=self.split_every,
-                                       capped=self.capped)
-        elif self.init == "sample" and p_rows.shape[0]:
-            try:
-                A, _ = sample_restarts(p_rows, lam, n_init=self.n_init, seed=seed, max_features=self.max_features,
-                                       cap=cap)
-            except OverflowError:
-                q = (p_rows * p_rows).sum(axis=1)
-                raise FeatureOverflow(self.max_features + 1, float(q.max()), "initialisation sample") from None
-            passes = 0
-        else:
-            A, passes = np.zeros((0, d)), 0
-        self.init_features_ = A.copy()
-        if greedy or A.shape[0] == 0:
-            Z = init_bits(arr, A, greedy).persist()
-        else:  # lazy: computed by the first epoch's tasks, from the same reads of X
-            Z = transform_bits(arr, A)
-        emit(ProgressEvent("BPMeans", "init", passes, float("nan"), A.shape[0], watch.lap(), {"lam": lam}))
-        return self._loop(arr, info, lam, seed, prefix, watch, ck, first=0, A=A,
-                          A0=self.init_features_, Z=Z, history=[], assign_history=[], records=[], proposals=[])
-
-    def _loop(self, arr, info, lam, seed, prefix, watch, ck, *, first, A, A0, Z, history, assign_history, records,
-              proposals):
-        """The passes ``first, first + 1, ...`` of BP-means from features ``A`` and allocation ``Z``."""
-        n, d = arr.shape
-        _, sq_norm, p_end, p_index, p_rows = prefix
-        chunks = tuple(arr.chunks[0])
-        greedy = self.init == "greedy"
-        mix = seed_mix(seed)
-        self.init_features_ = A0
-        converged = False
-        for it in range(first, self.max_iter):
-            start, rate, patches, pre = 0, 0.0, {}, None
-            if it == 0 and p_index.size:
-                Zp = greedy_rows(p_rows, A)[0] if greedy else _swept(p_rows, A)
-                Zp, new, q, flips, overflow = serial_sweep(p_rows, Zp, A, lam,
-                                                           max_new=max(0, self.max_features - A.shape[0]),
-                                                           saturate=self.capped)
-                if overflow >= 0:
-                    raise FeatureOverflow(self.max_features + 1, float(np.max(q[:overflow], initial=lam)),
-                                          "serial prefix")
-                pre = Gram(*gram_partial(p_rows, Zp), float(q.sum()), int(flips))
-                patches = patch_bits(p_index, 0, Zp, chunks)
-                A = np.vstack([A, new])
-                rate = new.shape[0] / p_index.size
-            if it == 0:  # after the prefix, epochs sized by its opening rate (1 when it is too short to tell)
-                start, rate = p_end, (rate if p_index.size >= 16 else 1.0)
-            k_start = A.shape[0] - (0 if pre is None else new.shape[0])
-            rule = BPRule(arr, Z, A, lam, patches=patches, max_features=self.max_features, capped=self.capped)
-            epochs, _ = keyed_pass(arr, None, rule, mix=mix, start=start, rate=rate,
-                                   max_proposals=self.max_proposals, split_every=self.split_every)
-            Zpass, gram = rule.result()
-            A_all = rule.features
-            n_props = [int(ep.proposals.size) for ep in epochs]
-            k_all = A_all.shape[0]
-            gram = _pad_gram(Gram.merge_all([gram] + ([pre] if pre is not None else [])), k_all)
-            assign_history.append(gram.sse + lam * k_all)
-            keep, _ = prune_features(gram.G)
-            G, B = gram.G[np.ix_(keep, keep)], gram.B[keep]
-            A = feature_means(G, B)
-            history.append(collapsed_objective(G, B, sq_norm, lam))
-            Z = select_bits(Zpass, keep).persist()
-            records.append(KeyedPass(p_end if it == 0 else 0, epochs))
-            proposals.append(n_props)
-            opened = k_all - k_start
-            converged = gram.flips == 0 and opened == 0 and keep.size == k_all
-            if ck.active and not converged and it + 1 < self.max_iter:
-                ck.save({"phase": "iter", "iteration": it + 1, "seed": seed, "features": A, "init_features": A0,
-                         "Z": Z, "history": history, "assign_history": assign_history,
-                         "records": keyed_records_state(records), "proposals": proposals})
-            emit(ProgressEvent("BPMeans", "iter", it + 1, history[-1], keep.size, watch.lap(),
-                               {"epochs": len(epochs), "opened": opened, "flips": gram.flips}))
-            if converged:
-                break
-        if not converged:
-            warnings.warn(f"BPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
-                          ConvergenceWarning, stacklevel=4)
-        self.features_ = A
-        self.n_latent_features_ = int(A.shape[0])
-        self.allocation_ = wrap_output(Z, info, "allocation")
-        self.objective_ = history[-1]
-        self.objective_history_ = history
-        self.assignment_objective_history_ = assign_history
-        self.proposals_per_epoch_ = proposals
-        self.n_iter_ = it + 1
-        self.converged_ = converged
+        s = run.state
+        self.features_ = s["features"]
+        self.n_latent_features_ = int(s["features"].shape[0])
+        self.init_features_ = s["init_features"]
+        self.allocation_ = wrap_output(s["Z"], info, "allocation")
+        self.objective_ = s["history"][-1]
+        self.objective_history_ = s["history"]
+        self.assignment_objective_history_ = s["assign_history"]
+        self.proposals_per_epoch_ = s["proposals"]
+        self.n_iter_ = run.n_iter
+        self.converged_ = run.converged
         self.n_features_in_ = d
-        self._order_records = (mix, n, records)
-        if ck.active:
-            ck.save_done(self, seed=seed, records=keyed_records_state(records), allocation=Z)
-        emit(ProgressEvent("BPMeans", "done", it + 1, history[-1], self.n_latent_features_, 0.0))
-        return self
+        self._order_records = (seed_mix(s["seed"]), n, s["records"])
+        return finish(self, ck, n_iter=run.n_iter, objective=self.objective_, n_clusters=self.n_latent_features_,
+                      seed=s["seed"], records=keyed_records_state(s["records"]), allocation=s["Z"])
 
     @property
     def serial_order_(self) -> list[np.ndarray]:

@@ -17,7 +17,7 @@ from ..kernels import collapsed as K
 from ..kernels.bpmeans import feature_means
 from ._base import CHECKPOINT, CentroidMixin
 from ._features import FeatureMixin
-from ._references import _InMemory
+from ._inmemory import _InMemory
 
 __all__ = ["CollapsedDPMeans", "CappedDPMeans", "CollapsedBPMeans"]
 

@@ -16,16 +16,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import dask.array as da
 import numba
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .._fit import Step, best_of, finish, restore_finished
-from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints
+from .._validation import SEED, Interval, Options, as_generator, check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus
-from ._base import CHECKPOINT, BaseEstimator
+from .._registry import register
+from ._base import CHECKPOINT, CentroidMixin
+from ._inmemory import _InMemory
 
 __all__ = ["COPKMeans"]
 
@@ -63,7 +66,8 @@ def _sweep(P, w, centers, order, indptr, indices, labels):
     return n_bad
 
 
-class COPKMeans(BaseEstimator):
+@register
+class COPKMeans(CentroidMixin, _InMemory):
     """Constrained k-means with hard must-links (merged) and cannot-links (avoided while feasible).
 
     Parameters
@@ -104,6 +108,7 @@ class COPKMeans(BaseEstimator):
     (0, 0)
     """
 
+    _cost_note = "an in-memory reference: constrained Lloyd sweeps over the must-link components"
     _parameter_constraints = {
         "n_clusters": [Interval("int", 1, None)],
         "n_init": [Interval("int", 1, None)],
@@ -134,14 +139,9 @@ class COPKMeans(BaseEstimator):
     def fit(self, X, y=None, constraints=None) -> "COPKMeans":
         """Cluster ``X`` (read into memory) under optional must/cannot links (a ``ConstraintGraph``)."""
         self._validate_params()
-        arr, _ = check_array(X)
-        n, d = arr.shape
-        if n > self.max_samples:
-            raise InvalidDataError(
-                message("COPKMeans.fit(X)", f"at most max_samples={self.max_samples} rows (in-memory reference)",
-                        f"{n} rows", "Use dclust.RDPMeans or dclust.GMPR at scale, or raise max_samples.")
-            )
-        Xn = np.asarray(arr.compute(), dtype=np.float64)
+        Xn, _ = self._load(X)
+        n, d = Xn.shape
+        arr = da.from_array(Xn, chunks=Xn.shape)
         i, j, s = self._links(constraints, n)
         ck = self._checkpointer(arr, constraints=constraints)
         state = ck.resume()
@@ -179,20 +179,15 @@ class COPKMeans(BaseEstimator):
         self.n_components_ = int(n_comp)
         self.n_iter_ = best["n_iter"]
         self.n_features_in_ = d
-        if ck.active:  # not a registered estimator (dclust.load cannot read it): the attributes go in the state
+        if ck.active:  # the fitted attributes go in the finished state, so a rerun restores them without a pass
             ck.save({"phase": "done", "attributes": {k: v for k, v in vars(self).items()
                                                      if k.endswith("_") and not k.startswith("_")}})
         return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters,
                       save=False)
 
-    def predict(self, X) -> np.ndarray:
-        """Nearest centre of every row (links are not used)."""
-        self._check_fitted("cluster_centers_")
-        arr, _ = check_array(X)
-        Xn = np.asarray(arr.compute(), dtype=np.float64)
-        return ((Xn[:, None, :] - self.cluster_centers_[None]) ** 2).sum(axis=2).argmin(axis=1)
-
     def fit_predict(self, X, y=None, constraints=None) -> np.ndarray:
+        """``fit(X, constraints=constraints).labels_``; ``predict`` labels new rows by the nearest center (links
+        are not used)."""
         return self.fit(X, constraints=constraints).labels_
 
 

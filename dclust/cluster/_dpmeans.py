@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
-from .._dask.passes import persist_if_fits
 from .._dask.init import furthest_first
-from .._fit import ProgressEvent, Stopwatch, emit, logger
+from .._fit import Step, finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._dask.occ import (
     DPRule, KeyedPass, keyed_pass, keyed_prefix, keyed_records_from, keyed_records_state, opening_rate,
 )
@@ -16,12 +13,118 @@ from .._registry import register
 from .._validation import (
     SEED, Interval, Options, as_generator, check_array, check_lam_or_n_clusters, check_sample_weight,
 )
-from ..errors import ConvergenceWarning, InvalidDataError, message
+from ..errors import InvalidDataError, message
 from ..kernels.distances import seed_mix
 from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
 from ._partial import dpmeans_partial_fit
 
-__all__ = ["DPMeans"]
+__all__ = ["DPMeans", "heuristic_lam"]
+
+
+def heuristic_lam(name: str, X, mean: np.ndarray, n_clusters: int, split_every=None) -> float:
+    """The ``lam`` of ``n_clusters=``: the squared distance of the k-th furthest-first point (from ``mean``, one
+    pass per point); InvalidDataError when X has fewer distinct points."""
+    lams, _ = furthest_first(X, n_clusters, mean, split_every)
+    lam = float(lams[-1])
+    if lam <= 0:
+        raise InvalidDataError(
+            message(f"{name}(n_clusters=...)", f"at least {n_clusters} distinct points", "fewer distinct points",
+                    "Lower n_clusters or pass lam directly.")
+        )
+    return lam
+
+
+class _Passes(Step):
+    """The passes of one DP-means fit, for the fit loop.
+
+    :meth:`start` makes the first pass over the data (one-cluster statistics, NaN check, the rows of the serial
+    prefix), chooses ``lam`` and runs the prefix serially; the first :meth:`step` covers the rest of the keys,
+    every later one all of them. The state is a dict: ``seed``, ``lam``, ``centers``, ``fp`` (the partition
+    fingerprint of the last pass; of the start for ``init="mean"``, else None), the histories and the OCC pass
+    ``records``; after a pass also ``epochs`` and ``opened`` (for its event, not saved).
+    """
+
+    name, unit = "DPMeans", "passes"
+
+    def __init__(self, est: "DPMeans", X, w, ck):
+        self.est, self.X, self.w, self.ck = est, X, w, ck
+        self.prefix = None  # (statistics, end key, opening rate) of the serial prefix: the first pass only
+        self.check_content = False  # the first pass after a resume compares the data with the interrupted run's
+
+    def start(self) -> dict:
+        est, X, w, ck = self.est, self.X, self.w, self.ck
+        seed = int(as_generator(est.random_state).integers(2**62))
+        all_stats, prefix_end, p_index, p_rows, p_w = keyed_prefix(
+            X, w, mix=seed_mix(seed), prefix_size=est.prefix_size, split_every=est.split_every)
+        raise_if_bad_block(all_stats, X)
+        ck.check_content(*all_stats.total())
+        mean = all_stats.mean[:1]
+        lam = heuristic_lam("DPMeans", X, mean, est.n_clusters, est.split_every) if est.lam is None else float(est.lam)
+        if est.init == "mean":
+            C, fp = mean.copy(), all_stats.fingerprint[:1].copy()
+        else:
+            C, fp = np.empty((0, X.shape[1])), None
+        rule = DPRule(C, lam)
+        rule.accept(None, p_index, p_rows, p_w, ())
+        self.prefix = (rule.stats(), prefix_end, opening_rate(rule.labels, C.shape[0]))
+        return {"seed": seed, "lam": lam, "centers": rule.centers, "fp": fp, "history": [], "assign_history": [],
+                "records": []}
+
+    def step(self, s: dict) -> dict:
+        est, lam, first = self.est, s["lam"], not s["history"]
+        prefix_stats, start, rate = self.prefix if first else (None, 0, 0.0)
+        rule = DPRule(s["centers"], lam)
+        epochs, _ = keyed_pass(self.X, self.w, rule, mix=seed_mix(s["seed"]), start=start, rate=rate,
+                               max_proposals=est.max_proposals, split_every=est.split_every)
+        stats, k_all = rule.stats(), rule.centers.shape[0]
+        if first:
+            stats = stats.merge(prefix_stats)
+            self.prefix = None
+        elif self.check_content:
+            self.ck.check_content(*stats.total())  # every row is in a pass after the first: the resumed data
+            self.check_content = False
+        keep = np.flatnonzero(stats.weight > 0)
+        stats = stats.select(keep)
+        return {"seed": s["seed"], "lam": lam, "centers": stats.mean, "fp": stats.fingerprint,
+                "history": s["history"] + [float(stats.scatter.sum() + lam * keep.size)],
+                "assign_history": s["assign_history"] + [stats.cost + lam * k_all],
+                "records": s["records"] + [KeyedPass(start, epochs)],
+                "epochs": len(epochs), "opened": int(sum(e.accepted for e in epochs))}
+
+    def converged(self, old: dict, new: dict) -> bool:
+        return old["fp"] is not None and np.array_equal(new["fp"], old["fp"])
+
+    def objective(self, s: dict) -> float:
+        return s["history"][-1]
+
+    def n_clusters(self, s: dict) -> int:
+        return s["centers"].shape[0]
+
+    def start_extra(self, s: dict) -> dict:
+        return {"lam": s["lam"]}
+
+    def extra(self, s: dict) -> dict:
+        return {"epochs": s["epochs"], "opened": s["opened"]}
+
+    def to_checkpoint(self, s: dict) -> dict:
+        return {"seed": s["seed"], "lam": s["lam"], "centers": s["centers"], "fp": s["fp"], "history": s["history"],
+                "assign_history": s["assign_history"], "records": keyed_records_state(s["records"])}
+
+    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+        lam = float(saved["lam"])
+        if not (lam > 0 and np.isfinite(lam)):
+            raise ValueError(f"lam={lam}")
+        C = ck.require_shape("centers", saved["centers"], (None, self.X.shape[1])).astype(np.float64)
+        fp = ck.require_shape("partition fingerprint", saved["fp"], (C.shape[0],)).astype(np.uint64)
+        history = [float(v) for v in saved["history"]]
+        assign_history = [float(v) for v in saved["assign_history"]]
+        records = keyed_records_from(saved["records"])
+        if not len(history) == len(assign_history) == len(records) == iteration > 0:
+            raise ValueError(f"histories of {len(history)}, {len(assign_history)}, {len(records)} passes; "
+                             f"expected {iteration}")
+        self.check_content = True
+        return {"seed": int(saved["seed"]), "lam": lam, "centers": C, "fp": fp, "history": history,
+                "assign_history": assign_history, "records": records}
 
 
 @register
@@ -97,6 +200,7 @@ class DPMeans(CentroidMixin, BaseEstimator):
         "checkpoint": [CHECKPOINT],
     }
     _transient_attributes = ("serial_order_",)
+    _checkpoint_since = 2  # the loop state of format 1 was DPMeans' own
 
     def __init__(
         self, *, lam=None, n_clusters=None, init="mean", max_iter=100, random_state=None, prefix_size=1000,
@@ -122,71 +226,30 @@ class DPMeans(CentroidMixin, BaseEstimator):
         w = check_sample_weight(sample_weight, arr)
         ck = self._checkpointer(arr, w)
         state = ck.resume()
-        if state is not None and state.get("phase") == "done":
-            extra = ck.restore_attributes(self, state)
+        extra = restore_finished(self, ck, state)
+        if extra is not None:
             with ck.reading():
                 self._order_records = (int(extra["seed"]), n, keyed_records_from(extra["records"]))
             if not self.converged_:
-                warnings.warn(f"DPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
-                              ConvergenceWarning, stacklevel=2)
-            emit(ProgressEvent("DPMeans", "done", self.n_iter_, self.objective_, self.n_clusters_, 0.0))
-            return self
-        if info.kind != "numpy":
-            arr = persist_if_fits(arr, self.persist, logger)
-        watch = Stopwatch()
-        if state is not None:
-            first, seed, lam, C, prev_fp, history, assign_history, records = self._unpack(ck, state, d)
-            prefix_stats, start, rate = None, 0, 0.0
-        else:
-            first, seed, lam, C, prev_fp, prefix_stats, start, rate, prefix_end = self._start(arr, w, d, ck, watch)
-            history, assign_history, records = [], [], []
-        mix = seed_mix(seed)
-        converged = False
-        for it in range(first, self.max_iter):
-            rule = DPRule(C, lam)
-            epochs, _ = keyed_pass(arr, w, rule, mix=mix, start=start if it == 0 else 0,
-                                   rate=rate if it == 0 else 0.0, max_proposals=self.max_proposals,
-                                   split_every=self.split_every)
-            stats, C_all = rule.stats(), rule.centers
-            if it == 0:
-                stats = stats.merge(prefix_stats)
-            elif it == first:
-                ck.check_content(*stats.total())  # every row is in a pass after the first: the resumed data
-            assign_history.append(stats.cost + lam * C_all.shape[0])
-            keep = np.flatnonzero(stats.weight > 0)
-            stats = stats.select(keep)
-            C = stats.mean
-            history.append(float(stats.scatter.sum() + lam * keep.size))
-            records.append(KeyedPass(prefix_end if it == 0 else 0, epochs))
-            converged = prev_fp is not None and np.array_equal(stats.fingerprint, prev_fp)
-            if ck.active and not converged and it + 1 < self.max_iter:
-                ck.save({"phase": "iter", "iteration": it + 1, "seed": seed, "lam": lam, "centres": C,
-                         "prev_fp": stats.fingerprint, "history": history, "assign_history": assign_history,
-                         "records": keyed_records_state(records)})
-            emit(ProgressEvent("DPMeans", "iter", it + 1, history[-1], keep.size, watch.lap(),
-                               {"epochs": len(epochs), "opened": int(sum(e.accepted for e in epochs))}))
-            if converged:
-                break
-            prev_fp = stats.fingerprint
-        if not converged:
-            warnings.warn(
-                f"DPMeans did not converge in max_iter={self.max_iter} passes; increase max_iter.",
-                ConvergenceWarning, stacklevel=2,
-            )
-        self.cluster_centers_ = C
-        self.n_clusters_ = int(C.shape[0])
-        self.lam_ = lam
-        self.objective_ = history[-1]
-        self.objective_history_ = history
-        self.assignment_objective_history_ = assign_history
-        self.n_iter_ = it + 1
-        self.converged_ = converged
+                warn_unconverged("DPMeans", self.max_iter, unit="passes")
+            return finish(self, ck, n_iter=self.n_iter_, objective=self.objective_, n_clusters=self.n_clusters_,
+                          save=False)
+        passes = _Passes(self, persisted(arr, info.kind, self.persist), w, ck)
+        run = fit_loop(passes, max_iter=self.max_iter, ck=ck, resume=None if state is None else state["loop"],
+                       warn=True)
+        s = run.state
+        self.cluster_centers_ = s["centers"]
+        self.n_clusters_ = int(s["centers"].shape[0])
+        self.lam_ = s["lam"]
+        self.objective_ = s["history"][-1]
+        self.objective_history_ = s["history"]
+        self.assignment_objective_history_ = s["assign_history"]
+        self.n_iter_ = run.n_iter
+        self.converged_ = run.converged
         self.n_features_in_ = d
-        self._order_records = (seed, n, records)
-        if ck.active:
-            ck.save_done(self, seed=seed, records=keyed_records_state(records))
-        emit(ProgressEvent("DPMeans", "done", it + 1, history[-1], self.n_clusters_, 0.0))
-        return self
+        self._order_records = (s["seed"], n, s["records"])
+        return finish(self, ck, n_iter=run.n_iter, objective=self.objective_, n_clusters=self.n_clusters_,
+                      seed=s["seed"], records=keyed_records_state(s["records"]))
 
     def partial_fit(self, X, y=None, sample_weight=None) -> "DPMeans":
         """Update the model with one batch of a stream (the any-time DP-means step of :class:`AnytimeDPMeans`).
@@ -199,51 +262,6 @@ class DPMeans(CentroidMixin, BaseEstimator):
         2
         """
         return dpmeans_partial_fit(self, X, sample_weight)
-
-    def _start(self, arr, w, d, ck, watch):
-        """The first pass (statistics, NaN check, the serial prefix), lam, and the prefix run serially."""
-        rng = as_generator(self.random_state)
-        seed = int(rng.integers(2**62))
-        all_stats, prefix_end, p_index, p_rows, p_w = keyed_prefix(
-            arr, w, mix=seed_mix(seed), prefix_size=self.prefix_size, split_every=self.split_every)
-        raise_if_bad_block(all_stats, arr)
-        ck.check_content(*all_stats.total())
-        mean = all_stats.mean[:1]
-        if self.n_clusters is not None:
-            lams, _ = furthest_first(arr, self.n_clusters, mean, self.split_every)
-            lam = float(lams[-1])
-            if lam <= 0:
-                raise InvalidDataError(
-                    message("DPMeans(n_clusters=...)", f"at least {self.n_clusters} distinct points",
-                            "fewer distinct points", "Lower n_clusters or pass lam directly.")
-                )
-        else:
-            lam = float(self.lam)
-        emit(ProgressEvent("DPMeans", "init", 0, float("nan"), 1, watch.lap(), {"lam": lam}))
-        if self.init == "mean":
-            C, prev_fp = mean.copy(), all_stats.fingerprint[:1].copy()
-        else:
-            C, prev_fp = np.empty((0, d)), None
-        rule = DPRule(C, lam)
-        rule.accept(None, p_index, p_rows, p_w, ())
-        return 0, seed, lam, rule.centers, prev_fp, rule.stats(), prefix_end, opening_rate(rule.labels, C.shape[0]), \
-            prefix_end
-
-    def _unpack(self, ck, state, d):
-        """The loop state of a checkpoint after a pass, shapes checked."""
-        with ck.reading():
-            first, seed, lam = int(state["iteration"]), int(state["seed"]), float(state["lam"])
-            if state["phase"] != "iter" or not 0 < first < self.max_iter or not (lam > 0 and np.isfinite(lam)):
-                raise ValueError(f"phase {state['phase']!r}, pass {first} (max_iter={self.max_iter}), lam={lam}")
-            C = ck.require_shape("centres", state["centres"], (None, d)).astype(np.float64)
-            prev_fp = ck.require_shape("partition fingerprint", state["prev_fp"], (C.shape[0],)).astype(np.uint64)
-            history = [float(v) for v in state["history"]]
-            assign_history = [float(v) for v in state["assign_history"]]
-            records = keyed_records_from(state["records"])
-            if not len(history) == len(assign_history) == len(records) == first:
-                raise ValueError(f"histories of {len(history)}, {len(assign_history)}, {len(records)} passes; "
-                                 f"expected {first}")
-        return first, seed, lam, C, prev_fp, history, assign_history, records
 
     @property
     def serial_order_(self) -> list[np.ndarray]:

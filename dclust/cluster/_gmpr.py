@@ -10,7 +10,7 @@ from .._dask import gmpr as _dgmpr
 from .._dask.init import take_rows
 from .._fit import Step, finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator, check_array
+from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints
 from ..errors import (
     InfeasibleConstraintsError, InvalidDataError, message,
 )
@@ -26,16 +26,7 @@ def _link_plan(constraints, arr, kind: str, n_classes: int):
     """The block plan of ``constraints`` for the row blocks of ``arr`` (None when there are no links)."""
     if constraints is None:
         return _dgmpr.LinkPlan.empty(arr.chunks[0])
-    from ..constraints import ConstraintGraph
-
-    if not isinstance(constraints, ConstraintGraph):
-        raise InvalidDataError(
-            message("GMPR.fit(constraints=...)", "None or a dclust.ConstraintGraph", f"a {type(constraints).__name__}",
-                    "Build one with dclust.ConstraintGraph.from_pairs(i, j, must_link, n_samples, X.chunks[0]).")
-        )
-    if constraints.n_samples == arr.shape[0] and kind == "numpy":
-        constraints = constraints.rechunk(arr.chunks[0])  # numpy input: dclust chose the blocks itself
-    constraints.check_aligned(arr.chunks, arr.shape[0])
+    constraints = check_constraints("GMPR", constraints, arr.shape[0], tuple(arr.chunks[0]), kind)
     if constraints.weighted:
         raise InvalidDataError(
             message("GMPR.fit(constraints=...)", "unweighted links (GM-PR treats every link as certain)",

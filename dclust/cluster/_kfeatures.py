@@ -4,6 +4,8 @@ features, every row optimised independently (fully parallel), with greedy initia
 from __future__ import annotations
 
 
+import warnings
+
 import numpy as np
 
 from .._dask.features import greedy_init, init_bits, kfeatures_pass
@@ -156,13 +158,15 @@ class KFeatures(FeatureMixin, BaseEstimator):
     Step 1 optimises every row independently (coordinate sweeps repeated until the row stops changing, or all
     ``2**K`` rows with ``exhaustive=True``), so it is one parallel map; step 2 is ``A = pinv(Z'Z) Z'X`` from the
     tree-reduced ``G`` and ``B``. Features start from the greedy initialisation of ALGORITHMS.md 2.6 (a base
-    feature at the mean plus ``n_features - 1`` drawn residuals); the best of ``n_init`` restarts is kept.
+    feature at the mean plus ``n_components - 1`` drawn residuals); the best of ``n_init`` restarts is kept.
 
     Parameters
     ----------
-    n_features : int, default 2
-        K, the number of latent features, including the base feature. (Not the number of input columns, which
-        is ``n_features_in_``.)
+    n_components : int, default 2
+        K, the number of latent features, including the base feature (scikit-learn's name for the size of a
+        learned representation; the number of input columns is ``n_features_in_``).
+    n_features : int, deprecated
+        The former name of ``n_components``; passing it still works for one release with a ``FutureWarning``.
     n_init : int, default 1
         Restarts; the one with the lowest ``||X - ZA||^2`` is kept.
     exhaustive : bool, default False
@@ -192,16 +196,18 @@ class KFeatures(FeatureMixin, BaseEstimator):
     --------
     >>> import numpy as np, dclust
     >>> X = np.array([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
-    >>> kf = dclust.KFeatures(n_features=1, random_state=0).fit(X)
+    >>> kf = dclust.KFeatures(n_components=1, random_state=0).fit(X)
     >>> kf.features_.tolist()
     [[1.0, 1.0]]
     """
 
-    _parameter_constraints = {"n_features": [Interval("int", 1, None)], **_COMMON}
+    _parameter_constraints = {"n_components": [Interval("int", 1, None)],
+                              "n_features": [Interval("int", 1, None), Options(("deprecated",))], **_COMMON}
     _transient_attributes = ("allocation_",)
 
-    def __init__(self, *, n_features=2, n_init=1, exhaustive=False, max_iter=100, random_state=None,
-                 persist="auto", split_every=None, checkpoint=None):
+    def __init__(self, *, n_components=2, n_init=1, exhaustive=False, max_iter=100, random_state=None,
+                 persist="auto", split_every=None, checkpoint=None, n_features="deprecated"):
+        self.n_components = n_components
         self.n_features = n_features
         self.n_init = n_init
         self.exhaustive = exhaustive
@@ -212,15 +218,24 @@ class KFeatures(FeatureMixin, BaseEstimator):
         self.checkpoint = checkpoint
 
     def fit(self, X, y=None) -> "KFeatures":
-        """Learn ``n_features`` features from ``X`` (shape (n_samples, n_features_in))."""
-        arr, info, ck, state = _start(self, X, self.n_features)
+        """Learn ``n_components`` features from ``X`` (shape (n_samples, n_features_in))."""
+        k = self._n_components()
+        arr, info, ck, state = _start(self, X, k)
         if _restore(self, ck, state, info, arr.shape[0]) is not None:
             return self
         arr, mean, sq_norm = _first_pass(self, arr, info, ck)
-        best = _best_run(self, arr, self.n_features, mean, sq_norm, as_generator(self.random_state), ck, state)
+        best = _best_run(self, arr, k, mean, sq_norm, as_generator(self.random_state), ck, state)
         _store(self, best, info, arr.shape[1], 0.0)
-        return finish(self, ck, n_iter=self.n_iter_, objective=self.objective_, n_clusters=self.n_features,
+        return finish(self, ck, n_iter=self.n_iter_, objective=self.objective_, n_clusters=k,
                       allocation=best["Z"])
+
+    def _n_components(self) -> int:
+        if self.n_features == "deprecated":
+            return self.n_components
+        warnings.warn("KFeatures(n_features=) was renamed n_components= (n_features means the number of input "
+                      "columns in scikit-learn); n_features= will be removed in the next release.", FutureWarning,
+                      stacklevel=3)
+        return self.n_features
 
 
 def _store(est, best, info, d, lam_k):

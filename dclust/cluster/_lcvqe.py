@@ -13,7 +13,7 @@ from ..kernels.constrained import lcvqe_assign
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import CentroidMixin
 from ._mpckmeans import link_arrays
-from ._references import _InMemory
+from ._inmemory import _InMemory
 
 __all__ = ["LCVQE"]
 

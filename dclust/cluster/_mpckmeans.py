@@ -15,7 +15,7 @@ from .._validation import SEED, Interval, Options, as_generator, check_constrain
 from ..kernels.constrained import mpck_sweep, symmetric_links
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import wrap_output
-from ._references import _InMemory
+from ._inmemory import _InMemory
 
 __all__ = ["MPCKMeans", "link_arrays"]
 

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
-from .._dask.passes import map_labels, persist_if_fits
-from .._dask.init import furthest_first
+from .._dask.passes import map_labels
 from .._dask.links import build_layout
-from .._fit import ProgressEvent, Stopwatch, emit, logger
+from .._fit import Step, finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._dask.rdp import extract_linked, final_labels, init_pass, rdp_pass, records_from, records_state
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints, check_lam_or_n_clusters
 from ..constraints import ConstraintGraph
-from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
+from ..errors import InvalidParameterError, message
 from ..kernels.distances import seed_mix
 from ..kernels.divergence import divergence_nearest, neg_entropy, smooth_rows
 from ..kernels.rdpmeans import link_term
+from ._dpmeans import heuristic_lam
 from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block, wrap_output
 
 __all__ = ["RDPMeans"]
@@ -25,6 +23,134 @@ __all__ = ["RDPMeans"]
 
 def _kl_labels(Xb, *, offset, block_index, centers, smoothing):
     return divergence_nearest(smooth_rows(Xb, smoothing), centers, "kl")[0]
+
+
+class _Passes(Step):
+    """The passes of one RDP-means fit, for the fit loop, along the xi schedule.
+
+    :meth:`start` draws the seed, makes the first pass over the data (one-cluster statistics, NaN check, the
+    rows of the serial prefix), chooses ``lam`` and persists the linked rows (a resumed fit does the latter at its
+    first :meth:`step`). The state is a dict: ``seed``, ``lam``, ``H`` (the data's entropy term for KL),
+    ``next_xi``, ``centers``, ``z`` (labels of the linked rows by node id), ``fp`` (the partition fingerprint of
+    the last pass), ``data`` (its data term), the four histories and the pass ``records``; after a pass also ``xi``
+    (of that pass), ``changed``, ``settled`` (unchanged at ``xi >= max_xi``: converged), ``phase0_epochs`` and
+    ``pass`` (what :func:`~dclust._dask.rdp.final_labels` needs), not saved.
+    """
+
+    name = "RDPMeans"
+
+    def __init__(self, est: "RDPMeans", X, layout, ck):
+        self.est, self.X, self.layout, self.ck, self.kind = est, X, layout, ck, est.divergence
+        self.max_xi = est.xi0 * est.xi_rate ** (est.max_iter - 1) if est.max_xi is None else float(est.max_xi)
+        self.prefix = None  # (end key, rows, their index) of the serial prefix: the first pass only
+        self.lparts = None  # the persisted linked rows
+        self.check_content = False  # the first pass after a resume compares the data with the interrupted run's
+
+    def links(self, z: np.ndarray) -> float:
+        lay = self.layout
+        return link_term(z[lay.pair_a], z[lay.pair_b], lay.pair_v) if lay.pair_v.size else 0.0
+
+    def data_term(self, stats, H: float) -> float:
+        if self.kind == "euclidean":
+            return float(stats.scatter.sum())
+        return float(H - (stats.weight * neg_entropy(stats.mean)).sum())
+
+    def _linked(self, seed: int):
+        if self.lparts is None and self.layout.n_nodes:
+            self.lparts = extract_linked(self.X, self.layout, mix=seed_mix(seed))
+        return self.lparts
+
+    def start(self) -> dict:
+        est, X, kind = self.est, self.X, self.kind
+        seed = int(as_generator(est.random_state).integers(2**62))
+        stats0, H, p_end, p_index, p_rows = init_pass(X, self.layout, mix=seed_mix(seed), prefix_size=est.prefix_size,
+                                                      kind=kind, split_every=est.split_every)
+        if stats0.bad_block >= 0 and kind == "kl":
+            raise_if_bad_block(stats0, X, name="X (counts for divergence='kl', which must be finite and >= 0)")
+        raise_if_bad_block(stats0, X)
+        self.ck.check_content(*stats0.total())
+        mean = stats0.mean[:1]
+        lam = heuristic_lam("RDPMeans", X, mean, est.n_clusters, est.split_every) if est.lam is None else float(est.lam)
+        self._linked(seed)
+        self.prefix = (p_end, p_index, p_rows)
+        return {"seed": seed, "lam": lam, "H": H, "next_xi": float(est.xi0), "centers": mean.copy(),
+                "z": np.zeros(self.layout.n_nodes, dtype=np.int64), "fp": stats0.fingerprint[:1].copy(),
+                "data": self.data_term(stats0, H), "history": [], "assign_history": [], "start_history": [],
+                "xi_history": [], "records": []}
+
+    def step(self, s: dict) -> dict:
+        est, lam, xi, C, H = self.est, s["lam"], s["next_xi"], s["centers"], s["H"]
+        z = s["z"].copy()  # rdp_pass updates it in place
+        start_objective = s["data"] + xi * self.links(z) + lam * C.shape[0]
+        res = rdp_pass(self.X, self._linked(s["seed"]), self.layout, C, z, lam=lam, xi=xi, kind=self.kind,
+                       mix=seed_mix(s["seed"]), max_proposals=est.max_proposals, split_every=est.split_every,
+                       prefix=self.prefix)
+        self.prefix = None
+        if self.check_content:
+            self.ck.check_content(*res.stats.total())  # every row is in a pass: the resumed data
+            self.check_content = False
+        assign_objective = res.stats.cost + xi * self.links(z) + lam * res.centers.shape[0]
+        keep = np.flatnonzero(res.stats.weight > 0)
+        remap = np.full(res.centers.shape[0], -1, dtype=np.int64)
+        remap[keep] = np.arange(keep.size)
+        z_pass = z.copy()
+        stats = res.stats.select(keep)
+        z = remap[z]
+        data = self.data_term(stats, H)
+        changed = not np.array_equal(stats.fingerprint, s["fp"])
+        return {"seed": s["seed"], "lam": lam, "H": H, "next_xi": xi * est.xi_rate, "centers": stats.mean, "z": z,
+                "fp": stats.fingerprint, "data": data,
+                "history": s["history"] + [data + xi * self.links(z) + lam * keep.size],
+                "assign_history": s["assign_history"] + [assign_objective],
+                "start_history": s["start_history"] + [start_objective],
+                "xi_history": s["xi_history"] + [xi], "records": s["records"] + [res.record],
+                "xi": xi, "changed": changed, "settled": not changed and xi >= self.max_xi,
+                "phase0_epochs": len(res.record.phase0.epochs), "pass": (res, z_pass, remap)}
+
+    def converged(self, old: dict, new: dict) -> bool:
+        return new["settled"]
+
+    def objective(self, s: dict) -> float:
+        return s["history"][-1]
+
+    def n_clusters(self, s: dict) -> int:
+        return s["centers"].shape[0]
+
+    def start_extra(self, s: dict) -> dict:
+        return {"lam": s["lam"], "colors": self.layout.n_colors, "linked_rows": self.layout.n_nodes}
+
+    def extra(self, s: dict) -> dict:
+        return {"xi": s["xi"], "changed": s["changed"], "phase0_epochs": s["phase0_epochs"]}
+
+    def unconverged_note(self, s: dict) -> str:
+        xi = s["xi"]
+        return (": the labels still changed in the last pass" if xi >= self.max_xi
+                else f": xi={xi:g} < max_xi={self.max_xi:g}")
+
+    def to_checkpoint(self, s: dict) -> dict:
+        return {k: s[k] for k in ("seed", "lam", "H", "next_xi", "centers", "z", "fp", "data", "history",
+                                  "assign_history", "start_history", "xi_history")} | {
+            "records": records_state(s["records"])}
+
+    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+        lam = float(saved["lam"])
+        if not (lam > 0 and np.isfinite(lam)):
+            raise ValueError(f"lam={lam}")
+        C = ck.require_shape("centers", saved["centers"], (None, self.X.shape[1])).astype(np.float64)
+        z = ck.require_shape("labels of the linked rows", saved["z"], (self.layout.n_nodes,)).astype(np.int64)
+        if z.size and not (0 <= z.min() and z.max() < C.shape[0]):
+            raise ValueError(f"labels of the linked rows outside 0..{C.shape[0] - 1}")
+        fp = ck.require_shape("partition fingerprint", saved["fp"], (C.shape[0],)).astype(np.uint64)
+        out = {"seed": int(saved["seed"]), "lam": lam, "H": float(saved["H"]), "next_xi": float(saved["next_xi"]),
+               "centers": C, "z": z, "fp": fp, "data": float(saved["data"]),
+               **{k: [float(v) for v in saved[k]] for k in ("history", "assign_history", "start_history",
+                                                            "xi_history")},
+               "records": records_from(saved["records"])}
+        lengths = [len(out[k]) for k in ("history", "assign_history", "start_history", "xi_history", "records")]
+        if not (iteration > 0 and all(v == iteration for v in lengths)):
+            raise ValueError(f"histories and pass records of {lengths} iterations; expected {iteration}")
+        self.check_content = True
+        return out
 
 
 @register
@@ -129,6 +255,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         "checkpoint": [CHECKPOINT],
     }
     _transient_attributes = ("serial_order_",)
+    _checkpoint_since = 2  # the loop state of format 1 was RDPMeans' own
 
     def __init__(
         self, *, lam=None, n_clusters=None, xi0=0.001, xi_rate=2.0, max_xi=None, divergence="euclidean",
@@ -185,161 +312,48 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         n, d = arr.shape
         self._check_setup(n)
         G = self._graph(constraints, arr, info.kind)
-        kind = self.divergence
         ck = self._checkpointer(arr, constraints=G)
         state = ck.resume()
-        if state is not None and state.get("phase") == "done":
-            return self._restore_done(ck, state, G, arr)
-        if state is None:
-            seed = int(as_generator(self.random_state).integers(2**62))
-        else:
+        extra = restore_finished(self, ck, state)
+        if extra is not None:
+            layout = build_layout(G, tuple(arr.chunks[0]), self.mode)
             with ck.reading():
-                seed = int(state["seed"])
-        if kind == "kl":
+                self._order_records = (seed_mix(int(extra["seed"])), n, layout, records_from(extra["records"]))
+            if not self.converged_:
+                warn_unconverged("RDPMeans", self.max_iter)
+            return finish(self, ck, n_iter=self.n_iter_, objective=self.objective_, n_clusters=self.n_clusters_,
+                          save=False)
+        if self.divergence == "kl":
             arr = arr.map_blocks(smooth_rows, float(self.smoothing), dtype=np.float64)
-        if info.kind != "numpy":
-            arr = persist_if_fits(arr, self.persist, logger)
-        watch = Stopwatch()
+        arr = persisted(arr, info.kind, self.persist)
         layout = build_layout(G, tuple(arr.chunks[0]), self.mode)
-        mix = seed_mix(seed)
-        if state is None:
-            stats0, H, p_end, p_index, p_rows = init_pass(arr, layout, mix=mix, prefix_size=self.prefix_size,
-                                                          kind=kind, split_every=self.split_every)
-            if stats0.bad_block >= 0 and kind == "kl":
-                raise_if_bad_block(stats0, arr, name="X (counts for divergence='kl', which must be finite and >= 0)")
-            raise_if_bad_block(stats0, arr)
-            ck.check_content(*stats0.total())
-            mean = stats0.mean[:1]
-            lam = self._lam(arr, mean)
-        lparts = extract_linked(arr, layout, mix=mix) if layout.n_nodes else None
-        if state is None:
-            emit(ProgressEvent("RDPMeans", "init", 0, float("nan"), 1, watch.lap(),
-                               {"lam": lam, "colors": layout.n_colors, "linked_rows": layout.n_nodes}))
-
-        def data_term(stats):
-            if kind == "euclidean":
-                return float(stats.scatter.sum())
-            return float(H - (stats.weight * neg_entropy(stats.mean)).sum())
-
-        def links(z):
-            return link_term(z[layout.pair_a], z[layout.pair_b], layout.pair_v) if layout.pair_v.size else 0.0
-
-        max_xi = self.xi0 * self.xi_rate ** (self.max_iter - 1) if self.max_xi is None else float(self.max_xi)
-        if state is None:
-            first = 0
-            C, z = mean.copy(), np.zeros(layout.n_nodes, dtype=np.int64)
-            prev_fp, data_prev = stats0.fingerprint[:1].copy(), data_term(stats0)
-            hist, assign_hist, start_hist, xi_hist, records = [], [], [], [], []
-            xi = float(self.xi0)
-        else:
-            (first, lam, H, xi, C, z, prev_fp, data_prev, hist, assign_hist, start_hist, xi_hist,
-             records) = self._unpack(ck, state, d, layout.n_nodes)
-            p_end = p_index = p_rows = None
-        converged = False
-        for it in range(first, self.max_iter):
-            xi_hist.append(xi)
-            start_hist.append(data_prev + xi * links(z) + lam * C.shape[0])
-            res = rdp_pass(arr, lparts, layout, C, z, lam=lam, xi=xi, kind=kind, mix=mix,
-                           max_proposals=self.max_proposals, split_every=self.split_every,
-                           prefix=(p_end, p_index, p_rows) if it == 0 else None)
-            if it == first and it > 0:
-                ck.check_content(*res.stats.total())  # every row is in a pass: the resumed data
-            assign_hist.append(res.stats.cost + xi * links(z) + lam * res.centers.shape[0])
-            keep = np.flatnonzero(res.stats.weight > 0)
-            remap = np.full(res.centers.shape[0], -1, dtype=np.int64)
-            remap[keep] = np.arange(keep.size)
-            z_pass = z.copy()
-            stats = res.stats.select(keep)
-            C, z = stats.mean, remap[z]
-            data_prev = data_term(stats)
-            hist.append(data_prev + xi * links(z) + lam * keep.size)
-            records.append(res.record)
-            changed = not np.array_equal(stats.fingerprint, prev_fp)
-            prev_fp = stats.fingerprint
-            converged = not changed and xi >= max_xi
-            if ck.active and not converged and it + 1 < self.max_iter:
-                ck.save({"phase": "iter", "iteration": it + 1, "seed": seed, "lam": lam, "H": H,
-                         "xi": xi * self.xi_rate, "centres": C, "z": z, "prev_fp": prev_fp, "data_prev": data_prev,
-                         "history": hist, "assign_history": assign_hist, "start_history": start_hist,
-                         "xi_history": xi_hist, "records": records_state(records)})
-            emit(ProgressEvent("RDPMeans", "iter", it + 1, hist[-1], keep.size, watch.lap(),
-                               {"xi": xi, "changed": changed, "phase0_epochs": len(res.record.phase0.epochs)}))
-            if converged:
-                break
-            if it + 1 < self.max_iter:
-                xi *= self.xi_rate
-        if not converged:
-            why = "the labels still changed in the last pass" if xi >= max_xi else f"xi={xi:g} < max_xi={max_xi:g}"
-            warnings.warn(f"RDPMeans stopped at max_iter={self.max_iter}: {why}; increase max_iter.",
-                          ConvergenceWarning, stacklevel=2)
+        passes = _Passes(self, arr, layout, ck)
+        run = fit_loop(passes, max_iter=self.max_iter, ck=ck, resume=None if state is None else state["loop"],
+                       warn=True)
+        s = run.state
         layout.phase_parts = None  # release the persisted phase lists (the layout is kept for serial_order_)
-        labels = final_labels(arr, layout, res, z_pass, remap, mix=mix, kind=kind)
-        self.cluster_centers_ = C
-        self.n_clusters_ = int(C.shape[0])
+        labels = final_labels(arr, layout, *s["pass"], mix=seed_mix(s["seed"]), kind=self.divergence)
+        z, xi = s["z"], s["xi"]
+        self.cluster_centers_ = s["centers"]
+        self.n_clusters_ = int(s["centers"].shape[0])
         self.labels_ = labels.compute() if info.kind == "numpy" else labels
-        self.lam_ = lam
+        self.lam_ = s["lam"]
         self.xi_ = xi
-        self.objective_ = hist[-1]
-        self.objective_paper_ = hist[-1] + xi * links(z)
-        self.objective_history_ = hist
-        self.assignment_objective_history_ = assign_hist
-        self.start_objective_history_ = start_hist
-        self.xi_history_ = xi_hist
-        self.n_iter_ = it + 1
-        self.converged_ = converged
+        self.objective_ = s["history"][-1]
+        self.objective_paper_ = s["history"][-1] + xi * passes.links(z)
+        self.objective_history_ = s["history"]
+        self.assignment_objective_history_ = s["assign_history"]
+        self.start_objective_history_ = s["start_history"]
+        self.xi_history_ = s["xi_history"]
+        self.n_iter_ = run.n_iter
+        self.converged_ = run.converged
         self.n_colors_ = int(layout.n_colors)
         same = z[layout.pair_a] == z[layout.pair_b]
         self.n_violated_ = (int((~same & (layout.pair_v > 0)).sum()), int((same & (layout.pair_v < 0)).sum()))
         self.n_features_in_ = d
-        self._order_records = (mix, n, layout, records)
-        if ck.active:
-            ck.save_done(self, seed=seed, records=records_state(records))
-        emit(ProgressEvent("RDPMeans", "done", it + 1, hist[-1], self.n_clusters_, 0.0))
-        return self
-
-    def _restore_done(self, ck, state, G, arr) -> "RDPMeans":
-        """A finished fit's checkpoint: its model (and what ``serial_order_`` needs), without a pass."""
-        extra = ck.restore_attributes(self, state)
-        layout = build_layout(G, tuple(arr.chunks[0]), self.mode)
-        with ck.reading():
-            self._order_records = (seed_mix(int(extra["seed"])), arr.shape[0], layout,
-                                   records_from(extra["records"]))
-        if not self.converged_:
-            warnings.warn(f"RDPMeans stopped at max_iter={self.max_iter}; increase max_iter.", ConvergenceWarning,
-                          stacklevel=3)
-        emit(ProgressEvent("RDPMeans", "done", self.n_iter_, self.objective_, self.n_clusters_, 0.0))
-        return self
-
-    def _unpack(self, ck, state, d, n_nodes):
-        """The loop state of a checkpoint after an iteration, shapes checked."""
-        with ck.reading():
-            first, lam, H, xi = int(state["iteration"]), float(state["lam"]), float(state["H"]), float(state["xi"])
-            if state["phase"] != "iter" or not 0 < first < self.max_iter or not (lam > 0 and np.isfinite(lam)):
-                raise ValueError(f"phase {state['phase']!r}, iteration {first} (max_iter={self.max_iter}), lam={lam}")
-            C = ck.require_shape("centres", state["centres"], (None, d)).astype(np.float64)
-            z = ck.require_shape("labels of the linked rows", state["z"], (n_nodes,)).astype(np.int64)
-            if z.size and not (0 <= z.min() and z.max() < C.shape[0]):
-                raise ValueError(f"labels of the linked rows outside 0..{C.shape[0] - 1}")
-            prev_fp = ck.require_shape("partition fingerprint", state["prev_fp"], (C.shape[0],)).astype(np.uint64)
-            hists = [[float(v) for v in state[k]] for k in ("history", "assign_history", "start_history",
-                                                            "xi_history")]
-            records = records_from(state["records"])
-            if any(len(h) != first for h in hists) or len(records) != first:
-                raise ValueError(f"histories of {[len(h) for h in hists]} and {len(records)} pass records; "
-                                 f"expected {first}")
-        return (first, lam, H, xi, C, z, prev_fp, float(state["data_prev"]), *hists, records)
-
-    def _lam(self, arr, mean) -> float:
-        if self.n_clusters is None:
-            return float(self.lam)
-        lams, _ = furthest_first(arr, self.n_clusters, mean, self.split_every)
-        lam = float(lams[-1])
-        if lam <= 0:
-            raise InvalidDataError(
-                message("RDPMeans(n_clusters=...)", f"at least {self.n_clusters} distinct points",
-                        "fewer distinct points", "Lower n_clusters or pass lam directly.")
-            )
-        return lam
+        self._order_records = (seed_mix(s["seed"]), n, layout, s["records"])
+        return finish(self, ck, n_iter=run.n_iter, objective=self.objective_, n_clusters=self.n_clusters_,
+                      seed=s["seed"], records=records_state(s["records"]))
 
     @property
     def serial_order_(self) -> list[np.ndarray]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from .._fit import Step, finish, fit_loop, restore_finished, restore_rng, rng_state
 from .._registry import register
-from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array
+from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array, check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ..kernels.tvclust import Gibbs, GibbsState, LinkLists, NIWPrior, gaussian_logpdf
@@ -160,19 +160,7 @@ class TVClust(ClusterMixin, BaseEstimator):
     def _links(self, constraints, n: int):
         if constraints is None:
             return LinkLists.from_pairs(n, [], [], [])
-        from ..constraints import ConstraintGraph
-
-        if not isinstance(constraints, ConstraintGraph):
-            raise InvalidDataError(
-                message("TVClust.fit(constraints=...)", "None or a dclust.ConstraintGraph",
-                        f"a {type(constraints).__name__}",
-                        "Build one with dclust.ConstraintGraph.from_pairs(i, j, must_link, n_samples).")
-            )
-        if constraints.n_samples != n:
-            raise InvalidDataError(
-                message("TVClust.fit(constraints=...)", f"a graph over the {n} rows of X",
-                        f"a graph over {constraints.n_samples} rows", "Build the constraints for this data.")
-            )
+        check_constraints("TVClust", constraints, n)
         i, j, sign = constraints.pairs()
         return LinkLists.from_pairs(n, i, j, sign > 0)
 

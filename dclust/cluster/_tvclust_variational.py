@@ -16,7 +16,7 @@ from .._registry import register
 from .._validation import SEED, Interval, as_generator
 from ..kernels.tvclust import NIWPrior
 from ._mpckmeans import link_arrays
-from ._references import _InMemory
+from ._inmemory import _InMemory
 from ._tvclust import TVClust
 
 __all__ = ["TVClustVariational"]

@@ -35,9 +35,17 @@ _FAST = dict(_JIT, fastmath={"reassoc", "contract", "arcp", "nsz"})  # keeps NaN
 
 
 def nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest centre and its squared distance for every row of ``X``.
+    """Nearest centre and its squared distance for every row of ``X`` (lowest index on ties), in memory.
 
     Returns ``labels`` (int32, -1 for a non-finite row) and ``dist`` (float64, NaN for a non-finite row).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dclust.cluster import nearest
+    >>> labels, dist = nearest(np.array([[0.0, 1.0], [9.0, 9.0]]), np.array([[0.0, 0.0], [10.0, 10.0]]))
+    >>> labels.tolist(), dist.tolist()
+    ([0, 1], [1.0, 2.0])
     """
     return _nearest(_float_block(X), np.ascontiguousarray(C, dtype=np.float64))
 

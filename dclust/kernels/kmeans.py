@@ -23,6 +23,15 @@ def kmeans_plusplus(
 
     Each step draws ``2 + log(k)`` candidates with probability proportional to ``w * D(x)^2`` and keeps the one that
     lowers the potential most (as in scikit-learn). Needs ``m >= k`` points with positive weight.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dclust.cluster import kmeans_plusplus
+    >>> P = np.array([[0.0], [0.1], [10.0], [10.1]])
+    >>> C = kmeans_plusplus(P, np.ones(4), 2, np.random.default_rng(0))
+    >>> sorted(round(float(c)) for c in C.ravel())
+    [0, 10]
     """
     P = np.asarray(P, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
@@ -67,7 +76,7 @@ def lloyd(P: np.ndarray, w, C: np.ndarray, *, max_iter: int, rtol: float = 0.0):
     Examples
     --------
     >>> import numpy as np
-    >>> from dclust.kernels.kmeans import lloyd
+    >>> from dclust.cluster import lloyd
     >>> P = np.array([[0.0], [1.0], [10.0], [11.0]])
     >>> C, labels, n_iter, converged, _ = lloyd(P, None, np.array([[0.0], [1.0]]), max_iter=10)
     >>> C.ravel().tolist(), labels.tolist(), converged

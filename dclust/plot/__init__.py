@@ -18,6 +18,7 @@ Examples
 
 from ._figures import (
     check_figure_path,
+    palette_image,
     plot_clusters,
     plot_link_satisfaction,
     plot_objective_history,
@@ -36,4 +37,5 @@ __all__ = [
     "plot_link_satisfaction",
     "save_figure",
     "check_figure_path",
+    "palette_image",
 ]

@@ -100,7 +100,7 @@ def plot_clusters(X: Any, labels: Any = None, *, model: Any = None, sample_size:
     """
     import dask.array as da
 
-    from .. import open_array
+    from ..io import open_array
 
     sample_size = _positive_int("sample_size", sample_size, "Pass e.g. sample_size=5000.")
     arr = open_array(X)
@@ -266,6 +266,44 @@ def plot_sweep(sweep: Any, *, ax: Any = None) -> Any:
 # --------------------------------------------------------------------------------------------------------------
 
 
+def palette_image(records: list[dict], *, cell_height: int = 8, max_width: int = 2048) -> np.ndarray:
+    """RGBA image of a palette over time: column = frame, row = persistent color id (in id order), transparent
+    where the color is absent.
+
+    Parameters
+    ----------
+    records : list of dict
+        One record per frame with ``ids`` (the frame's palette ids) and ``rgb`` (their colors, uint8 triples): the
+        ``frames`` of the report of :func:`dclust.apps.video.quantize_video`.
+    cell_height : int, default 8
+        Pixel rows per id.
+    max_width : int, default 2048
+        Each frame is ``max(1, min(8, max_width // n_frames))`` pixels wide.
+
+    Returns
+    -------
+    ndarray of shape (n_ids * cell_height, n_frames * width, 4), uint8
+
+    Examples
+    --------
+    >>> from dclust.plot import palette_image
+    >>> img = palette_image([{"ids": [0], "rgb": [[255, 0, 0]]}, {"ids": [1], "rgb": [[0, 0, 255]]}],
+    ...                     cell_height=1, max_width=2)
+    >>> img.shape, img[0, 0].tolist(), int(img[1, 0, 3])
+    ((2, 2, 4), [255, 0, 0, 255], 0)
+    """
+    ids = sorted({i for r in records for i in r["ids"]})
+    row = {i: j for j, i in enumerate(ids)}
+    T = len(records)
+    img = np.zeros((max(1, len(ids)), T, 4), np.uint8)
+    for t, r in enumerate(records):
+        for i, c in zip(r["ids"], r["rgb"]):
+            img[row[i], t, :3] = c
+            img[row[i], t, 3] = 255
+    cw = max(1, min(8, max_width // max(T, 1)))
+    return np.repeat(np.repeat(img, cell_height, axis=0), cw, axis=1)
+
+
 def plot_palette_timeline(report: Any) -> Any:
     """The video job's palette over time (one column per frame, one row per persistent color id) above the
     flicker ratio and K of every frame.
@@ -289,8 +327,6 @@ def plot_palette_timeline(report: Any) -> Any:
     >>> len(fig.axes)
     3
     """
-    from ..apps.video import palette_image
-
     if isinstance(report, (str, os.PathLike)):
         with open(report, encoding="utf-8") as f:
             report = json.load(f)

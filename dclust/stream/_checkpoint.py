@@ -22,7 +22,19 @@ def _checkpointer(model: Any, fingerprint: dict | None, path: Any):
 
 
 def fingerprint_of(model: Any, X: Any, w: Any = None) -> dict | None:
-    """The data fingerprint of a whole-array fit (None without a checkpoint: nothing is read)."""
+    """The data fingerprint of a whole-array fit (None without a checkpoint: nothing is read); pass it to
+    :func:`resume_state` to refuse a checkpoint of other data.
+
+    Examples
+    --------
+    >>> import numpy as np, dask.array as da, dclust
+    >>> from dclust.stream import fingerprint_of
+    >>> X = da.from_array(np.zeros((4, 2)), chunks=2)
+    >>> fingerprint_of(dclust.AnytimeDPMeans(lam=1.0), X) is None
+    True
+    >>> isinstance(fingerprint_of(dclust.AnytimeDPMeans(lam=1.0, checkpoint="ck"), X), dict)
+    True
+    """
     if model.checkpoint is None:
         return None
     from .._store._checkpoint import data_fingerprint
@@ -35,6 +47,18 @@ def resume_state(model: Any, fingerprint: dict | None = None, path: Any = None) 
 
     ``path`` (default: ``model.checkpoint``) lets a caller that saves at its own moments (the CLI, after writing
     a batch's labels) use a checkpoint without setting the parameter.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, dclust
+    >>> from dclust.stream import resume_state, save_state
+    >>> path = os.path.join(tempfile.mkdtemp(), "ck")
+    >>> dm = dclust.DynamicMeans(lam=4.0, T_Q=5, k_tau=1.1, random_state=0)
+    >>> _ = dm.partial_fit(np.array([[0.0, 0.0], [0.1, 0.0], [9.0, 9.0]]))
+    >>> save_state(dm, path=path)
+    >>> again = dclust.DynamicMeans(lam=4.0, T_Q=5, k_tau=1.1, random_state=0)
+    >>> resume_state(again, path=path), again.n_batches_, again.cluster_ids_.tolist()
+    (True, 1, [0, 1])
     """
     if path is None and model.checkpoint is None:
         return False
@@ -53,7 +77,8 @@ def resume_state(model: Any, fingerprint: dict | None = None, path: Any = None) 
 
 
 def save_state(model: Any, fingerprint: dict | None = None, path: Any = None) -> None:
-    """Replace the checkpoint (``path``, default ``model.checkpoint``) by the state of ``model``, atomically."""
+    """Replace the checkpoint (``path``, default ``model.checkpoint``) by the state of ``model``, atomically (see
+    :func:`resume_state` for an example)."""
     if path is None and model.checkpoint is None:
         return
     _checkpointer(model, fingerprint, path).save({"phase": "batch"}, model=model)

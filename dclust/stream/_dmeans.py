@@ -7,8 +7,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from .._registry import register
-from .._validation import SEED, Interval, Options, check_array
-from ..errors import InvalidDataError, InvalidParameterError, message
+from .._validation import SEED, Interval, Options, check_array, check_temporal_pair
+from ..errors import InvalidParameterError, message
 from ..kernels.dynmeans import reparameterise
 from ..cluster._base import CHECKPOINT
 from ._checkpoint import check_resumed_length as _check_resumed_length
@@ -128,15 +128,7 @@ class DynamicMeans(DynamicBase):
         self.checkpoint = checkpoint
 
     def _rates(self) -> tuple[float, float, float]:
-        pair_a = (self.T_Q is not None, self.k_tau is not None)
-        pair_b = (self.Q is not None, self.tau is not None)
-        if not ((all(pair_a) and not any(pair_b)) or (all(pair_b) and not any(pair_a))):
-            given = [n for n in ("T_Q", "k_tau", "Q", "tau") if getattr(self, n) is not None]
-            raise InvalidParameterError(
-                message("DynamicMeans(T_Q=, k_tau=, Q=, tau=)", "exactly one complete pair: (T_Q, k_tau) or (Q, tau)",
-                        f"{', '.join(given) or 'none'}",
-                        "Pass T_Q=... and k_tau=... (ALGORITHMS.md 3.1), or Q=... and tau=... directly.")
-            )
+        check_temporal_pair(type(self).__name__, self.T_Q, self.k_tau, self.Q, self.tau)
         lam = float(self.lam)
         if self.T_Q is not None:
             Q, tau = reparameterise(lam, float(self.T_Q), float(self.k_tau))

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._dask.passes import block_offsets, map_labels
 from .._dask.occ import DMRule, KeyedPass, keyed_pass, keyed_prefix
-from .._fit import ProgressEvent, Stopwatch, emit
+from .._fit import ProgressEvent, Step, Stopwatch, emit, fit_loop
 from .._validation import as_generator, check_array, check_sample_weight
 from ..cluster._base import BaseEstimator, finite_rows, raise_if_bad_block, wrap_output
 from ..errors import ConvergenceWarning, InvalidDataError, NotFittedError, message
@@ -265,8 +265,54 @@ def _finite(Y: np.ndarray) -> np.ndarray:
     return Y
 
 
+class _DMPasses(Step):
+    """The passes of one restart of a D-Means time step (keyed OCC, ALGORITHMS.md 8.5), for the fit loop: the
+    first covers the keys after the serial ``prefix`` (run on the driver first), later ones all keys, until the
+    partition repeats. The state is a dict: ``cur`` (the :class:`StepState` the next pass starts from), ``res``
+    (the last pass's :class:`PassResult`), ``fp`` (its partition fingerprint), ``history`` and ``records``."""
+
+    name = "DynamicMeans"
+
+    def __init__(self, X, w, state: StepState, prefix, *, mix, max_proposals, split_every):
+        self.X, self.w, self.state, self.prefix, self.mix = X, w, state, prefix, mix
+        self.max_proposals, self.split_every = max_proposals, split_every
+
+    def start(self) -> dict:
+        st = self.state
+        return {"cur": StepState(st.phi, st.gamma, st.ages, st.lam, st.Q), "res": None, "fp": None, "history": [],
+                "records": []}
+
+    def step(self, s: dict) -> dict:
+        st, cur, first = self.state, s["cur"], not s["history"]
+        prefix_end, p_index, p_rows, p_w = self.prefix if first else (0, None, None, None)
+        rule = DMRule(cur)
+        rate = 0.0
+        if first:
+            rate = rule.accept(None, p_index, p_rows, p_w, ()) / max(p_index.size, 1) if p_index.size else 1.0
+        epochs, _ = keyed_pass(self.X, self.w, rule, mix=self.mix, start=prefix_end, rate=rate,
+                               max_proposals=self.max_proposals, split_every=self.split_every)
+        stats = rule.stats()
+        res = end_of_pass(stats.weight, stats.mean, stats.scatter, cur)
+        fp = np.zeros(cur.n_slots, dtype=np.uint64)
+        fp[: stats.fingerprint.shape[0]] = stats.fingerprint[: cur.n_slots]
+        return {"cur": StepState(st.phi, st.gamma, st.ages, st.lam, st.Q, res.theta.copy(), res.has_data.copy()),
+                "res": res, "fp": fp[res.keep], "history": s["history"] + [res.objective],
+                "records": s["records"] + [KeyedPass(prefix_end, epochs)]}
+
+    def converged(self, old: dict, new: dict) -> bool:
+        return old["fp"] is not None and np.array_equal(new["fp"], old["fp"])
+
+    def objective(self, s: dict) -> float:
+        return s["history"][-1] if s["history"] else float("nan")
+
+    def n_clusters(self, s: dict) -> int:
+        return 0 if s["res"] is None else int(np.count_nonzero(s["res"].has_data))
+
+
 def _keyed_step(X, w, state: StepState, *, mix, max_iter, prefix_size, max_proposals, split_every=None):
-    """One time step (one restart) of D-Means with keyed OCC (ALGORITHMS.md 8.5) on ``X`` (numpy or dask).
+    """One time step (one restart) of D-Means with keyed OCC (ALGORITHMS.md 8.5) on ``X`` (numpy or dask): the
+    passes of :class:`_DMPasses`, run by the fit loop (no events or checkpoints of their own: a stream announces
+    and saves whole batches).
 
     Returns ``(StepResult, first_pass_stats)``: ``first_pass_stats`` covers every row with one cluster (its
     ``bad_block`` names a chunk holding NaN/inf; the StepResult is then None). ``StepResult.orders`` holds one
@@ -276,29 +322,11 @@ def _keyed_step(X, w, state: StepState, *, mix, max_iter, prefix_size, max_propo
                                                                split_every=split_every)
     if all_stats.bad_block >= 0:
         return None, all_stats
-    cur = StepState(state.phi, state.gamma, state.ages, state.lam, state.Q)
-    history, records = [], []
-    prev_fp, converged, res, rate = None, False, None, 0.0
-    for it in range(max_iter):
-        rule = DMRule(cur)
-        if it == 0:
-            rate = rule.accept(None, p_index, p_rows, p_w, ()) / max(p_index.size, 1) if p_index.size else 1.0
-        epochs, _ = keyed_pass(X, w, rule, mix=mix, start=prefix_end if it == 0 else 0,
-                               rate=rate if it == 0 else 0.0, max_proposals=max_proposals, split_every=split_every)
-        stats = rule.stats()
-        res = end_of_pass(stats.weight, stats.mean, stats.scatter, cur)
-        fp = np.zeros(cur.n_slots, dtype=np.uint64)
-        fp[: stats.fingerprint.shape[0]] = stats.fingerprint[: cur.n_slots]
-        fp = fp[res.keep]
-        history.append(res.objective)
-        records.append(KeyedPass(prefix_end if it == 0 else 0, epochs))
-        cur = StepState(state.phi, state.gamma, state.ages, state.lam, state.Q, res.theta.copy(),
-                        res.has_data.copy())
-        if prev_fp is not None and np.array_equal(fp, prev_fp):
-            converged = True
-            break
-        prev_fp = fp
-    return StepResult(res, None, history, it + 1, converged, records), all_stats
+    passes = _DMPasses(X, w, state, (prefix_end, p_index, p_rows, p_w), mix=mix, max_proposals=max_proposals,
+                       split_every=split_every)
+    run = fit_loop(passes, max_iter=max_iter, announce=False)
+    s = run.state
+    return StepResult(s["res"], None, s["history"], run.n_iter, run.converged, s["records"]), all_stats
 
 
 def row_blocks(arr: da.Array) -> list[da.Array]:

@@ -13,7 +13,7 @@ from scipy.linalg import eigvalsh
 from .._dask.gram import pairwise_matrix
 from .._fit import ProgressEvent, emit
 from .._registry import register
-from .._validation import CALLABLE, SEED, Interval, Options, check_array, validate_params
+from .._validation import CALLABLE, SEED, Interval, Options, check_array, check_temporal_pair, validate_params
 from ..cluster._base import CHECKPOINT, BaseEstimator
 from ..errors import DclustError, InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels import sdmeans as K
@@ -163,14 +163,7 @@ class SpectralDynamicMeans(BaseEstimator):
             raise InvalidParameterError(
                 message(f"{name}(lam=...)", "a penalty lam > 0 (kernel units)", "None",
                         f"Pass lam, e.g. {name}(lam=55)."))
-        pair_a = (self.T_Q is not None, self.k_tau is not None)
-        pair_b = (self.Q is not None, self.tau is not None)
-        if not ((all(pair_a) and not any(pair_b)) or (all(pair_b) and not any(pair_a))):
-            given = [n for n in ("T_Q", "k_tau", "Q", "tau") if getattr(self, n) is not None]
-            raise InvalidParameterError(
-                message(f"{name}(T_Q, k_tau, Q, tau)", "exactly one complete pair: (T_Q, k_tau) or (Q, tau)",
-                        f"{', '.join(given) or 'none'} given",
-                        "Pass T_Q and k_tau (the [DM] eq. 30 reparameterisation), or Q and tau directly."))
+        check_temporal_pair(name, self.T_Q, self.k_tau, self.Q, self.tau)
         needs_bw = isinstance(self.kernel, str) and self.kernel in ("rbf", "mst", "mst-rss")
         if needs_bw != (self.bandwidth is not None):
             kname = self.kernel if isinstance(self.kernel, str) else "a callable"

@@ -15,15 +15,16 @@ av = pytest.importorskip("av")
 
 from dclust.apps import _video_kernels as K  # noqa: E402
 from dclust.apps.video import (  # noqa: E402
+    VideoOptions,
     flicker_ratio,
-    flicker_summary,
-    palette_image,
     psnr,
     quantize_video,
     synthetic_frames,
 )
 from dclust.errors import InvalidDataError, InvalidParameterError, StorageError  # noqa: E402
-from dclust.io._video import open_frames, write_video  # noqa: E402
+from dclust.io.video import open_frames, write_video  # noqa: E402
+from dclust.metrics import flicker_summary  # noqa: E402
+from dclust.plot import palette_image  # noqa: E402
 
 W, H, T = 64, 48, 8
 
@@ -116,7 +117,8 @@ def test_palette_image_rows_are_ids_columns_are_frames():
 
 def test_dmeans_video_to_video_and_report(video, decoded, tmp_path):
     out, rep, png = tmp_path / "q.mp4", tmp_path / "r.json", tmp_path / "p.png"
-    doc = quantize_video(video, out, lam=800, T_Q=15, k_tau=1.1, fit_sample=512, report=rep, palette_png=png)
+    doc = quantize_video(video, out, VideoOptions(lam=800, T_Q=15, k_tau=1.1, fit_sample=512, report=rep,
+                                                  palette_png=png))
     assert _files(tmp_path) == ["p.png", "q.mp4", "r.json"]  # no temporary or checkpoint left
     back = open_frames(out)
     assert (back.width, back.height, back.fps) == (W, H, 10)
@@ -141,7 +143,7 @@ def test_dmeans_video_to_video_and_report(video, decoded, tmp_path):
 
 
 def test_zarr_output_is_exact_and_uses_each_frames_palette(video, decoded, tmp_path):
-    doc = quantize_video(video, tmp_path / "q.zarr", fit_sample=512)
+    doc = quantize_video(video, tmp_path / "q.zarr", VideoOptions(fit_sample=512))
     q = zarr.open_array(str(tmp_path / "q.zarr"), mode="r")
     assert q.shape == (T, H, W, 3) and q.dtype == np.uint8 and q.attrs["fps"] == 10
     q = q[...]
@@ -162,12 +164,12 @@ def test_zarr_input_gives_the_same_result_as_the_video(video, decoded, tmp_path)
     z = zarr.create_array(store=str(zin), shape=decoded.shape, dtype=np.uint8, chunks=(1, H, W, 3))
     z[...] = decoded
     z.attrs["fps"] = 10.0
-    a = quantize_video(video, tmp_path / "a.zarr", fit_sample=300)
-    b = quantize_video(zin, tmp_path / "b.zarr", fit_sample=300)
+    a = quantize_video(video, tmp_path / "a.zarr", VideoOptions(fit_sample=300))
+    b = quantize_video(zin, tmp_path / "b.zarr", VideoOptions(fit_sample=300))
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a.zarr"))[...],
                                   zarr.open_array(str(tmp_path / "b.zarr"))[...])
     assert [f["ids"] for f in a["frames"]] == [f["ids"] for f in b["frames"]]
-    quantize_video(zin, tmp_path / "c.mp4", fit_sample=300)  # Zarr in, video out
+    quantize_video(zin, tmp_path / "c.mp4", VideoOptions(fit_sample=300))  # Zarr in, video out
     assert open_frames(tmp_path / "c.mp4").n_frames in (T, None)
     assert len(list(open_frames(tmp_path / "c.mp4").frames())) == T
 
@@ -177,12 +179,12 @@ def test_resume_after_interruption_equals_an_uninterrupted_run(method, video, tm
     kw = {"k": 5} if method == "kmeans" else {"lam": 600.0}
     if method != "dmeans":
         kw.update(T_Q=None, k_tau=None)
-    full = quantize_video(video, tmp_path / "full.zarr", method=method, fit_sample=400, **kw)
+    full = quantize_video(video, tmp_path / "full.zarr", VideoOptions(method=method, fit_sample=400, **kw))
     out = tmp_path / "cut.zarr"
     with pytest.raises(KeyboardInterrupt):
-        quantize_video(video, out, method=method, fit_sample=400, _stop_after=3, **kw)
+        quantize_video(video, out, VideoOptions(method=method, fit_sample=400, **kw), _stop_after=3)
     assert not out.exists() and (tmp_path / ".cut.zarr.resume").is_dir()  # no partial output, a checkpoint
-    res = quantize_video(video, out, method=method, fit_sample=400, resume=True, **kw)
+    res = quantize_video(video, out, VideoOptions(method=method, fit_sample=400, resume=True, **kw))
     assert res["resumed_frames"] == 3 and not (tmp_path / ".cut.zarr.resume").exists()
     np.testing.assert_array_equal(zarr.open_array(str(out))[...], zarr.open_array(str(tmp_path / "full.zarr"))[...])
     keys = ("k", "births", "deaths", "ids", "rgb", "mse", "flicker")
@@ -191,23 +193,23 @@ def test_resume_after_interruption_equals_an_uninterrupted_run(method, video, tm
         assert all(f["k"] == 5 for f in res["frames"])
     # other parameters do not resume silently
     with pytest.raises(KeyboardInterrupt):
-        quantize_video(video, tmp_path / "x.zarr", method=method, fit_sample=400, _stop_after=2, **kw)
+        quantize_video(video, tmp_path / "x.zarr", VideoOptions(method=method, fit_sample=400, **kw), _stop_after=2)
     with pytest.raises(StorageError, match="other parameters"):
-        quantize_video(video, tmp_path / "x.zarr", method=method, fit_sample=401, resume=True, **kw)
+        quantize_video(video, tmp_path / "x.zarr", VideoOptions(method=method, fit_sample=401, resume=True, **kw))
 
 
 def test_dmeans_flickers_less_than_per_frame_dpmeans(video, tmp_path):
     """The paper's point at toy size (the full comparison, with k-means, is benchmarks/bench_video.py)."""
-    dm = quantize_video(video, tmp_path / "dm.zarr", lam=800.0)
-    dp = quantize_video(video, tmp_path / "dp.zarr", method="dpmeans", lam=800.0, T_Q=None, k_tau=None)
+    dm = quantize_video(video, tmp_path / "dm.zarr", VideoOptions(lam=800.0))
+    dp = quantize_video(video, tmp_path / "dp.zarr", VideoOptions(method="dpmeans", lam=800.0, T_Q=None, k_tau=None))
     assert dm["summary"]["flicker_median_abs_dev"] < dp["summary"]["flicker_median_abs_dev"]
     assert dm["summary"]["psnr"] >= dp["summary"]["psnr"] - 0.5
 
 
 def test_Q_tau_pair_equals_its_eq30_reparameterisation(video, tmp_path):
-    ref = quantize_video(video, tmp_path / "a.zarr", lam=800.0, T_Q=15.0, k_tau=1.1)
+    ref = quantize_video(video, tmp_path / "a.zarr", VideoOptions(lam=800.0, T_Q=15.0, k_tau=1.1))
     tau = (15.0 * (1.1 - 1.0) + 1.0) / (15.0 - 1.0)
-    got = quantize_video(video, tmp_path / "b.zarr", lam=800.0, Q=800.0 / 15.0, tau=tau)
+    got = quantize_video(video, tmp_path / "b.zarr", VideoOptions(lam=800.0, Q=800.0 / 15.0, tau=tau))
     assert [f["mse"] for f in got["frames"]] == [f["mse"] for f in ref["frames"]]
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a.zarr"))[...],
                                   zarr.open_array(str(tmp_path / "b.zarr"))[...])
@@ -224,13 +226,14 @@ def _palette_motion(doc):
 
 
 def test_a_firmer_temporal_prior_holds_the_palette_still(video, tmp_path):
-    loose = quantize_video(video, tmp_path / "loose.zarr", lam=800.0)  # [DM] 10.2: tau = 2.5/14
-    firm = quantize_video(video, tmp_path / "firm.zarr", lam=800.0, Q=800.0 / 15.0, tau=0.001)
+    loose = quantize_video(video, tmp_path / "loose.zarr", VideoOptions(lam=800.0))  # [DM] 10.2: tau = 2.5/14
+    firm = quantize_video(video, tmp_path / "firm.zarr", VideoOptions(lam=800.0, Q=800.0 / 15.0, tau=0.001))
     assert _palette_motion(firm) < 0.5 * _palette_motion(loose)  # flicker itself: benchmarks/bench_video.py
 
 
 def test_max_colors_and_lab(video, tmp_path):
-    doc = quantize_video(video, tmp_path / "q.zarr", colorspace="lab", lam=100.0, max_colors=4, fit_sample=500)
+    doc = quantize_video(video, tmp_path / "q.zarr",
+                         VideoOptions(colorspace="lab", lam=100.0, max_colors=4, fit_sample=500))
     assert all(1 <= f["k"] <= 4 for f in doc["frames"])
     q = zarr.open_array(str(tmp_path / "q.zarr"))[...]
     assert all(len({tuple(c) for c in q[t].reshape(-1, 3)}) <= 4 for t in range(T))
@@ -242,11 +245,11 @@ def test_distributed_quantisation_equals_local(tmp_path, decoded):
     zin = tmp_path / "in.zarr"
     z = zarr.create_array(store=str(zin), shape=decoded.shape, dtype=np.uint8, chunks=(1, H, W, 3))
     z[...] = decoded
-    local = quantize_video(zin, tmp_path / "local.zarr", fit_sample=300)
+    local = quantize_video(zin, tmp_path / "local.zarr", VideoOptions(fit_sample=300))
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
-        dist = quantize_video(zin, tmp_path / "dist.zarr", fit_sample=300, client=client)
-        dist_video = quantize_video(zin, tmp_path / "dist.mp4", fit_sample=300, client=client)
+        dist = quantize_video(zin, tmp_path / "dist.zarr", VideoOptions(fit_sample=300), client=client)
+        dist_video = quantize_video(zin, tmp_path / "dist.mp4", VideoOptions(fit_sample=300), client=client)
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "dist.zarr"))[...],
                                   zarr.open_array(str(tmp_path / "local.zarr"))[...])
     assert [f["mse"] for f in dist["frames"]] == [f["mse"] for f in local["frames"]]
@@ -280,13 +283,42 @@ def test_bad_inputs_leave_nothing_behind(video, tmp_path):
         quantize_video(video, tmp_path / "exists.mp4")
     assert (tmp_path / "exists.mp4").read_bytes() == b"keep me"
     with pytest.raises(InvalidParameterError, match="k"):
-        quantize_video(video, tmp_path / "o.mp4", method="kmeans")
+        quantize_video(video, tmp_path / "o.mp4", VideoOptions(method="kmeans"))
     with pytest.raises(InvalidParameterError, match="lam"):
-        quantize_video(video, tmp_path / "o.mp4", lam=-1.0)
+        quantize_video(video, tmp_path / "o.mp4", VideoOptions(lam=-1.0))
     for pairs in ({"Q": 50.0}, {"tau": 0.1}, {"Q": 50.0, "tau": 0.1, "T_Q": 15.0}, {"Q": -1.0, "tau": 0.1}):
         with pytest.raises(InvalidParameterError, match="Q|tau"):
-            quantize_video(video, tmp_path / "o.mp4", **pairs)
+            quantize_video(video, tmp_path / "o.mp4", VideoOptions(**pairs))
     assert _files(tmp_path) == ["bad.zarr", "empty.avi", "empty.mp4", "exists.mp4", "junk.mp4"]
+
+
+def test_options_are_checked_when_made_and_frozen():
+    with pytest.raises(InvalidParameterError, match="fit_sample"):
+        VideoOptions(fit_sample=0)
+    with pytest.raises(InvalidParameterError, match="max_frames"):
+        VideoOptions(max_frames=0)
+    with pytest.raises(InvalidParameterError, match="k"):
+        VideoOptions(method="dpmeans", k=4)
+    options = VideoOptions(method="kmeans", k=6, lam=None)
+    with pytest.raises(AttributeError):
+        options.k = 7  # frozen: one options object describes one job
+    assert options.params() == {"method": "kmeans", "colorspace": "rgb", "max_colors": None, "fit_sample": 2048,
+                                "max_iter": 100, "seed": 0, "lam": None, "T_Q": None, "k_tau": None, "Q": None,
+                                "tau": None, "k": 6}
+
+
+def test_keywords_still_work_for_one_release_with_a_warning(video, tmp_path):
+    new = quantize_video(video, tmp_path / "new.zarr", VideoOptions(method="kmeans", k=4, fit_sample=300))
+    with pytest.warns(DeprecationWarning, match="VideoOptions"):
+        old = quantize_video(video, tmp_path / "old.zarr", method="kmeans", k=4, fit_sample=300)
+    assert [f["rgb"] for f in old["frames"]] == [f["rgb"] for f in new["frames"]]
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "old.zarr"))[...],
+                                  zarr.open_array(str(tmp_path / "new.zarr"))[...])
+    with pytest.raises(TypeError, match="colour"):
+        quantize_video(video, tmp_path / "x.zarr", colour="rgb")
+    with pytest.raises(InvalidParameterError, match="not both"):
+        quantize_video(video, tmp_path / "x.zarr", VideoOptions(), k=4)
+    assert _files(tmp_path) == ["new.zarr", "old.zarr"]
 
 
 def test_missing_pyav_names_the_extra(video, tmp_path, monkeypatch):

@@ -53,3 +53,14 @@ def test_bench_gmpr_links_toy_writes_curves_and_claims(tmp_path):
     assert all(0 < r["purity"] <= 1 for r in res["rows"])
     assert "digits 1,2,3, cannot: GM-PR purity rises with the links (last > first)" in res["claims"]
     assert "8x8 digits" in res["stand_ins"]["digits 1,2,3"]
+
+
+def test_bench_faces_toy_finds_the_papers_feature_count(tmp_path):
+    out, png = tmp_path / "faces.json", tmp_path / "faces.png"
+    r = run("bench_faces.py", "--faces", 30, "--components", 8, "--n-init", 1, "--out", out, "--plot", png)
+    res = json.loads(out.read_text())
+    assert res["features"] == 3 and res["lam_search"][-1]["features"] == 3
+    assert sum(res["combination_counts"].values()) == 30
+    assert sorted(res["kmeans_counts"]) == ["3", "4"] and sum(res["kmeans_counts"]["4"]) == 30
+    assert "lfw_subset" in res["stand_in"] and res["paper"]["combination_counts"]["100"] == 139
+    assert png.stat().st_size > 5000 and "k-means K = 3" in r.stdout

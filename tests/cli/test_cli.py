@@ -397,12 +397,3 @@ def test_piped_progress_is_whole_log_lines_and_the_summary_repeats_the_live_figu
     for ln in chunk_lines:  # the counter never passes its total
         done, total = map(int, re.search(r"chunks (\d+)/(\d+)", ln).groups())
         assert done <= total
-
-
-def test_python_dash_m_dclust_is_the_cli():
-    import subprocess
-    import sys
-
-    r = subprocess.run([sys.executable, "-m", "dclust", "fit", "--help"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "kmeans" in r.stdout and "dpmeans" in r.stdout

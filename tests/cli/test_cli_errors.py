@@ -49,7 +49,7 @@ CASES = [
     (["video", "quantize", "in.mp4", "o.mp4", "--memory-limit", "lots"], "--memory-limit: expected"),
     (["video", "quantize", "in.mp4", "o.mp4", "--scheduler", "nonsense"], "received 'nonsense'"),
     (["constraints", "import", "c.csv", "o.zarr", "--chunks-like", "{x}", "--component", ".."], "received '..'"),
-    (FIT[:-2], "Missing option '--model'"),
+    (["fit", "kmeans", "{x}", "--k", "2", "--model", "m.zarr"], "Missing option '--labels'"),  # --model is optional
 ]
 
 

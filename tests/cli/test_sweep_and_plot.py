@@ -11,7 +11,7 @@ import pytest
 import zarr
 
 import dclust
-from dclust.apps.video import quantize_video, synthetic_frames
+from dclust.apps.video import VideoOptions, quantize_video, synthetic_frames
 from dclust.model_selection import sweep_dpmeans
 
 from _support.cli import ok_json, one_line_error, read, run
@@ -128,7 +128,7 @@ def test_plot_tracks_and_palette(address, tmp_path):
     src = str(tmp_path / "v.zarr")
     z = zarr.create_array(store=src, shape=frames.shape, dtype=np.uint8, chunks=(1, 16, 24, 3))
     z[...] = frames
-    quantize_video(src, tmp_path / "q.zarr", fit_sample=200, report=tmp_path / "report.json")
+    quantize_video(src, tmp_path / "q.zarr", VideoOptions(fit_sample=200, report=tmp_path / "report.json"))
     out = ok_json(run(["plot", "palette", tmp_path / "report.json", "--out", tmp_path / "p.svg", "--json"]))
     assert out["n_frames"] == 3 and (tmp_path / "p.svg").read_text().lstrip().startswith("<?xml")
     r = run(["plot", "palette", tmp_path / "missing.json", "--out", tmp_path / "p2.png"])

@@ -91,7 +91,7 @@ def test_bp5_one_feature_all_ones_gives_the_mean(latent):
     Z = np.ones((len(X), 1))
     np.testing.assert_allclose(feature_means(Z.T @ Z, Z.T @ X)[0], X.mean(axis=0), rtol=1e-12)
     Xf = X + 100.0  # every row keeps z = 1: K-features with K = 1 is the mean
-    kf = KFeatures(n_features=1, random_state=0).fit(Xf)
+    kf = KFeatures(n_components=1, random_state=0).fit(Xf)
     assert kf.allocation_.all()
     np.testing.assert_allclose(kf.features_[0], Xf.mean(axis=0), rtol=1e-12)
 
@@ -201,7 +201,7 @@ def test_transform_is_lazy_for_dask_and_writable(latent, tmp_path):
 
 def test_kfeatures_monotone_and_stationary(latent):
     X = latent[0]
-    kf = KFeatures(n_features=5, n_init=2, random_state=0).fit(da.from_array(X, chunks=(200, -1)))
+    kf = KFeatures(n_components=5, n_init=2, random_state=0).fit(da.from_array(X, chunks=(200, -1)))
     J = kf.objective_history_
     assert all(b <= a + 1e-10 * (X * X).sum() for a, b in zip(J, J[1:]))
     Z = kf.allocation_.compute().astype(np.uint8)
@@ -254,7 +254,7 @@ def test_bad_data(latent):
     with pytest.raises(DclustError, match="chunk 2"):
         BPMeans(lam=1.0).fit(da.from_array(X, chunks=(200, -1)))
     with pytest.raises(DclustError, match="exhaustive"):
-        KFeatures(n_features=13, exhaustive=True).fit(latent[0])
+        KFeatures(n_components=13, exhaustive=True).fit(latent[0])
     m = BPMeans(lam=3.0, init="empty").fit(latent[0])
     with pytest.raises(DclustError, match="features"):
         m.transform(latent[0][:, :2])
@@ -286,3 +286,13 @@ def test_bp_block_resumes_where_the_proposal_buffer_filled(monkeypatch, key_rang
     np.testing.assert_allclose(whole.B, parts.B, rtol=1e-12)  # sums split at other rows: rounding only
     assert whole.sse == pytest.approx(parts.sse, rel=1e-12)
     assert (whole.flips, whole.n_rows) == (parts.flips, parts.n_rows)
+
+
+def test_kfeatures_n_features_is_the_deprecated_name_of_n_components():
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    new = KFeatures(n_components=2, random_state=0).fit(X)
+    with pytest.warns(FutureWarning, match="renamed n_components"):
+        old = KFeatures(n_features=2, random_state=0).fit(X)
+    assert old.n_latent_features_ == new.n_latent_features_ == 2
+    np.testing.assert_array_equal(old.features_, new.features_)
+    assert "n_components" in KFeatures().get_params() and KFeatures().get_params()["n_features"] == "deprecated"

@@ -16,6 +16,7 @@ import zarr
 from _support.checkpoints import Stop, snapshot, stop_after
 
 import dclust
+from dclust._store._checkpoint import FORMAT_VERSION
 from dclust.errors import FormatVersionError, InvalidParameterError, StorageError
 
 
@@ -281,7 +282,7 @@ def test_newer_format_and_damaged_checkpoints_are_refused(data, kmeans_ck):
     newer = json.loads(json.dumps(good))
     newer["dclust_checkpoint"]["format"] = 99
     _write_attrs(ck, newer)
-    _refused(make, X, ck, FormatVersionError, "format 99", "checkpoint format 1")
+    _refused(make, X, ck, FormatVersionError, "format 99", f"checkpoint format {FORMAT_VERSION}")
 
     for broken, fragment in [
         ({k: v for k, v in good.items() if k != "dclust_checkpoint"}, "'dclust_checkpoint'"),
@@ -293,6 +294,25 @@ def test_newer_format_and_damaged_checkpoints_are_refused(data, kmeans_ck):
 
     (ck / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": {"dclust_ch')
     _refused(make, X, ck, StorageError, "readable Zarr group", "damaged")
+
+
+def test_a_format_older_than_the_estimators_state_is_refused_others_are_read(data, dp_data, kmeans_ck, tmp_path):
+    # DPMeans, RDPMeans and BPMeans save their loop as the fit loop does since format 2: a format-1 checkpoint of
+    # theirs (their own loop state) is refused as such, not misread
+    ck = tmp_path / "dp"
+    interrupted(lambda: dclust.DPMeans(**DP, checkpoint=ck), dp_data, 2)
+    attrs = _attrs(ck)["attributes"]
+    attrs["dclust_checkpoint"]["format"] = 1
+    _write_attrs(ck, attrs)
+    _refused(lambda: dclust.DPMeans(**DP, checkpoint=ck), dp_data, ck, FormatVersionError,
+             "a DPMeans checkpoint of format 2 or newer", "format 1, written by an older dclust")
+    # an estimator whose state did not change reads format 1
+    X, _ = data
+    ref = dclust.KMeans(**KM).fit(X)
+    attrs = _attrs(kmeans_ck)["attributes"]
+    attrs["dclust_checkpoint"]["format"] = 1
+    _write_attrs(kmeans_ck, attrs)
+    same_kmeans(dclust.KMeans(**KM, checkpoint=kmeans_ck).fit(X), ref, X)
 
 
 def test_mismatched_shapes_are_refused(data, kmeans_ck):

@@ -298,7 +298,7 @@ def test_a_damaged_state_is_refused_with_a_storage_error(rdp_data, tmp_path):
     ck = tmp_path / "ck"
     interrupted(lambda: dclust.RDPMeans(**RDP["serial"], checkpoint=ck), X, G, 2)
     doc = json.loads((ck / "zarr.json").read_text())
-    z = doc["attributes"]["dclust_checkpoint"]["state"]["z"]
+    z = doc["attributes"]["dclust_checkpoint"]["state"]["loop"]["state"]["z"]
     z["data"], z["shape"] = z["data"][:-1], [len(z["data"]) - 1]
     (ck / "zarr.json").write_text(json.dumps(doc))
     refused(lambda: dclust.RDPMeans(**RDP["serial"], checkpoint=ck), X, G, ck, "labels of the linked rows",

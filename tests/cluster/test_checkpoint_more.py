@@ -19,7 +19,7 @@ from _support.checkpoints import Stop, snapshot, stop_after
 import dclust
 from dclust._cli.main import app
 from dclust.cluster._collapsed import CappedDPMeans, CollapsedBPMeans, CollapsedDPMeans
-from dclust.cluster._references import DPMMGibbs, IBPGibbs, SpectralClustering
+from dclust.cluster import DPMMGibbs, IBPGibbs, SpectralClustering
 from dclust.errors import StorageError
 from dclust.io._checkpoint import Checkpointer
 
@@ -180,7 +180,7 @@ def test_bpmeans_resumes_to_the_uninterrupted_model(features, tmp_path):
     with pytest.raises(StorageError, match=r"lam=8\.0 \(now 9\.0\)"):
         dclust.BPMeans(**{**BP, "lam": 9.0}, checkpoint=ck).fit(X)
     with pytest.raises(StorageError, match="a checkpoint of KFeatures"):
-        dclust.KFeatures(n_features=2, checkpoint=ck).fit(X)
+        dclust.KFeatures(n_components=2, checkpoint=ck).fit(X)
     with pytest.raises(StorageError, match="row_chunks"):
         dclust.BPMeans(**BP, checkpoint=ck).fit(X.rechunk((150, -1)))
     assert snapshot(ck) == before

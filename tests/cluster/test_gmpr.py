@@ -272,7 +272,7 @@ def test_bad_input(elongated):
         GMPR().fit(da.from_array(X, chunks=(100, -1)), constraints=G)
     with pytest.raises(InvalidDataError, match="rows"):
         GMPR().fit(X, constraints=ConstraintGraph.from_pairs([0], [1], [True], n_samples=n + 1))
-    with pytest.raises(InvalidDataError, match="ConstraintGraph"):
+    with pytest.raises(InvalidParameterError, match="ConstraintGraph"):
         GMPR().fit(X, constraints=[(0, 1)])
     weighted = ConstraintGraph.from_pairs([0, 1], [2, 3], [True, False], n_samples=n, weight=[0.5, 2.0])
     with pytest.raises(InvalidDataError, match="weight"):

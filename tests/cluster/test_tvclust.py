@@ -115,7 +115,7 @@ def test_bad_input(three_blobs):
         TVClust(max_samples=100).fit(X)
     with pytest.raises(InvalidDataError, match="rows"):
         TVClust().fit(X[:50], constraints=G)
-    with pytest.raises(InvalidDataError, match="ConstraintGraph"):
+    with pytest.raises(InvalidParameterError, match="ConstraintGraph"):
         TVClust().fit(X, constraints=np.zeros((3, 2)))
     bad = X.copy()
     bad[7, 0] = np.inf

@@ -123,7 +123,7 @@ def test_driver_killed_after_iteration_2_resumes_to_the_undisturbed_result(store
     assert r.returncode == -signal.SIGKILL, r.stderr
     assert visible(tmp_path) == ["ck.zarr", "launcher.py"]  # no labels, no model: nothing half-written
     state = json.loads((ck / "zarr.json").read_text())["attributes"]["dclust_checkpoint"]["state"]
-    assert state["phase"] == "iter" and state["iteration"] == 2
+    assert state["phase"] == "iter" and state["loop"]["iteration"] == 2
 
     r = cli(*fit_args(store, tmp_path, address, "--checkpoint", ck), cwd=tmp_path)
     assert r.returncode == 0, r.stderr

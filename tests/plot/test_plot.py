@@ -14,7 +14,7 @@ import zarr
 
 import dclust
 from dclust import plot
-from dclust.apps.video import quantize_video, synthetic_frames
+from dclust.apps.video import VideoOptions, quantize_video, synthetic_frames
 from dclust.errors import InvalidDataError, InvalidParameterError, NotFittedError, StorageError
 from dclust.model_selection import sweep_dpmeans
 from dclust.plot import _figures
@@ -94,7 +94,7 @@ def test_palette_timeline_of_a_real_video_job(tmp_path):
     src = str(tmp_path / "in.zarr")
     z = zarr.create_array(store=src, shape=frames.shape, dtype=np.uint8, chunks=(1, 32, 48, 3))
     z[...] = frames
-    report = quantize_video(src, tmp_path / "q.zarr", fit_sample=400, report=tmp_path / "report.json")
+    report = quantize_video(src, tmp_path / "q.zarr", VideoOptions(fit_sample=400, report=tmp_path / "report.json"))
     fig = plot.plot_palette_timeline(report)
     palette_ax, flicker_ax, k_ax = fig.axes
     assert palette_ax.get_images()[0].get_array().shape[1] == 8

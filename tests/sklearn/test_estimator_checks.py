@@ -22,7 +22,7 @@ CHECK_CONFIGS = {
     "DPMeans": dict(n_clusters=3, random_state=0, prefix_size=50, max_proposals=16),
     "RDPMeans": dict(n_clusters=3, random_state=0, prefix_size=50, max_proposals=16, max_iter=4),
     "BPMeans": dict(lam=1.0, random_state=0, prefix_size=50, max_proposals=16, max_iter=5),
-    "KFeatures": dict(n_features=3, random_state=0, max_iter=5),
+    "KFeatures": dict(n_components=3, random_state=0, max_iter=5),
     "StepwiseKFeatures": dict(lam=20.0, random_state=0, max_iter=3, max_features=10),
     "GMPR": dict(n_classes=3, random_state=0, max_iter=5, tol=1e-3),
     "TVClust": dict(random_state=0, n_sweeps=3),
@@ -40,6 +40,7 @@ CHECK_CONFIGS = {
     "MPCKMeans": dict(n_clusters=3, random_state=0, max_iter=10),
     "LCVQE": dict(n_clusters=3, random_state=0, max_iter=20),
     "MahalanobisKMeans": dict(n_clusters=3, lam=1.0, random_state=0, max_iter=10),
+    "COPKMeans": dict(n_clusters=3, random_state=0, n_init=2),
 }
 
 _SAMPLE_WEIGHT = ("dclust's seeding draws rows with probabilities that depend on the weights, so a weight of 2 "
