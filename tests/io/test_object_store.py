@@ -353,3 +353,21 @@ def test_a_fit_killed_inside_a_checkpoint_commit_on_s3_resumes_to_the_same_model
     np.testing.assert_array_equal(resumed.cluster_centers_, whole.cluster_centers_)
     assert resumed.n_iter_ == whole.n_iter_ and resumed.inertia_ == whole.inertia_
     assert _hidden(fs, url) == []  # the resumed run's first save removed the killed run's leftovers
+
+
+def test_the_example_of_docs_object_storage_runs(bucket):
+    """docs/object-storage.md's example, as written, with only its endpoint/credentials and bucket lines set to this
+    test's server."""
+    import re
+    from pathlib import Path
+
+    url, options, _ = bucket
+    text = (Path(__file__).resolve().parents[2] / "docs" / "object-storage.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
+    code, n = re.subn(r"^opts = .*$", f"opts = {options!r}", code, flags=re.M)
+    code, m = re.subn(r"^bucket = .*$", f"bucket = {url!r}", code, flags=re.M)
+    assert (n, m) == (1, 1)
+    scope: dict = {}
+    exec(compile(code, "docs/object-storage.md", "exec"), scope)
+    np.testing.assert_array_equal(scope["km2"].cluster_centers_, scope["km"].cluster_centers_)
+    assert (scope["G2"].n_must, scope["G2"].n_cannot) == (1, 1)
