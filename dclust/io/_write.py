@@ -337,7 +337,8 @@ def _write_remote(
         node = group[component]
     except KeyError:
         node = None
-    if node is not None and not overwrite:
+    member = url.rstrip("/") + "/" + component
+    if (node is not None or _remote_exists(member, options)) and not overwrite:  # (a commit record counts)
         raise StorageError(
             message(where, "a component that does not exist yet, or overwrite=True", "an existing component",
                     "Pass overwrite=True or pick another name.")
@@ -347,14 +348,14 @@ def _write_remote(
             message(where, "an existing Zarr array to replace", "a group", "Choose another component name.")
         )
     parent_component = "/".join(component.split("/")[:-1])
-    check_remote_location(url.rstrip("/") + "/" + component, what, options)  # before any pass over the data
+    check_remote_location(member, what, options)  # before any pass over the data
 
     def before_commit() -> None:
         if parent_component:
             _open_remote_group(url, what, options).require_group(parent_component)
 
     _atomic_write_remote(
-        url.rstrip("/") + "/" + component,
+        member,
         lambda tmp: stream_array(arr, tmp, None, compressors, None),
         what=what,
         storage_options=options,
