@@ -45,17 +45,28 @@ def _is_dataset(obj: Any) -> bool:
     return hasattr(obj, "data_vars") and hasattr(obj, "coords") and hasattr(obj, "dims")
 
 
-def _check_rows(chunks: Any) -> int | tuple[int, ...] | None:
+def _is_count(value: Any) -> bool:
+    """An int >= 1 (numpy ints too; not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
+
+
+def counts(chunks: Any, length: int | None = None) -> int | tuple[int, ...] | None | bool:
+    """``chunks`` normalized when it is None, a count (int >= 1) or a non-empty tuple of counts (of ``length``
+    entries when given); False otherwise (the caller raises its own error)."""
     if chunks is None:
         return None
-    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool) and chunks >= 1:
+    if _is_count(chunks):
         return int(chunks)
-    if (
-        isinstance(chunks, tuple)
-        and chunks
-        and all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 1 for c in chunks)
-    ):
+    if isinstance(chunks, tuple) and chunks and (length is None or len(chunks) == length) and all(
+            _is_count(c) for c in chunks):
         return tuple(int(c) for c in chunks)
+    return False
+
+
+def _check_rows(chunks: Any) -> int | tuple[int, ...] | None:
+    rows = counts(chunks)
+    if rows is not False:
+        return rows
     raise InvalidParameterError(
         message("open_array(chunks=...)", "None (keep the store's row chunks), a positive int (rows per block) "
                 "or a tuple of positive ints (the row block sizes)", repr(chunks),

@@ -52,6 +52,7 @@ from .._store._atomic import (  # noqa: F401 - also the names other io modules a
     check_storage_options,
 )
 from .._store._zarr import checksummed, stream_array
+from ._open import counts
 from ..errors import InvalidDataError, InvalidParameterError, StorageError, message
 
 __all__ = ["write_array"]
@@ -81,16 +82,9 @@ def _compressors(codec: Any, dtype: np.dtype) -> list | None:
 
 
 def _check_chunks(chunks: Any, ndim: int) -> int | tuple[int, ...] | None:
-    if chunks is None:
-        return None
-    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool) and chunks >= 1:
-        return int(chunks)
-    if (
-        isinstance(chunks, tuple)
-        and len(chunks) == ndim
-        and all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 1 for c in chunks)
-    ):
-        return tuple(int(c) for c in chunks)
+    shape = counts(chunks, ndim)
+    if shape is not False:
+        return shape
     raise InvalidParameterError(
         message("chunks", f"None, a positive int (rows per chunk) or a tuple of {ndim} positive ints",
                 repr(chunks), "Pass chunks=500_000, or leave it None to keep the array's row chunks.")
@@ -343,7 +337,8 @@ def _write_remote(
         node = group[component]
     except KeyError:
         node = None
-    if node is not None and not overwrite:
+    member = url.rstrip("/") + "/" + component
+    if (node is not None or _remote_exists(member, options)) and not overwrite:  # (a commit record counts)
         raise StorageError(
             message(where, "a component that does not exist yet, or overwrite=True", "an existing component",
                     "Pass overwrite=True or pick another name.")
@@ -353,14 +348,14 @@ def _write_remote(
             message(where, "an existing Zarr array to replace", "a group", "Choose another component name.")
         )
     parent_component = "/".join(component.split("/")[:-1])
-    check_remote_location(url.rstrip("/") + "/" + component, what, options)  # before any pass over the data
+    check_remote_location(member, what, options)  # before any pass over the data
 
     def before_commit() -> None:
         if parent_component:
             _open_remote_group(url, what, options).require_group(parent_component)
 
     _atomic_write_remote(
-        url.rstrip("/") + "/" + component,
+        member,
         lambda tmp: stream_array(arr, tmp, None, compressors, None),
         what=what,
         storage_options=options,

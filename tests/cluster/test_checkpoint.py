@@ -350,7 +350,8 @@ def test_large_state_arrays_are_zarr_arrays_checked_against_their_tag(tmp_path):
         Checkpointer(ck, dclust.KMeans(), None).resume()
 
 
-def test_not_a_checkpoint_and_remote_urls_are_refused(data, tmp_path):
+def test_not_a_checkpoint_and_a_bucket_root_are_refused(data, tmp_path):
+    """(Checkpoints on object stores work: tests/io/test_object_store.py.)"""
     X, _ = data
     (tmp_path / "dir").mkdir()
     (tmp_path / "dir" / "notes.txt").write_text("mine")
@@ -360,8 +361,8 @@ def test_not_a_checkpoint_and_remote_urls_are_refused(data, tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(StorageError, match="not a directory"):
         dclust.KMeans(**KM, checkpoint=tmp_path / "file").fit(X)
-    with pytest.raises(StorageError, match="local path"):
-        dclust.KMeans(**KM, checkpoint="memory://ck").fit(X)
+    with pytest.raises(StorageError, match="root of a bucket"):
+        dclust.KMeans(**KM, checkpoint="memory://").fit(X)
     with pytest.raises(InvalidParameterError, match="checkpoint"):
         dclust.KMeans(**KM, checkpoint=3).fit(X)
 

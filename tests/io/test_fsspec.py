@@ -206,3 +206,30 @@ def test_cli_arguments_are_urls(mem, tmp_path):
         r = CliRunner().invoke(app, args)  # outputs exist now: refused before any work
         assert r.exit_code == 1 and "already exists" in r.output
     assert sorted(os.listdir(tmp_path)) == ["l.zarr", "m.zarr"]
+
+
+def test_a_member_whose_commit_was_interrupted_reads_as_its_new_version(mem, monkeypatch):
+    """A replaced group member whose roll-forward stopped after the commit point (the writer died there: here the
+    copy raises) is read through its commit record -- by component= -- and the next write of it finishes."""
+    import dclust._store._atomic as atomic
+
+    base, fs, root = mem
+    url = f"{base}/g.zarr"
+    dclust.write_array(_blobs(30), url, component="run/x", chunks=10)
+    dclust.write_array(_blobs(30, seed=5), url, component="y", chunks=10)
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt("the writer dies inside the roll-forward")
+
+    monkeypatch.setattr(atomic, "_roll_forward", stop)
+    with pytest.raises(KeyboardInterrupt):
+        dclust.write_array(_blobs(30, seed=2), url, component="run/x", chunks=10, overwrite=True)
+    monkeypatch.undo()
+    assert fs.exists(f"{root}/g.zarr/run/.x.commit")
+    np.testing.assert_array_equal(dclust.open_array(url, component="run/x").compute(), _blobs(30, seed=2))
+    np.testing.assert_array_equal(dclust.open_array(url, component="y").compute(), _blobs(30, seed=5))
+    with pytest.raises(StorageError, match="already exists|existing component"):
+        dclust.write_array(_blobs(30, seed=3), url, component="run/x", chunks=10)
+    dclust.write_array(_blobs(30, seed=3), url, component="run/x", chunks=10, overwrite=True)
+    assert [p for p in _listing(fs, f"{root}/g.zarr") if "/." in "/" + p] == []
+    np.testing.assert_array_equal(dclust.open_array(url, component="run/x").compute(), _blobs(30, seed=3))

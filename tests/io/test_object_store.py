@@ -227,6 +227,7 @@ def _kill(tmp_path, what, point, url, options):
     assert r.returncode == -signal.SIGKILL, (r.stdout, r.stderr[-3000:])
 
 
+@pytest.mark.slow  # a killed writer process (make test-fast skips it)
 @pytest.mark.parametrize("what, point", [("array", "chunk"), ("save", "before-commit")])
 def test_a_killed_first_write_leaves_nothing_that_opens(what, point, bucket, tmp_path):
     url, options, fs = bucket
@@ -241,6 +242,7 @@ def test_a_killed_first_write_leaves_nothing_that_opens(what, point, bucket, tmp
     assert _hidden(fs, url) == []
 
 
+@pytest.mark.slow  # a killed writer process (make test-fast skips it)
 @pytest.mark.parametrize("what, point", [("array", "chunk"), ("save", "before-commit")])
 def test_an_overwrite_killed_before_its_commit_keeps_the_previous_version(what, point, bucket, tmp_path):
     url, options, fs = bucket
@@ -253,6 +255,7 @@ def test_an_overwrite_killed_before_its_commit_keeps_the_previous_version(what, 
     np.testing.assert_array_equal(_read(what, target, options), _version(what, 0))
 
 
+@pytest.mark.slow  # a killed writer process (make test-fast skips it)
 @pytest.mark.parametrize("what, point", [("array", "after-commit"), ("labels", "mid-roll"), ("save", "mid-roll")])
 def test_an_overwrite_killed_after_its_commit_reads_as_the_new_version(what, point, bucket, tmp_path):
     url, options, fs = bucket
@@ -333,6 +336,7 @@ def test_every_cli_json_output_keeps_s3_urls(bucket, tmp_path):
     assert dclust.ConstraintGraph.from_zarr(f"{url}/g.zarr", storage_options=options).n_must == 1
 
 
+@pytest.mark.slow  # a killed writer process (make test-fast skips it)
 def test_a_fit_killed_inside_a_checkpoint_commit_on_s3_resumes_to_the_same_model(bucket, tmp_path):
     """SIGKILL while the third checkpoint save is being copied into place: the resumed fit reads the committed
     state (iteration 3) and ends with the model of a fit that was never interrupted."""
@@ -349,3 +353,21 @@ def test_a_fit_killed_inside_a_checkpoint_commit_on_s3_resumes_to_the_same_model
     np.testing.assert_array_equal(resumed.cluster_centers_, whole.cluster_centers_)
     assert resumed.n_iter_ == whole.n_iter_ and resumed.inertia_ == whole.inertia_
     assert _hidden(fs, url) == []  # the resumed run's first save removed the killed run's leftovers
+
+
+def test_the_example_of_docs_object_storage_runs(bucket):
+    """docs/object-storage.md's example, as written, with only its endpoint/credentials and bucket lines set to this
+    test's server."""
+    import re
+    from pathlib import Path
+
+    url, options, _ = bucket
+    text = (Path(__file__).resolve().parents[2] / "docs" / "object-storage.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
+    code, n = re.subn(r"^opts = .*$", f"opts = {options!r}", code, flags=re.M)
+    code, m = re.subn(r"^bucket = .*$", f"bucket = {url!r}", code, flags=re.M)
+    assert (n, m) == (1, 1)
+    scope: dict = {}
+    exec(compile(code, "docs/object-storage.md", "exec"), scope)
+    np.testing.assert_array_equal(scope["km2"].cluster_centers_, scope["km"].cluster_centers_)
+    assert (scope["G2"].n_must, scope["G2"].n_cannot) == (1, 1)
