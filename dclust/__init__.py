@@ -41,7 +41,7 @@ from .stream import AnytimeDPMeans, DynamicMeans, KernelDynamicMeans, SpectralDy
 from .datasets import make_blobs
 from .io import load, open_array, save, write_array, write_labels
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "__version__",

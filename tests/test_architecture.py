@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "dclust"
 #: Layer of every package (lowest first). A package is ``dclust.<name>`` (a subpackage or a top-level module);
 #: ``dclust`` itself is the public facade (its ``__init__``).
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation", {"dclust.errors", "dclust.typing", "dclust._feature_names"}),
+    ("foundation", {"dclust.errors", "dclust.typing", "dclust._feature_names", "dclust._version"}),
     ("kernels", {"dclust.kernels"}),
     ("orchestration", {"dclust._dask"}),
     ("fit loop and storage", {"dclust._fit", "dclust._store", "dclust._validation", "dclust._registry"}),
@@ -35,13 +35,10 @@ LEVEL = {pkg: i for i, (_, pkgs) in enumerate(LAYERS) for pkg in pkgs}
 #: Known upward imports: (importing module, imported module) -> why it is there. Lazy imports only (inside a
 #: function), each a candidate for moving the code down.
 KNOWN_UPWARD = {
-    ("dclust._dask.links", "dclust.constraints._coloring"):
-        "the greedy coloring of a cannot-link graph (pure numpy) lives in constraints; belongs in kernels",
     ("dclust._dask.passes", "dclust._store._zarr"):
         "on the error path only: the damaged chunk of a store is named by the storage layer",
     ("dclust._validation", "dclust.constraints"): "checks that constraints= is a ConstraintGraph",
     ("dclust._registry", "dclust"): "importing the package registers every estimator",
-    ("dclust._store._models", "dclust"): "the version written into a saved model",
 }
 
 #: The public modules: the facade and the public packages (and the public modules of apps). An import of dclust

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import dask.array as da
 import numpy as np
 
-from ..constraints._coloring import greedy_coloring, link_adjacency
+from ..kernels.coloring import greedy_coloring, link_adjacency
 from .passes import block_offsets, map_partials
 
 __all__ = [

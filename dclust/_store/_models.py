@@ -29,6 +29,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
+from .._version import __version__
 from ..errors import DclustError, FormatVersionError, StorageError, message
 from ._atomic import (
     _atomic_write, _atomic_write_remote, _check_new_target, _remote_exists, _resolve, check_remote_location,
@@ -44,9 +45,7 @@ _TAG = "__dclust__"
 
 
 def _version() -> str:
-    import dclust
-
-    return str(getattr(dclust, "__version__", "0.1.0"))
+    return __version__
 
 
 class _Unsaveable(Exception):

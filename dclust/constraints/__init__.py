@@ -6,7 +6,7 @@
 ConstraintGraph(n_samples=4, n_blocks=2, n_must=1, n_cannot=1, block_pairs=2)
 """
 
-from ._coloring import greedy_coloring
+from ..kernels.coloring import greedy_coloring
 from ._graph import ConstraintGraph
 
 __all__ = ["ConstraintGraph", "greedy_coloring"]
