@@ -1,9 +1,9 @@
-"""GM-PR on Dask (ALGORITHMS.md 8.4): one E-step pass of one task per row block (its unlinked rows and its share
-of the links), partials tree-reduced; initial statistics; class posteriors with or without links.
+"""GM-PR on Dask (ALGORITHMS.md 8.4): one E-step pass of the pass engine (every row block's unlinked rows and its
+share of the links), partials tree-reduced; initial statistics; class posteriors with or without links.
 
 The driver holds O(links) integers (the link plan) and O(M K D²) parameters. The rows of the links' far
 endpoints are gathered once per fit (:func:`link_payload`, O(links · D) floats kept on the cluster), so an
-E-step is one round trip like a k-means iteration, each of its tasks receiving one row block.
+E-step is one round trip like a k-means iteration, its tasks reading their row blocks as a k-means pass does.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from ..kernels.gmpr import (
     GaussianStats, MixtureParams, class_posteriors, link_partial, pair_posteriors, sub_log_density,
     unlinked_partial,
 )
-from .passes import _block_info_array, _partial_block, map_partials
-from .reduce import tree_reduce
+from .passes import map_partials, map_reduce
 
 __all__ = ["LinkPlan", "estep", "init_stats", "link_payload", "proba", "total_loglik"]
 
@@ -210,19 +209,16 @@ def _estep_kernel(Xb, links, *, offset, block_index, params):
 
 def estep(X: da.Array, plan: LinkPlan, params: MixtureParams, split_every=None, links: da.Array | None = None
           ) -> GaussianStats:
-    """One E-step pass: one task per row block (its unlinked rows and its share of the links), tree-reduced.
+    """One E-step pass of the pass engine (:func:`dclust._dask.passes.map_reduce`: tasks read their row blocks
+    themselves and return one merged partial), every block's unlinked rows and its share of the links, tree-reduced.
 
     ``links`` is :func:`link_payload` ``(X, plan)`` (persisted by the caller; built here, in the same graph,
     when omitted). ``stats.loglik`` holds ``ℓ`` without the cannot-link normaliser ``−|CL| log(1 − Σα²)``.
     """
     if links is None and plan.n_links:
         links = link_payload(X, plan)
-    parts = da.blockwise(
-        _partial_block, "i", _estep_kernel, None, {"params": params}, None, _block_info_array(X), "ij", X, "ik",
-        links, "i" if links is not None else None, dtype=object, concatenate=True, align_arrays=False,
-        adjust_chunks={"i": 1}, meta=np.empty(0, dtype=object),
-    )
-    return tree_reduce(parts, GaussianStats.merge_all, split_every=split_every).compute()[()]
+    return map_reduce(_estep_kernel, GaussianStats.merge_all, X, links, split_every=split_every,
+                      params=params).compute()[()]
 
 
 def _init_kernel(Xb, *, offset, block_index, class_centers, sub_centers, diag):
@@ -251,8 +247,8 @@ def init_stats(X: da.Array, class_centers: np.ndarray, sub_centers: np.ndarray, 
                split_every=None) -> GaussianStats:
     """One pass: hard statistics of the rows assigned to their nearest class centre, then to the nearest of that
     class's sub-centres (ALGORITHMS.md 6.5 steps 2 and 3)."""
-    parts = map_partials(_init_kernel, X, class_centers=class_centers, sub_centers=sub_centers, diag=diag)
-    return tree_reduce(parts, GaussianStats.merge_all, split_every=split_every).compute()[()]
+    return map_reduce(_init_kernel, GaussianStats.merge_all, X, split_every=split_every, class_centers=class_centers,
+                      sub_centers=sub_centers, diag=diag).compute()[()]
 
 
 def _proba_block(Xb, params):
