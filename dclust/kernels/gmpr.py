@@ -303,16 +303,33 @@ _EXP_FLOOR = -708.0  # exp below this is taken as 0 (exp(-708) ~ 3e-308, the sma
 
 
 @numba.njit(**_FAST)
-def _exp_nonpositive(Z, m, bits, poly):
-    """``Z[j, c] = exp(Z[j, c])`` in place for the rows ``j < m`` of ``Z`` (every entry <= 0, or -inf): Cody-Waite
-    reduction by ``ln 2`` and a degree-13 Taylor polynomial (relative error < 2e-15), the power of two built from
-    its exponent bits (``bits``: int64 scratch, ``poly``: float64 scratch, both of length C). Unlike libm's exp the loop over the components
-    vectorises (SIMD); entries below ``_EXP_FLOOR`` give exactly 0."""
-    C = Z.shape[1]
-    scale = bits.view(np.float64)
+def _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S):
+    """One tile of :func:`_diag_kernel`: the first ``m`` rows of the design ``A`` (later rows: zero weight) to
+    responsibilities ``G`` (C, T), folded into the sums ``S``; returns the tile's log-likelihood.
+
+    Every loop runs over the tile's rows innermost, on one component's contiguous row of ``G``, so it vectorises
+    (SIMD), the exp included: Cody-Waite reduction by ``ln 2`` and a degree-13 Taylor polynomial (relative error
+    < 2e-15; libm's exp does not vectorise), the power of two built from its exponent bits (``bits``: int64
+    scratch, ``poly``, ``mx``, ``acc``: float64 scratch, all of length T); an exponent below ``_EXP_FLOOR`` gives
+    exactly 0. One log per many rows: the log of a product of row sums (each in [1, C])."""
+    C, T = G.shape
+    np.dot(WT, A.T, G)  # squared Mahalanobis distances, (C, T)
     for j in range(m):
-        for c in range(C):
-            x = max(Z[j, c], _EXP_FLOOR)
+        mx[j] = -np.inf
+        acc[j] = 0.0
+    for c in range(C):
+        b = base[c]
+        g = G[c]
+        for j in range(m):
+            t = b - 0.5 * g[j]
+            g[j] = t
+            mx[j] = t if t > mx[j] else mx[j]
+    scale = bits.view(np.float64)
+    for c in range(C):
+        g = G[c]
+        for j in range(m):
+            x = g[j] - mx[j]
+            x = x if x > _EXP_FLOOR else _EXP_FLOOR
             k = np.floor(x * 1.4426950408889634 + 0.5)
             r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10
             p = 1.0 / 6227020800.0
@@ -328,88 +345,85 @@ def _exp_nonpositive(Z, m, bits, poly):
             p = p * r + 1.0 / 6.0
             p = p * r + 0.5
             p = p * r + 1.0
-            bits[c] = (np.int64(k) + 1023) << 52
-            poly[c] = p * r + 1.0
-        for c in range(C):
-            Z[j, c] = poly[c] * scale[c] if Z[j, c] >= _EXP_FLOOR else 0.0
-    return Z
+            bits[j] = (np.int64(k) + 1023) << 52
+            poly[j] = (p * r + 1.0) if x > _EXP_FLOOR else 0.0
+        for j in range(m):
+            e = poly[j] * scale[j]
+            g[j] = e
+            acc[j] += e
+    ll = 0.0
+    prod = 1.0  # a product of row sums, each in [1, C]
+    for j in range(m):
+        ll += mx[j]
+        prod *= acc[j]
+        if prod > 1e280:
+            ll += np.log(prod)
+            prod = 1.0  # a product of row sums, each in [1, C]
+        acc[j] = 1.0 / acc[j]
+    ll += np.log(prod)
+    for c in range(C):
+        g = G[c]
+        for j in range(m):
+            g[j] *= acc[j]
+        for j in range(m, T):
+            g[j] = 0.0
+    np.dot(G, A, part)
+    for c in range(C):
+        for f in range(A.shape[1]):
+            S[c, f] += part[c, f]
+    return ll
 
 
 @numba.njit(**_FAST)
-def _diag_kernel(X, keep, o, W, base):
+def _diag_kernel(X, keep, o, WT, base):
     """The E-step of the kept rows of a block for diagonal covariances, tile by tile in one read: responsibilities
     of every component, folded into the tile's sums, all in float64.
 
-    Per tile of rows, the design ``A = [(x − o)², x − o, 1]`` (``o``: the mean of the component means) gives every
-    squared Mahalanobis distance in one BLAS product ``A W`` (``W = [σ⁻², −2 (μ − o) σ⁻², Σ (μ − o)² σ⁻²]``);
-    ``t_c = base_c − q_c / 2`` with ``base_c = log α_m + log π_mk − D/2 log 2π − log|Σ|/2``, then per row the
-    log-sum-exp (max, a vectorised exp, one log) normalises them into responsibilities ``R``, and a second product
-    ``Rᵀ A`` folds the tile into the weights, the sums about ``o`` and the sums of squares about ``o`` at once.
-    Nothing per row outlives its tile. Returns ``(S, loglik, n_bad)`` with ``S`` (C, 2D + 1):
-    ``[Σ r (x − o)², Σ r (x − o), Σ r]``; rows holding NaN or inf are counted in ``n_bad`` and left out."""
+    The kept finite rows are packed, ``_DIAG_TILE`` at a time, into the design ``A = [(x − o)², x − o, 1]`` (``o``:
+    the mean of the component means); one BLAS product ``W A`` gives every squared Mahalanobis distance (``W =
+    [σ⁻², −2 (μ − o) σ⁻², Σ (μ − o)² σ⁻²]``), ``t_c = base_c − q_c / 2`` with ``base_c = log α_m + log π_mk −
+    D/2 log 2π − log|Σ|/2``, a log-sum-exp per row (max, a vectorised exp, a log per many rows) normalises them
+    into responsibilities ``R``, and a second product ``R A`` folds the tile into the weights, the sums about ``o``
+    and the sums of squares about ``o`` at once. Nothing per row outlives its tile. Returns ``(S, loglik, n_bad)``
+    with ``S`` (C, 2D + 1): ``[Σ r (x − o)², Σ r (x − o), Σ r]``; rows holding NaN or inf are counted in
+    ``n_bad`` and left out."""
     n, D = X.shape
-    C = W.shape[1]
+    C = WT.shape[0]
     T = _DIAG_TILE
     A = np.zeros((T, 2 * D + 1))
-    G = np.empty((T, C))
+    G = np.empty((C, T))
     part = np.empty((C, 2 * D + 1))
     S = np.zeros((C, 2 * D + 1))
-    mxs = np.empty(T)
-    bits, poly = np.empty(C, np.int64), np.empty(C)
+    mx, acc, poly = np.empty(T), np.empty(T), np.empty(T)
+    bits = np.empty(T, np.int64)
     loglik = 0.0
     n_bad = 0
-    for lo in range(0, n, T):
-        m = 0
-        for i in range(lo, min(n, lo + T)):
-            if not keep[i]:
-                continue
-            s = 0.0
-            for f in range(D):
-                s += np.float64(X[i, f])
-            if not np.isfinite(s):  # NaN/inf in the row, or (float64 only) an overflowing sum of finite values
-                finite = True
-                for f in range(D):
-                    if not np.isfinite(X[i, f]):
-                        finite = False
-                if not finite:
-                    n_bad += 1
-                    continue
-            for f in range(D):
-                v = np.float64(X[i, f]) - o[f]
-                A[m, f] = v * v
-                A[m, D + f] = v
-            A[m, 2 * D] = 1.0
-            m += 1
-        if m == 0:
+    m = 0
+    for i in range(n):
+        if not keep[i]:
             continue
-        for j in range(m, T):  # rows past the tile's last kept row weigh nothing
-            for f in range(2 * D + 1):
-                A[j, f] = 0.0
-        np.dot(A, W, G)
-        for j in range(m):
-            mx = -np.inf
-            for c in range(C):
-                G[j, c] = base[c] - 0.5 * G[j, c]
-                mx = max(mx, G[j, c])
-            for c in range(C):
-                G[j, c] -= mx
-            mxs[j] = mx
-        _exp_nonpositive(G, m, bits, poly)
-        for j in range(m):
-            acc = 0.0
-            for c in range(C):
-                acc += G[j, c]
-            loglik += mxs[j] + np.log(acc)
-            inv = 1.0 / acc
-            for c in range(C):
-                G[j, c] *= inv
-        for j in range(m, T):
-            for c in range(C):
-                G[j, c] = 0.0
-        np.dot(G.T, A, part)
-        for c in range(C):
-            for f in range(2 * D + 1):
-                S[c, f] += part[c, f]
+        s = 0.0
+        for f in range(D):
+            s += np.float64(X[i, f])
+        if not np.isfinite(s):  # NaN/inf in the row, or (float64 only) an overflowing sum of finite values
+            finite = True
+            for f in range(D):
+                if not np.isfinite(X[i, f]):
+                    finite = False
+            if not finite:
+                n_bad += 1
+                continue
+        for f in range(D):
+            v = np.float64(X[i, f]) - o[f]
+            A[m, f] = v * v
+            A[m, D + f] = v
+        A[m, 2 * D] = 1.0
+        m += 1
+        if m == T:
+            loglik += _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S)
+            m = 0
+    if m:
+        loglik += _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S)
     return S, loglik, n_bad
 
 
@@ -529,10 +543,9 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
         base = np.repeat(log_alpha, K) + log_pi - 0.5 * D * _LOG_2PI + np.log(prec).sum(axis=1)
         o = shift.mean(axis=0)
         p2 = prec * prec
-        W = np.ascontiguousarray(np.concatenate([p2, -2.0 * (shift - o) * p2, ((shift - o) ** 2 * p2).sum(axis=1,
-                                                 keepdims=True)], axis=1).T)
+        WT = np.concatenate([p2, -2.0 * (shift - o) * p2, ((shift - o) ** 2 * p2).sum(axis=1, keepdims=True)], axis=1)
         with _one_blas_thread():
-            S, loglik, n_bad = _diag_kernel(Xb, keep, o, W, base)
+            S, loglik, n_bad = _diag_kernel(Xb, keep, o, WT, base)
         if n_bad:
             return _bad_block_stats(C, D, M, params.diag, block_index)
         return _from_tile_sums(S, o, M, loglik, int(keep.sum()))
