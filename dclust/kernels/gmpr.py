@@ -619,6 +619,34 @@ def _lse_row(a, lo, hi):
 
 
 @numba.njit(cache=True, nogil=True)
+def _softmax(v):
+    """``v ← softmax(v)`` in place; returns ``logsumexp(v)`` (-inf, and NaN entries, when every entry is -inf)."""
+    mx = -np.inf
+    for m in range(v.shape[0]):
+        mx = max(mx, v[m])
+    acc = 0.0
+    for m in range(v.shape[0]):
+        v[m] = np.exp(v[m] - mx)
+        acc += v[m]
+    for m in range(v.shape[0]):
+        v[m] /= acc
+    return mx + np.log(acc)
+
+
+@numba.njit(cache=True, nogil=True)
+def _sum_others(e, out):
+    """``out[m] = Σ_{h≠m} e[h]`` for every m in O(M): prefix and suffix sums (no cancellation)."""
+    run = 0.0
+    for m in range(e.shape[0]):
+        out[m] = run
+        run += e[m]
+    run = 0.0
+    for m in range(e.shape[0] - 1, -1, -1):
+        out[m] += run
+        run += e[m]
+
+
+@numba.njit(cache=True, nogil=True)
 def _log_add(a, b):
     """``log(exp(a) + exp(b))`` (-inf when both are)."""
     mx = max(a, b)
@@ -665,9 +693,9 @@ def _link_kernel(Xa, sub_a, Xb, sub_b, must, log_alpha, shift, n_sub, diag):
     log-likelihood and the endpoints' weighted sums and scatter about ``shift``.
 
     O(M) per link: with ``a_m = α_m g_a(m)`` (``b`` likewise) a must-link has ``s ∝ a_m b_m / α_m``; a cannot-link
-    has ``Z = Σ_m a_m B_m`` with ``B_m = Σ_{h≠m} b_h``, ``d_a(m) = a_m B_m / Z`` and ``d_b(h) = b_h A_h / Z``, all
-    in logs (:func:`_log_sum_others`: prefix and suffix sums, no cancellation), so that a cannot-link between two
-    points deep inside one class, whose every term underflows, keeps its posterior."""
+    has ``Z = Σ_m a_m B_m`` with ``B_m = Σ_{h≠m} b_h`` (prefix and suffix sums, no cancellation), ``d_a(m) =
+    a_m B_m / Z`` and ``d_b(h) = b_h A_h / Z``; a cannot-link between two points deep inside one class, whose every
+    term underflows, is redone in logs (:func:`_log_sum_others`)."""
     L = Xa.shape[0]
     C, D = shift.shape
     M = C // n_sub
@@ -702,24 +730,46 @@ def _link_kernel(Xa, sub_a, Xb, sub_b, must, log_alpha, shift, n_sub, diag):
             if must[l]:
                 for m in range(M):
                     pa[m] = log_alpha[m] + g_a[m] + g_b[m]
-                z = _lse_row(pa, 0, M)
+                z = _softmax(pa)
                 for m in range(M):
-                    pa[m] = np.exp(pa[m] - z)
                     pb[m] = pa[m]
                     counts[m] += pa[m]
-            else:  # in logs: a far pair in one class has a_m B_m below the smallest double for every m
+            else:
+                mxa = -np.inf
+                mxb = -np.inf
                 for m in range(M):
                     ea[m] = log_alpha[m] + g_a[m]
                     eb[m] = log_alpha[m] + g_b[m]
-                _log_sum_others(ea, ex_a)
-                _log_sum_others(eb, ex_b)
+                    mxa = max(mxa, ea[m])
+                    mxb = max(mxb, eb[m])
+                mxa = mxa if np.isfinite(mxa) else 0.0
+                mxb = mxb if np.isfinite(mxb) else 0.0
                 for m in range(M):
-                    pa[m] = ea[m] + ex_b[m]  # log a_m B_m
-                    pb[m] = eb[m] + ex_a[m]  # log b_m A_m
-                z = _lse_row(pa, 0, M)
+                    ea[m] = np.exp(ea[m] - mxa)
+                    eb[m] = np.exp(eb[m] - mxb)
+                _sum_others(ea, ex_a)
+                _sum_others(eb, ex_b)
+                tot = 0.0
                 for m in range(M):
-                    pa[m] = np.exp(pa[m] - z)
-                    pb[m] = np.exp(pb[m] - z)
+                    tot += ea[m] * ex_b[m]
+                if tot > 1e-250:  # every term that counts is a normal double
+                    z = np.log(tot) + mxa + mxb
+                    inv = 1.0 / tot
+                    for m in range(M):
+                        pa[m] = ea[m] * ex_b[m] * inv
+                        pb[m] = eb[m] * ex_a[m] * inv
+                else:  # a pair deep inside one class: every a_m B_m underflows; the same in logs
+                    for m in range(M):
+                        ea[m] = log_alpha[m] + g_a[m]
+                        eb[m] = log_alpha[m] + g_b[m]
+                    _log_sum_others(ea, ex_a)
+                    _log_sum_others(eb, ex_b)
+                    for m in range(M):
+                        pa[m] = ea[m] + ex_b[m]  # log a_m B_m
+                        pb[m] = eb[m] + ex_a[m]  # log b_m A_m
+                    z = _softmax(pa)
+                    _softmax(pb)
+                for m in range(M):
                     counts[m] += pa[m] + pb[m]
             loglik += z
             ks_a[l - lo] = _endpoint_weights(sub_a[l], g_a, pa, n_sub, idx_a[l - lo], rs_a[l - lo])
