@@ -302,6 +302,21 @@ _DIAG_TILE = 512
 _EXP_FLOOR = -708.0  # exp below this is taken as 0 (exp(-708) ~ 3e-308, the smallest normal double)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _row_finite(X, i):
+    """No NaN or inf in row ``i``: one sum (finite only if every value is; an overflowing float64 sum of finite
+    values is told apart by a second look)."""
+    s = 0.0
+    for f in range(X.shape[1]):
+        s += np.float64(X[i, f])
+    if np.isfinite(s):
+        return True
+    for f in range(X.shape[1]):
+        if not np.isfinite(X[i, f]):
+            return False
+    return True
+
+
 @numba.njit(**_FAST)
 def _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S):
     """One tile of :func:`_diag_kernel`: the first ``m`` rows of the design ``A`` (later rows: zero weight) to
@@ -402,17 +417,9 @@ def _diag_kernel(X, keep, o, WT, base):
     for i in range(n):
         if not keep[i]:
             continue
-        s = 0.0
-        for f in range(D):
-            s += np.float64(X[i, f])
-        if not np.isfinite(s):  # NaN/inf in the row, or (float64 only) an overflowing sum of finite values
-            finite = True
-            for f in range(D):
-                if not np.isfinite(X[i, f]):
-                    finite = False
-            if not finite:
-                n_bad += 1
-                continue
+        if not _row_finite(X, i):
+            n_bad += 1
+            continue
         for f in range(D):
             v = np.float64(X[i, f]) - o[f]
             A[m, f] = v * v
@@ -462,17 +469,9 @@ def _full_kernel(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub):
             ks[j] = 0
             if not keep[i]:
                 continue
-            s = 0.0
-            for f in range(D):
-                s += np.float64(X[i, f])
-            if not np.isfinite(s):  # NaN/inf in the row, or (float64 only) an overflowing sum of finite values
-                finite = True
-                for f in range(D):
-                    if not np.isfinite(X[i, f]):
-                        finite = False
-                if not finite:
-                    n_bad += 1
-                    continue
+            if not _row_finite(X, i):
+                n_bad += 1
+                continue
             for c in range(C):
                 for f in range(D):
                     diff[f] = X[i, f] - means[c, f]
