@@ -14,6 +14,7 @@ import dask
 import dask.array as da
 import numpy as np
 
+from ..kernels.distances import nearest
 from ..kernels.gmpr import (
     GaussianStats, MixtureParams, class_posteriors, link_partial, pair_posteriors, sub_log_density,
     unlinked_partial,
@@ -222,25 +223,18 @@ def estep(X: da.Array, plan: LinkPlan, params: MixtureParams, split_every=None, 
 
 
 def _init_kernel(Xb, *, offset, block_index, class_centers, sub_centers, diag):
-    X = np.asarray(Xb, dtype=np.float64)
     M, K, D = sub_centers.shape
-    if not np.isfinite(X).all():
+    cls, _ = nearest(Xb, class_centers)  # the k-means assignment kernel; -1 for a row with NaN or inf
+    if (cls < 0).any():
         out = GaussianStats.identity(M * K, D, M, diag)
         out.bad_block = block_index
         return out
-    cls = _nearest(X, class_centers)
-    sub = np.empty(X.shape[0], dtype=np.intp)
-    for m in range(M):
-        rows = cls == m
-        sub[rows] = _nearest(X[rows], sub_centers[m])
-    R = np.zeros((X.shape[0], M * K))
-    R[np.arange(X.shape[0]), cls * K + sub] = 1.0
-    return GaussianStats.from_weights(X, R, M, diag, class_counts=np.bincount(cls, minlength=M).astype(float))
-
-
-def _nearest(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    d = (X * X).sum(axis=1)[:, None] - 2.0 * X @ C.T + (C * C).sum(axis=1)[None, :]
-    return np.argmin(d, axis=1) if X.shape[0] else np.zeros(0, dtype=np.intp)
+    comp = cls.astype(np.intp) * K
+    if K > 1:
+        for m in range(M):
+            rows = np.flatnonzero(cls == m)
+            comp[rows] += nearest(Xb[rows], sub_centers[m])[0]
+    return GaussianStats.from_labels(Xb, comp, M, K, diag)
 
 
 def init_stats(X: da.Array, class_centers: np.ndarray, sub_centers: np.ndarray, diag: bool,

@@ -203,6 +203,27 @@ class GaussianStats:
         counts = np.zeros(n_classes) if class_counts is None else np.asarray(class_counts, dtype=np.float64)
         return cls(weight, mean, scatter, counts, float(loglik), int(n))
 
+    @classmethod
+    def from_labels(cls, X: np.ndarray, labels: np.ndarray, n_classes: int, n_sub: int, diag: bool
+                    ) -> "GaussianStats":
+        """Statistics of rows ``X`` (n, D), each wholly in the component ``labels[i]`` (hard weights), by counting
+        (no (n, C) weights); class counts are the components' weights summed per class."""
+        X = np.asarray(X, dtype=np.float64)
+        n, D = X.shape
+        C = n_classes * n_sub
+        weight = np.bincount(labels, minlength=C).astype(np.float64)
+        sums = np.stack([np.bincount(labels, weights=X[:, f], minlength=C) for f in range(D)], axis=1)
+        mean = np.divide(sums, weight[:, None], out=np.zeros_like(sums), where=weight[:, None] > 0)
+        diff = X - mean[labels]
+        if diag:
+            scatter = np.stack([np.bincount(labels, weights=diff[:, f] ** 2, minlength=C) for f in range(D)], axis=1)
+        else:
+            scatter = np.zeros((C, D, D))
+            for c in np.flatnonzero(weight):
+                d = diff[labels == c]
+                scatter[c] = d.T @ d
+        return cls(weight, mean, scatter, weight.reshape(n_classes, n_sub).sum(axis=1), 0.0, int(n))
+
     @property
     def diag(self) -> bool:
         return self.scatter.ndim == 2

@@ -422,3 +422,29 @@ def test_cannot_link_inside_one_far_class_has_a_posterior(diag):
             X, constraints=G)
     assert np.isfinite(gm.log_likelihood_)
     assert np.diff(gm.objective_history_).min() >= -1e-8 * abs(gm.log_likelihood_)
+
+
+@pytest.mark.parametrize("diag", [True, False])
+def test_init_pass_equals_the_dense_hard_assignment(diag):
+    """The initial pass (nearest class centre, then nearest of its sub-centres, statistics by counting) equals the
+    statistics of the dense one-hot weights of that assignment; a block with NaN is reported."""
+    from dclust._dask.gmpr import init_stats
+    from dclust.kernels.gmpr import GaussianStats
+
+    rng = np.random.default_rng(1)
+    n, D, M, K = 3000, 3, 3, 2
+    X = rng.normal(size=(n, D)) * 3 + 50.0
+    cc, sc = rng.normal(size=(M, D)) * 3 + 50.0, rng.normal(size=(M, K, D)) * 3 + 50.0
+    st = init_stats(da.from_array(X, chunks=700), cc, sc, diag, split_every=2)
+    cls = np.argmin(((X[:, None] - cc[None]) ** 2).sum(axis=2), axis=1)
+    sub = np.argmin(((X[:, None] - sc[cls]) ** 2).sum(axis=2), axis=1)
+    R = np.zeros((n, M * K))
+    R[np.arange(n), cls * K + sub] = 1.0
+    ref = GaussianStats.from_weights(X, R, M, diag, class_counts=np.bincount(cls, minlength=M).astype(float))
+    np.testing.assert_array_equal(st.weight, ref.weight)
+    np.testing.assert_array_equal(st.class_counts, ref.class_counts)
+    np.testing.assert_allclose(st.mean, ref.mean, rtol=1e-12)
+    np.testing.assert_allclose(st.scatter, ref.scatter, rtol=1e-10, atol=1e-10 * np.abs(ref.scatter).max())
+    assert st.n_rows == n and st.bad_block == -1
+    X[1500, 2] = np.nan
+    assert init_stats(da.from_array(X, chunks=700), cc, sc, diag).bad_block == 2
