@@ -18,7 +18,9 @@ cluster) or Dask's default threaded scheduler (``--scheduler threads``). A first
 loads the numba kernels in every worker before any timing.
 
 Run: ``python benchmarks/bench_gmpr_step.py`` (about 3 minutes on 2 cores); the JSON goes to
-``benchmarks/results/bench_gmpr_step.json``. ``--quick``: 400,000 rows in 100,000-row chunks.
+``benchmarks/results/bench_gmpr_step.json``. ``--quick``: 400,000 rows in 100,000-row chunks. The script imports
+dclust from the checkout it lives in (``_common.py`` puts that first on ``sys.path``, and the worker processes
+inherit it): to compare two versions, run each checkout's copy of the script on the same ``--data-dir``.
 """
 
 from __future__ import annotations
