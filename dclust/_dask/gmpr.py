@@ -1,9 +1,9 @@
-"""GM-PR on Dask (docs/algorithms.md 8.4): one E-step pass of one task per row block (its unlinked rows and its share
-of the links), partials tree-reduced; initial statistics; class posteriors with or without links.
+"""GM-PR on Dask (docs/algorithms.md 8.4): one E-step pass of the pass engine (every row block's unlinked rows and its
+share of the links), partials tree-reduced; initial statistics; class posteriors with or without links.
 
 The driver holds O(links) integers (the link plan) and O(M K D²) parameters. The rows of the links' far
 endpoints are gathered once per fit (:func:`link_payload`, O(links · D) floats kept on the cluster), so an
-E-step is one round trip like a k-means iteration, each of its tasks receiving one row block.
+E-step is one round trip like a k-means iteration, its tasks reading their row blocks as a k-means pass does.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import dask
 import dask.array as da
 import numpy as np
 
+from ..kernels.distances import nearest
 from ..kernels.gmpr import (
     GaussianStats, MixtureParams, class_posteriors, link_partial, pair_posteriors, sub_log_density,
     unlinked_partial,
 )
-from .passes import _block_info_array, _partial_block, map_partials
-from .reduce import tree_reduce
+from .passes import map_partials, map_reduce
 
 __all__ = ["LinkPlan", "estep", "init_stats", "link_payload", "proba", "total_loglik"]
 
@@ -210,49 +210,39 @@ def _estep_kernel(Xb, links, *, offset, block_index, params):
 
 def estep(X: da.Array, plan: LinkPlan, params: MixtureParams, split_every=None, links: da.Array | None = None
           ) -> GaussianStats:
-    """One E-step pass: one task per row block (its unlinked rows and its share of the links), tree-reduced.
+    """One E-step pass of the pass engine (:func:`dclust._dask.passes.map_reduce`: tasks read their row blocks
+    themselves and return one merged partial), every block's unlinked rows and its share of the links, tree-reduced.
 
     ``links`` is :func:`link_payload` ``(X, plan)`` (persisted by the caller; built here, in the same graph,
     when omitted). ``stats.loglik`` holds ``ℓ`` without the cannot-link normaliser ``−|CL| log(1 − Σα²)``.
     """
     if links is None and plan.n_links:
         links = link_payload(X, plan)
-    parts = da.blockwise(
-        _partial_block, "i", _estep_kernel, None, {"params": params}, None, _block_info_array(X), "ij", X, "ik",
-        links, "i" if links is not None else None, dtype=object, concatenate=True, align_arrays=False,
-        adjust_chunks={"i": 1}, meta=np.empty(0, dtype=object),
-    )
-    return tree_reduce(parts, GaussianStats.merge_all, split_every=split_every).compute()[()]
+    return map_reduce(_estep_kernel, GaussianStats.merge_all, X, links, split_every=split_every,
+                      params=params).compute()[()]
 
 
 def _init_kernel(Xb, *, offset, block_index, class_centers, sub_centers, diag):
-    X = np.asarray(Xb, dtype=np.float64)
     M, K, D = sub_centers.shape
-    if not np.isfinite(X).all():
+    cls, _ = nearest(Xb, class_centers)  # the k-means assignment kernel; -1 for a row with NaN or inf
+    if (cls < 0).any():
         out = GaussianStats.identity(M * K, D, M, diag)
         out.bad_block = block_index
         return out
-    cls = _nearest(X, class_centers)
-    sub = np.empty(X.shape[0], dtype=np.intp)
-    for m in range(M):
-        rows = cls == m
-        sub[rows] = _nearest(X[rows], sub_centers[m])
-    R = np.zeros((X.shape[0], M * K))
-    R[np.arange(X.shape[0]), cls * K + sub] = 1.0
-    return GaussianStats.from_weights(X, R, M, diag, class_counts=np.bincount(cls, minlength=M).astype(float))
-
-
-def _nearest(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    d = (X * X).sum(axis=1)[:, None] - 2.0 * X @ C.T + (C * C).sum(axis=1)[None, :]
-    return np.argmin(d, axis=1) if X.shape[0] else np.zeros(0, dtype=np.intp)
+    comp = cls.astype(np.intp) * K
+    if K > 1:
+        for m in range(M):
+            rows = np.flatnonzero(cls == m)
+            comp[rows] += nearest(Xb[rows], sub_centers[m])[0]
+    return GaussianStats.from_labels(Xb, comp, M, K, diag)
 
 
 def init_stats(X: da.Array, class_centers: np.ndarray, sub_centers: np.ndarray, diag: bool,
                split_every=None) -> GaussianStats:
     """One pass: hard statistics of the rows assigned to their nearest class centre, then to the nearest of that
     class's sub-centres (docs/algorithms.md 6.5 steps 2 and 3)."""
-    parts = map_partials(_init_kernel, X, class_centers=class_centers, sub_centers=sub_centers, diag=diag)
-    return tree_reduce(parts, GaussianStats.merge_all, split_every=split_every).compute()[()]
+    return map_reduce(_init_kernel, GaussianStats.merge_all, X, split_every=split_every, class_centers=class_centers,
+                      sub_centers=sub_centers, diag=diag).compute()[()]
 
 
 def _proba_block(Xb, params):

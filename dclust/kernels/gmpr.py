@@ -14,6 +14,8 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.special import logsumexp
 
+from .distances import _one_blas_thread
+
 __all__ = [
     "MixtureParams",
     "GaussianStats",
@@ -201,6 +203,27 @@ class GaussianStats:
         counts = np.zeros(n_classes) if class_counts is None else np.asarray(class_counts, dtype=np.float64)
         return cls(weight, mean, scatter, counts, float(loglik), int(n))
 
+    @classmethod
+    def from_labels(cls, X: np.ndarray, labels: np.ndarray, n_classes: int, n_sub: int, diag: bool
+                    ) -> "GaussianStats":
+        """Statistics of rows ``X`` (n, D), each wholly in the component ``labels[i]`` (hard weights), by counting
+        (no (n, C) weights); class counts are the components' weights summed per class."""
+        X = np.asarray(X, dtype=np.float64)
+        n, D = X.shape
+        C = n_classes * n_sub
+        weight = np.bincount(labels, minlength=C).astype(np.float64)
+        sums = np.stack([np.bincount(labels, weights=X[:, f], minlength=C) for f in range(D)], axis=1)
+        mean = np.divide(sums, weight[:, None], out=np.zeros_like(sums), where=weight[:, None] > 0)
+        diff = X - mean[labels]
+        if diag:
+            scatter = np.stack([np.bincount(labels, weights=diff[:, f] ** 2, minlength=C) for f in range(D)], axis=1)
+        else:
+            scatter = np.zeros((C, D, D))
+            for c in np.flatnonzero(weight):
+                d = diff[labels == c]
+                scatter[c] = d.T @ d
+        return cls(weight, mean, scatter, weight.reshape(n_classes, n_sub).sum(axis=1), 0.0, int(n))
+
     @property
     def diag(self) -> bool:
         return self.scatter.ndim == 2
@@ -262,7 +285,7 @@ def _log_alpha(alpha: np.ndarray) -> np.ndarray:
 _NEGLIGIBLE = -60.0
 
 
-_FAST = dict(cache=True, nogil=True, fastmath={"contract", "arcp"})
+_FAST = dict(cache=True, nogil=True, error_model="numpy", fastmath={"contract", "arcp"})
 _TILE = 1024  # rows whose responsibilities are folded in by one call of _fold_rows
 
 
@@ -294,23 +317,160 @@ def _fold_rows(X, lo, ks, idx, rs, means, diag, weight, sums, scat, diff, y):
                         scat[c, f * D + g] += y[f] * diff[g]
 
 
+#: Rows per tile of the diagonal E-step kernel: its (rows, 2D + 1) design and (rows, C) responsibilities stay in
+#: cache, and the two BLAS products per tile amortise their call.
+_DIAG_TILE = 512
+_EXP_FLOOR = -708.0  # exp below this is taken as 0 (exp(-708) ~ 3e-308, the smallest normal double)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _row_finite(X, i):
+    """No NaN or inf in row ``i``: one sum (finite only if every value is; an overflowing float64 sum of finite
+    values is told apart by a second look)."""
+    s = 0.0
+    for f in range(X.shape[1]):
+        s += np.float64(X[i, f])
+    if np.isfinite(s):
+        return True
+    for f in range(X.shape[1]):
+        if not np.isfinite(X[i, f]):
+            return False
+    return True
+
+
 @numba.njit(**_FAST)
-def _unlinked_kernel(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub, diag):
-    """One fused pass over the kept rows: responsibilities of every component folded into weights, sums and
-    scatter about the shift ``means`` (the current parameters, near the new means: no cancellation), class
-    counts and the log-likelihood. ``prec`` is (C, D) for diag, (C, D * D) upper Cholesky factors else.
+def _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S):
+    """One tile of :func:`_diag_kernel`: the first ``m`` rows of the design ``A`` (later rows: zero weight) to
+    responsibilities ``G`` (C, T), folded into the sums ``S``; returns the tile's log-likelihood.
+
+    Every loop runs over the tile's rows innermost, on one component's contiguous row of ``G``, so it vectorises
+    (SIMD), the exp included: Cody-Waite reduction by ``ln 2`` and a degree-13 Taylor polynomial (relative error
+    < 2e-15; libm's exp does not vectorise), the power of two built from its exponent bits (``bits``: int64
+    scratch, ``poly``, ``mx``, ``acc``: float64 scratch, all of length T); an exponent below ``_EXP_FLOOR`` gives
+    exactly 0. One log per many rows: the log of a product of row sums (each in [1, C])."""
+    C, T = G.shape
+    np.dot(WT, A.T, G)  # squared Mahalanobis distances, (C, T)
+    for j in range(m):
+        mx[j] = -np.inf
+        acc[j] = 0.0
+    for c in range(C):
+        b = base[c]
+        g = G[c]
+        for j in range(m):
+            t = b - 0.5 * g[j]
+            g[j] = t
+            mx[j] = t if t > mx[j] else mx[j]
+    scale = bits.view(np.float64)
+    for c in range(C):
+        g = G[c]
+        for j in range(m):
+            x = g[j] - mx[j]
+            x = x if x > _EXP_FLOOR else _EXP_FLOOR
+            k = np.floor(x * 1.4426950408889634 + 0.5)
+            r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10
+            p = 1.0 / 6227020800.0
+            p = p * r + 1.0 / 479001600.0
+            p = p * r + 1.0 / 39916800.0
+            p = p * r + 1.0 / 3628800.0
+            p = p * r + 1.0 / 362880.0
+            p = p * r + 1.0 / 40320.0
+            p = p * r + 1.0 / 5040.0
+            p = p * r + 1.0 / 720.0
+            p = p * r + 1.0 / 120.0
+            p = p * r + 1.0 / 24.0
+            p = p * r + 1.0 / 6.0
+            p = p * r + 0.5
+            p = p * r + 1.0
+            bits[j] = (np.int64(k) + 1023) << 52
+            poly[j] = (p * r + 1.0) if x > _EXP_FLOOR else 0.0
+        for j in range(m):
+            e = poly[j] * scale[j]
+            g[j] = e
+            acc[j] += e
+    ll = 0.0
+    prod = 1.0  # a product of row sums, each in [1, C]
+    for j in range(m):
+        ll += mx[j]
+        prod *= acc[j]
+        if prod > 1e280:
+            ll += np.log(prod)
+            prod = 1.0  # a product of row sums, each in [1, C]
+        acc[j] = 1.0 / acc[j]
+    ll += np.log(prod)
+    for c in range(C):
+        g = G[c]
+        for j in range(m):
+            g[j] *= acc[j]
+        for j in range(m, T):
+            g[j] = 0.0
+    np.dot(G, A, part)
+    for c in range(C):
+        for f in range(A.shape[1]):
+            S[c, f] += part[c, f]
+    return ll
+
+
+@numba.njit(**_FAST)
+def _diag_kernel(X, keep, o, WT, base):
+    """The E-step of the kept rows of a block for diagonal covariances, tile by tile in one read: responsibilities
+    of every component, folded into the tile's sums, all in float64.
+
+    The kept finite rows are packed, ``_DIAG_TILE`` at a time, into the design ``A = [(x − o)², x − o, 1]`` (``o``:
+    the mean of the component means); one BLAS product ``W A`` gives every squared Mahalanobis distance (``W =
+    [σ⁻², −2 (μ − o) σ⁻², Σ (μ − o)² σ⁻²]``), ``t_c = base_c − q_c / 2`` with ``base_c = log α_m + log π_mk −
+    D/2 log 2π − log|Σ|/2``, a log-sum-exp per row (max, a vectorised exp, a log per many rows) normalises them
+    into responsibilities ``R``, and a second product ``R A`` folds the tile into the weights, the sums about ``o``
+    and the sums of squares about ``o`` at once. Nothing per row outlives its tile. Returns ``(S, loglik, n_bad)``
+    with ``S`` (C, 2D + 1): ``[Σ r (x − o)², Σ r (x − o), Σ r]``; rows holding NaN or inf are counted in
+    ``n_bad`` and left out."""
+    n, D = X.shape
+    C = WT.shape[0]
+    T = _DIAG_TILE
+    A = np.zeros((T, 2 * D + 1))
+    G = np.empty((C, T))
+    part = np.empty((C, 2 * D + 1))
+    S = np.zeros((C, 2 * D + 1))
+    mx, acc, poly = np.empty(T), np.empty(T), np.empty(T)
+    bits = np.empty(T, np.int64)
+    loglik = 0.0
+    n_bad = 0
+    m = 0
+    for i in range(n):
+        if not keep[i]:
+            continue
+        if not _row_finite(X, i):
+            n_bad += 1
+            continue
+        for f in range(D):
+            v = np.float64(X[i, f]) - o[f]
+            A[m, f] = v * v
+            A[m, D + f] = v
+        A[m, 2 * D] = 1.0
+        m += 1
+        if m == T:
+            loglik += _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S)
+            m = 0
+    if m:
+        loglik += _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S)
+    return S, loglik, n_bad
+
+
+@numba.njit(**_FAST)
+def _full_kernel(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub):
+    """One fused pass over the kept rows for full covariances: responsibilities of every component folded into
+    weights, sums and scatter about the shift ``means`` (the current parameters, near the new means: no
+    cancellation), class counts and the log-likelihood. ``prec`` is (C, D * D), the upper Cholesky factors.
 
     ``r_mk = post_m · π_mk N_mk / g_m = exp(t_mk − log z)`` with ``t_mk = log α_m + log π_mk + log N_mk`` and
     ``log z = logsumexp(t)``. Only the components whose ``t_mk`` is within 60 of the row's largest get an exp
     and are folded in (the others have ``r < 1e-26``, below rounding of every sum a row adds to); with one such
-    component (separated clusters) ``r = 1`` and ``log z = t_max`` exactly, without a call. The diagonal data
-    term runs over the components innermost on (D, C) copies of the means and precisions (SIMD); the
-    finiteness test is one sum per row (finite only if every value is)."""
+    component (separated clusters) ``r = 1`` and ``log z = t_max`` exactly, without a call. The finiteness test
+    is one sum per row (finite only if every value is)."""
     n, D = X.shape
     C = means.shape[0]
     weight = np.zeros(C)
     sums = np.zeros((C, D))
-    scat = np.zeros((C, D)) if diag else np.zeros((C, D * D))
+    scat = np.zeros((C, D * D))
     counts = np.zeros(C // n_sub)
     loglik = 0.0
     t = np.empty(C)
@@ -322,8 +482,6 @@ def _unlinked_kernel(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub, dia
     for c in range(C):
         cls[c] = c // n_sub
         base[c] = log_alpha[cls[c]] + log_pi[c] - 0.5 * D * np.log(2.0 * np.pi) + logdet[c]
-    mt = np.ascontiguousarray(means.T)
-    pt = np.ascontiguousarray(prec.T) if diag else prec[:1]
     n_bad = 0
     for lo in range(0, n, _TILE):
         hi = min(n, lo + _TILE)
@@ -332,36 +490,19 @@ def _unlinked_kernel(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub, dia
             ks[j] = 0
             if not keep[i]:
                 continue
-            s = 0.0
-            for f in range(D):
-                s += np.float64(X[i, f])
-            if not np.isfinite(s):  # NaN/inf in the row, or (float64 only) an overflowing sum of finite values
-                finite = True
+            if not _row_finite(X, i):
+                n_bad += 1
+                continue
+            for c in range(C):
                 for f in range(D):
-                    if not np.isfinite(X[i, f]):
-                        finite = False
-                if not finite:
-                    n_bad += 1
-                    continue
-            if diag:
-                for c in range(C):
-                    t[c] = 0.0
-                for f in range(D):
-                    xf = np.float64(X[i, f])
-                    for c in range(C):
-                        v = (xf - mt[f, c]) * pt[f, c]
-                        t[c] += v * v
-            else:
-                for c in range(C):
-                    for f in range(D):
-                        diff[f] = X[i, f] - means[c, f]
-                    q = 0.0
-                    for h in range(D):
-                        v = 0.0
-                        for f in range(h + 1):
-                            v += diff[f] * prec[c, f * D + h]
-                        q += v * v
-                    t[c] = q
+                    diff[f] = X[i, f] - means[c, f]
+                q = 0.0
+                for h in range(D):
+                    v = 0.0
+                    for f in range(h + 1):
+                        v += diff[f] * prec[c, f * D + h]
+                    q += v * v
+                t[c] = q
             mx = -np.inf
             for c in range(C):
                 t[c] = base[c] - 0.5 * t[c]
@@ -385,7 +526,7 @@ def _unlinked_kernel(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub, dia
             for q in range(k):
                 counts[cls[idx[j, q]]] += rs[j, q]
             ks[j] = k
-        _fold_rows(X, lo, ks[: hi - lo], idx, rs, means, diag, weight, sums, scat, diff, y)
+        _fold_rows(X, lo, ks[: hi - lo], idx, rs, means, False, weight, sums, scat, diff, y)
     return weight, sums, scat, counts, loglik, n_bad
 
 
@@ -393,8 +534,8 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
                      block_index: int = 0) -> GaussianStats:
     """E-step partial of the rows of a block that are in no link (the set U of E-GP1).
 
-    One fused numba pass (:func:`_unlinked_kernel`); equal to
-    :func:`unlinked_partial_numpy` up to rounding.
+    One fused numba pass over the block (:func:`_diag_kernel` for diagonal covariances, the fast path;
+    :func:`_full_kernel` otherwise); equal to :func:`unlinked_partial_numpy` up to rounding.
 
     Parameters
     ----------
@@ -413,25 +554,52 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
         keep[np.asarray(linked_local, dtype=np.intp)] = False
     M, K, D = params.n_classes, params.n_sub, Xb.shape[1]
     C = M * K
-    shift = params.means.reshape(C, D)
-    if params.diag:
-        prec = params.prec_chol.reshape(C, D)
-        logdet = np.log(prec).sum(axis=1)
-    else:
-        U = params.prec_chol.reshape(C, D, D)
-        prec = U.reshape(C, D * D)
-        logdet = np.log(np.diagonal(U, axis1=1, axis2=2)).sum(axis=1)
+    shift = np.ascontiguousarray(params.means.reshape(C, D))
     with np.errstate(divide="ignore"):
         log_pi = np.log(params.pi).reshape(C)
-    args = (Xb, keep, np.ascontiguousarray(shift), np.ascontiguousarray(prec), logdet, log_pi,
-            _log_alpha(params.alpha), K)
-    weight, sums, scat, counts, loglik, n_bad = _unlinked_kernel(*args, params.diag)
+    log_alpha = _log_alpha(params.alpha)
+    if params.diag:
+        prec = params.prec_chol.reshape(C, D)
+        base = np.repeat(log_alpha, K) + log_pi - 0.5 * D * _LOG_2PI + np.log(prec).sum(axis=1)
+        o = shift.mean(axis=0)
+        p2 = prec * prec
+        WT = np.concatenate([p2, -2.0 * (shift - o) * p2, ((shift - o) ** 2 * p2).sum(axis=1, keepdims=True)], axis=1)
+        with _one_blas_thread():
+            S, loglik, n_bad = _diag_kernel(Xb, keep, o, WT, base)
+        if n_bad:
+            return _bad_block_stats(C, D, M, params.diag, block_index)
+        return _from_tile_sums(S, o, M, loglik, int(keep.sum()))
+    U = params.prec_chol.reshape(C, D, D)
+    logdet = np.log(np.diagonal(U, axis1=1, axis2=2)).sum(axis=1)
+    weight, sums, scat, counts, loglik, n_bad = _full_kernel(Xb, keep, shift, np.ascontiguousarray(U.reshape(C, D * D)),
+                                                             logdet, log_pi, log_alpha, K)
     if n_bad:
-        out = GaussianStats.identity(C, D, M, params.diag)
-        out.bad_block = int(block_index)
-        return out
-    return _from_shifted(weight, sums, scat, np.ascontiguousarray(shift), params.diag, counts, loglik,
-                         int(keep.sum()))
+        return _bad_block_stats(C, D, M, params.diag, block_index)
+    return _from_shifted(weight, sums, scat, shift, params.diag, counts, loglik, int(keep.sum()))
+
+
+def _bad_block_stats(C: int, D: int, M: int, diag: bool, block_index: int) -> GaussianStats:
+    out = GaussianStats.identity(C, D, M, diag)
+    out.bad_block = int(block_index)
+    return out
+
+
+def _from_tile_sums(S: np.ndarray, o: np.ndarray, n_classes: int, loglik: float, n_rows: int) -> GaussianStats:
+    """Diagonal statistics from :func:`_diag_kernel`'s sums ``[Σ r (x − o)², Σ r (x − o), Σ r]`` per component.
+
+    The scatter about the component's mean, ``Σ r (x − o)² − N (mean − o)²``, loses about
+    ``(|mean − o| / σ)²`` ulps to cancellation: ``o`` is the mean of the current component means, so this stays
+    small unless components lie thousands of their standard deviations from the others.
+    """
+    C = S.shape[0]
+    D = (S.shape[1] - 1) // 2
+    weight = S[:, 2 * D].copy()
+    live = weight > 0
+    delta = np.divide(S[:, D:2 * D], weight[:, None], out=np.zeros((C, D)), where=live[:, None])
+    mean = np.where(live[:, None], o + delta, 0.0)
+    scatter = np.where(live[:, None], np.maximum(S[:, :D] - weight[:, None] * delta * delta, 0.0), 0.0)
+    counts = weight.reshape(n_classes, C // n_classes).sum(axis=1)  # c_m = Σ_n post_m = Σ_k N_mk
+    return GaussianStats(weight, mean, scatter, counts, float(loglik), n_rows)
 
 
 def unlinked_partial_numpy(Xb: np.ndarray, params: MixtureParams, linked_local: np.ndarray | None = None, *,
@@ -471,6 +639,56 @@ def _lse_row(a, lo, hi):
 
 
 @numba.njit(cache=True, nogil=True)
+def _softmax(v):
+    """``v ← softmax(v)`` in place; returns ``logsumexp(v)`` (-inf, and NaN entries, when every entry is -inf)."""
+    mx = -np.inf
+    for m in range(v.shape[0]):
+        mx = max(mx, v[m])
+    acc = 0.0
+    for m in range(v.shape[0]):
+        v[m] = np.exp(v[m] - mx)
+        acc += v[m]
+    for m in range(v.shape[0]):
+        v[m] /= acc
+    return mx + np.log(acc)
+
+
+@numba.njit(cache=True, nogil=True)
+def _sum_others(e, out):
+    """``out[m] = Σ_{h≠m} e[h]`` for every m in O(M): prefix and suffix sums (no cancellation)."""
+    run = 0.0
+    for m in range(e.shape[0]):
+        out[m] = run
+        run += e[m]
+    run = 0.0
+    for m in range(e.shape[0] - 1, -1, -1):
+        out[m] += run
+        run += e[m]
+
+
+@numba.njit(cache=True, nogil=True)
+def _log_add(a, b):
+    """``log(exp(a) + exp(b))`` (-inf when both are)."""
+    mx = max(a, b)
+    if mx == -np.inf:
+        return mx
+    return mx + np.log1p(np.exp(min(a, b) - mx))
+
+
+@numba.njit(cache=True, nogil=True)
+def _log_sum_others(e, out):
+    """``out[m] = log Σ_{h≠m} exp(e[h])`` for every m in O(M): prefix and suffix log-sums."""
+    run = -np.inf
+    for m in range(e.shape[0]):
+        out[m] = run
+        run = _log_add(run, e[m])
+    run = -np.inf
+    for m in range(e.shape[0] - 1, -1, -1):
+        out[m] = _log_add(out[m], run)
+        run = _log_add(run, e[m])
+
+
+@numba.njit(cache=True, nogil=True)
 def _endpoint_weights(sub, g, post, n_sub, idx, rs):
     """An endpoint's component weights ``post_m · exp(sub_c − g_m)`` (NaN, from −inf − −inf, and 0 left out):
     ``idx[:k]``, ``rs[:k]``; returns ``k``."""
@@ -494,9 +712,10 @@ def _link_kernel(Xa, sub_a, Xb, sub_b, must, log_alpha, shift, n_sub, diag):
     """All links in one pass: class log-marginals, the pair posterior (``s`` or ``d_a, d_b``), counts, the link
     log-likelihood and the endpoints' weighted sums and scatter about ``shift``.
 
-    O(M) per link: with ``a_m = exp(log α_m + log g_a(m) − max)`` (``b`` likewise) a must-link has
-    ``s ∝ a_m b_m / α_m``; a cannot-link has ``Z = Σ_m a_m B_m`` with ``B_m = Σ_{h≠m} b_h`` (prefix + suffix
-    sums, no cancellation), ``d_a(m) = a_m B_m / Z`` and ``d_b(h) = b_h A_h / Z``."""
+    O(M) per link: with ``a_m = α_m g_a(m)`` (``b`` likewise) a must-link has ``s ∝ a_m b_m / α_m``; a cannot-link
+    has ``Z = Σ_m a_m B_m`` with ``B_m = Σ_{h≠m} b_h`` (prefix and suffix sums, no cancellation), ``d_a(m) =
+    a_m B_m / Z`` and ``d_b(h) = b_h A_h / Z``; a cannot-link between two points deep inside one class, whose every
+    term underflows, is redone in logs (:func:`_log_sum_others`)."""
     L = Xa.shape[0]
     C, D = shift.shape
     M = C // n_sub
@@ -531,9 +750,8 @@ def _link_kernel(Xa, sub_a, Xb, sub_b, must, log_alpha, shift, n_sub, diag):
             if must[l]:
                 for m in range(M):
                     pa[m] = log_alpha[m] + g_a[m] + g_b[m]
-                z = _lse_row(pa, 0, M)
+                z = _softmax(pa)
                 for m in range(M):
-                    pa[m] = np.exp(pa[m] - z)
                     pb[m] = pa[m]
                     counts[m] += pa[m]
             else:
@@ -544,35 +762,34 @@ def _link_kernel(Xa, sub_a, Xb, sub_b, must, log_alpha, shift, n_sub, diag):
                     eb[m] = log_alpha[m] + g_b[m]
                     mxa = max(mxa, ea[m])
                     mxb = max(mxb, eb[m])
-                if not np.isfinite(mxa):
-                    mxa = 0.0
-                if not np.isfinite(mxb):
-                    mxb = 0.0
+                mxa = mxa if np.isfinite(mxa) else 0.0
+                mxb = mxb if np.isfinite(mxb) else 0.0
                 for m in range(M):
                     ea[m] = np.exp(ea[m] - mxa)
                     eb[m] = np.exp(eb[m] - mxb)
-                run_a = 0.0
-                run_b = 0.0
-                for m in range(M):  # prefix sums: ex[m] = Σ_{h<m}
-                    ex_a[m] = run_a
-                    ex_b[m] = run_b
-                    run_a += ea[m]
-                    run_b += eb[m]
-                run_a = 0.0
-                run_b = 0.0
-                for m in range(M - 1, -1, -1):  # + suffix sums Σ_{h>m}
-                    ex_a[m] += run_a
-                    ex_b[m] += run_b
-                    run_a += ea[m]
-                    run_b += eb[m]
+                _sum_others(ea, ex_a)
+                _sum_others(eb, ex_b)
                 tot = 0.0
                 for m in range(M):
                     tot += ea[m] * ex_b[m]
-                z = np.log(tot) + mxa + mxb
-                inv = 1.0 / tot
+                if tot > 1e-250:  # every term that counts is a normal double
+                    z = np.log(tot) + mxa + mxb
+                    inv = 1.0 / tot
+                    for m in range(M):
+                        pa[m] = ea[m] * ex_b[m] * inv
+                        pb[m] = eb[m] * ex_a[m] * inv
+                else:  # a pair deep inside one class: every a_m B_m underflows; the same in logs
+                    for m in range(M):
+                        ea[m] = log_alpha[m] + g_a[m]
+                        eb[m] = log_alpha[m] + g_b[m]
+                    _log_sum_others(ea, ex_a)
+                    _log_sum_others(eb, ex_b)
+                    for m in range(M):
+                        pa[m] = ea[m] + ex_b[m]  # log a_m B_m
+                        pb[m] = eb[m] + ex_a[m]  # log b_m A_m
+                    z = _softmax(pa)
+                    _softmax(pb)
                 for m in range(M):
-                    pa[m] = ea[m] * ex_b[m] * inv
-                    pb[m] = eb[m] * ex_a[m] * inv
                     counts[m] += pa[m] + pb[m]
             loglik += z
             ks_a[l - lo] = _endpoint_weights(sub_a[l], g_a, pa, n_sub, idx_a[l - lo], rs_a[l - lo])

@@ -364,26 +364,87 @@ def test_numba_link_kernel_equals_the_numpy_twin(diag, K):
 
 
 def test_diag_kernel_path_matches_the_full_path():
-    """The diagonal path of the fused kernel (components innermost, one-sum finiteness test, no exp where one
-    component dominates) does the full path's arithmetic with diagonal Cholesky factors (up to fused
-    multiply-adds): equal sums and the same count of rows with NaN/inf, for float64 and float32 rows; rows far
-    from all but one component and rows between components both occur."""
-    from dclust.kernels.gmpr import _unlinked_kernel
+    """The diagonal fast path (two BLAS products per tile, vectorised exp, sums about the mean of the means) gives
+    the full path's statistics with diagonal Cholesky factors: equal sums and the same count of rows with NaN/inf,
+    for float64 and float32 rows; rows far from all but one component and rows between components both occur."""
+    from dclust.kernels.gmpr import _DIAG_TILE, unlinked_partial
 
     rng = np.random.default_rng(7)
-    C, D, K = 6, 5, 2
-    means, prec = rng.normal(size=(C, D)) * 3, rng.uniform(0.5, 2.0, size=(C, D))
-    full = np.zeros((C, D, D))
-    full[:, np.arange(D), np.arange(D)] = prec
-    logdet, log_pi, log_alpha = np.log(prec).sum(axis=1), np.log(np.full(C, 0.5)), np.log(np.full(3, 1 / 3))
-    X = np.concatenate([rng.normal(size=(400, D)) * 4, means[rng.integers(0, C, 100)] * 10])
-    X[3, 1], X[9, 0] = np.nan, np.inf
-    keep = rng.random(500) < 0.9
-    keep[[3, 9]] = True
+    M, K, D = 3, 2, 5
+    means, var = rng.normal(size=(M, K, D)) * 3, rng.uniform(0.25, 4.0, size=(M, K, D))
+    diag = MixtureParams.build(np.full(M, 1 / M), np.full((M, K), 0.5), means, var)
+    full = MixtureParams.build(diag.alpha, diag.pi, means, var[..., None] * np.eye(D))
+    n = 2 * _DIAG_TILE + 13  # whole tiles and a ragged last one
+    X = np.concatenate([rng.normal(size=(n - 100, D)) * 4, means.reshape(M * K, D)[rng.integers(0, M * K, 100)] * 10])
+    linked = np.flatnonzero(rng.random(n) > 0.9)
     for arr in (X, X.astype(np.float32)):
-        a = _unlinked_kernel(arr, keep, means, prec, logdet, log_pi, log_alpha, K, True)
-        b = _unlinked_kernel(arr, keep, means, full.reshape(C, D * D), logdet, log_pi, log_alpha, K, False)
-        np.testing.assert_allclose(b[2].reshape(C, D, D)[:, np.arange(D), np.arange(D)], a[2], rtol=1e-12)
-        for x, y in zip(a[:2] + a[3:], b[:2] + b[3:]):
-            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12 * np.abs(y).max())
-        assert a[5] == 2 and a[0].sum() == pytest.approx(keep.sum() - 2)
+        a, b = unlinked_partial(arr, diag, linked), unlinked_partial(arr, full, linked)
+        np.testing.assert_allclose(b.scatter[:, np.arange(D), np.arange(D)], a.scatter, rtol=1e-11,
+                                   atol=1e-12 * np.abs(a.scatter).max())
+        for f in ("weight", "mean", "class_counts"):
+            np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-11, atol=1e-12 * np.abs(getattr(b, f)).max())
+        assert a.loglik == pytest.approx(b.loglik, rel=1e-12) and a.n_rows == b.n_rows == n - linked.size
+        bad = arr.copy()
+        keep = np.setdiff1d(np.arange(n), linked)
+        bad[keep[[3, 600]], 1] = [np.nan, np.inf]
+        assert unlinked_partial(bad, diag, linked, block_index=5).bad_block == 5
+        bad[keep[[3, 600]], 1] = 0.0
+        bad[linked[:2], 0] = np.nan  # NaN only in skipped rows: the link pass reports them
+        assert unlinked_partial(bad, diag, linked, block_index=5).bad_block == -1
+
+
+@pytest.mark.parametrize("diag", [True, False])
+def test_cannot_link_inside_one_far_class_has_a_posterior(diag):
+    """Regression: a cannot-link between two points deep inside one class made every term ``a_m B_m`` underflow to
+    0 and ``_link_kernel`` raised ZeroDivisionError. In logs its posterior is the numpy oracle's, and a fit with
+    such links (and a must-link pair, a chunklet of two) runs."""
+    rng = np.random.default_rng(11)
+    D = 8
+    X = np.concatenate([rng.normal(0, 1, (200, D)), rng.normal(60, 1, (200, D))])
+    p = _params(rng, 2, 1, D, diag)
+    p = MixtureParams.build(p.alpha, p.pi, np.stack([X[:200].mean(0), X[200:].mean(0)])[:, None], p.covariances)
+    i, j = np.array([0, 1, 210, 3]), np.array([5, 250, 260, 4])
+    must = np.array([False, False, False, True])
+    sub = sub_log_density(X, p)
+    Xa, Xb = X[i], X[j]
+    a = link_partial(Xa, sub[i], Xb, sub[j], must, p)
+    from dclust.kernels.gmpr import link_partial_numpy
+
+    b = link_partial_numpy(Xa, sub[i], Xb, sub[j], must, p)
+    assert np.isfinite(a.loglik) and np.isfinite(a.weight).all()
+    np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(a.class_counts, b.class_counts, rtol=1e-10, atol=1e-12)
+    assert a.loglik == pytest.approx(b.loglik, rel=1e-12)
+    G = ConstraintGraph.from_pairs(i, j, must, n_samples=X.shape[0], check_feasible=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        gm = GMPR(n_classes=2, covariance_type="diag" if diag else "full", max_iter=5, random_state=0).fit(
+            X, constraints=G)
+    assert np.isfinite(gm.log_likelihood_)
+    assert np.diff(gm.objective_history_).min() >= -1e-8 * abs(gm.log_likelihood_)
+
+
+@pytest.mark.parametrize("diag", [True, False])
+def test_init_pass_equals_the_dense_hard_assignment(diag):
+    """The initial pass (nearest class centre, then nearest of its sub-centres, statistics by counting) equals the
+    statistics of the dense one-hot weights of that assignment; a block with NaN is reported."""
+    from dclust._dask.gmpr import init_stats
+    from dclust.kernels.gmpr import GaussianStats
+
+    rng = np.random.default_rng(1)
+    n, D, M, K = 3000, 3, 3, 2
+    X = rng.normal(size=(n, D)) * 3 + 50.0
+    cc, sc = rng.normal(size=(M, D)) * 3 + 50.0, rng.normal(size=(M, K, D)) * 3 + 50.0
+    st = init_stats(da.from_array(X, chunks=700), cc, sc, diag, split_every=2)
+    cls = np.argmin(((X[:, None] - cc[None]) ** 2).sum(axis=2), axis=1)
+    sub = np.argmin(((X[:, None] - sc[cls]) ** 2).sum(axis=2), axis=1)
+    R = np.zeros((n, M * K))
+    R[np.arange(n), cls * K + sub] = 1.0
+    ref = GaussianStats.from_weights(X, R, M, diag, class_counts=np.bincount(cls, minlength=M).astype(float))
+    np.testing.assert_array_equal(st.weight, ref.weight)
+    np.testing.assert_array_equal(st.class_counts, ref.class_counts)
+    np.testing.assert_allclose(st.mean, ref.mean, rtol=1e-12)
+    np.testing.assert_allclose(st.scatter, ref.scatter, rtol=1e-10, atol=1e-10 * np.abs(ref.scatter).max())
+    assert st.n_rows == n and st.bad_block == -1
+    X[1500, 2] = np.nan
+    assert init_stats(da.from_array(X, chunks=700), cc, sc, diag).bad_block == 2
