@@ -88,12 +88,24 @@ class _Session:
                       checkpoint: str | None = None) -> bool:
         """:func:`_check_outputs` with ``--overwrite``; an existing ``checkpoint`` is an input (a run to resume,
         the return value), a new one an output."""
-        resume = checkpoint is not None and os.path.lexists(checkpoint)
+        resume = checkpoint is not None and self._exists(checkpoint)
         if checkpoint is not None and not resume:
             outputs = {**outputs, "--checkpoint": checkpoint}
         _check_outputs(outputs, self.overwrite, inputs + ((checkpoint,) if resume else ()),
                        rewritten={"--checkpoint": checkpoint} if resume else None)  # rewritten after every iteration
         return resume
+
+    def _exists(self, path: str) -> bool:
+        """Whether ``path`` (a local path, or an fsspec URL opened with ``--storage-option``) exists: on an object
+        store a committed store, or one whose commit record a killed writer left (the fit then resumes from it)."""
+        if "://" not in path or path.startswith("file://"):
+            return os.path.lexists(path.removeprefix("file://"))
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(path, **(self.storage_options or {}))
+        root = root.rstrip("/")
+        parent, _, name = root.rpartition("/")
+        return bool(fs.exists(root) or fs.exists(f"{parent}/.{name}.commit"))
 
     def open_input(self, path: str, **kwargs: Any) -> tuple[Any, int, int]:
         """The points of ``path`` (any format :func:`dclust.open_array` opens; ``--component``, ``--columns``,

@@ -319,6 +319,8 @@ def test_every_cli_json_output_keeps_s3_urls(bucket, tmp_path):
         ]
         for args in commands:
             outputs.append(ok_json(run(args)))
+        again = ok_json(run([*commands[0], "--overwrite"]))  # the checkpoint on S3 exists now: the fit resumes
+    assert outputs[0]["resumed"] is False and again["resumed"] is True
     seen = [s for out in outputs for s in _strings(out) if "s3:" in s]
     assert seen and all(s.startswith(f"{url}/") for s in seen), seen
     assert {outputs[0]["input"], outputs[0]["labels"], outputs[0]["model"], outputs[0]["checkpoint"]} == {
