@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .distances import _finish, _weights, assign_stats, order_keys
+from .distances import _finish, _weights, epoch_stats, order_keys
 from .divergence import divergence_matrix, divergence_nearest, divergence_rows, smooth_rows
 from .dpmeans import serial_assign
 from .stats import ClusterStats
@@ -78,6 +78,10 @@ def rdp_propose(Xb, wb, linked, *, offset, block_index, mix, lo, hi, centers, la
     is already smoothed for KL; ``wb`` is unused (RDP-means has no sample weights). Returns
     ``(stats, n_rows, proposals (local rows), ())``.
     """
+    if kind == "euclidean":  # the DP-means epoch kernel, the linked rows left out: one fused read of the block
+        stats, proposals = epoch_stats(Xb, centers, lam, offset=offset, block_index=block_index, mix=mix, lo=lo,
+                                       hi=hi, skip=linked)
+        return stats, stats.n_rows, proposals, ()
     n, d = Xb.shape
     skip = np.zeros(n, dtype=bool)
     skip[linked] = True
@@ -88,19 +92,14 @@ def rdp_propose(Xb, wb, linked, *, offset, block_index, mix, lo, hi, centers, la
         rows = np.flatnonzero(~skip & (keys >= np.uint64(lo)) & (keys <= np.uint64(hi)))
     k = centers.shape[0]
     Xu = Xb if rows.size == n else Xb[rows]
-    if k and kind == "euclidean":
-        # one fused read of the rows, as DPMeans does (fingerprints hash their position among them)
-        stats, labels, dist = assign_stats(Xu, centers, offset=offset, block_index=block_index)
-        if not (dist > lam).any():
-            return stats, rows.size, np.empty(0, np.int64), ()
-    else:
-        labels, dist = divergence_nearest(Xu, centers, kind)
     if k:
+        labels, dist = divergence_nearest(Xu, centers, kind)
         finite = ~np.isnan(dist)
         propose = finite & ~(dist <= lam)
     else:
         finite = np.isfinite(np.asarray(Xu, dtype=np.float64)).all(axis=1)
         propose = finite.copy()
+        labels, dist = np.zeros(rows.size, np.int64), np.zeros(rows.size)
     keep = ~propose & finite
     full_labels = np.full(n, -1, dtype=np.int32)
     full_dist = np.zeros(n)
