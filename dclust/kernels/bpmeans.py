@@ -269,7 +269,7 @@ def serial_sweep(X, Z, A, lam, *, R=None, k_from=None, max_new=None, saturate=Fa
 def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     """Sweep the rows ``perm[start:]`` of one block, fused with the (G, B, sse) partial of the rows that do not
     propose; stops after the ``max_proposals``-th proposal (``stop``: the next position)."""
-    n, D = X.shape
+    D = X.shape[1]
     K = A.shape[0]
     AT = _transposed(A, K)
     G = np.zeros((K, K))

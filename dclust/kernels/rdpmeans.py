@@ -82,7 +82,7 @@ def rdp_propose(Xb, wb, linked, *, offset, block_index, mix, lo, hi, centers, la
         stats, proposals = epoch_stats(Xb, centers, lam, offset=offset, block_index=block_index, mix=mix, lo=lo,
                                        hi=hi, skip=linked)
         return stats, stats.n_rows, proposals, ()
-    n, d = Xb.shape
+    n = Xb.shape[0]
     skip = np.zeros(n, dtype=bool)
     skip[linked] = True
     if (lo, hi) == (0, 2**64 - 1):
@@ -125,18 +125,63 @@ def link_scores(indptr: np.ndarray, cols: np.ndarray, vals: np.ndarray, z_nb: np
     return L
 
 
-_TILE = 512
+_NJIT = dict(nogil=True, cache=True, error_model="numpy")
+
+
+@numba.njit(**_NJIT)
+def _pairwise_sum(a, lo, n):
+    """``a[lo:lo + n].sum()`` in numpy's order (pairwise: blocks of 128, eight partial sums), bit for bit."""
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[lo + i]
+        return res
+    if n <= 128:
+        r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+        r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+        i = 8
+        while i < n - n % 8:
+            r0 += a[lo + i]
+            r1 += a[lo + i + 1]
+            r2 += a[lo + i + 2]
+            r3 += a[lo + i + 3]
+            r4 += a[lo + i + 4]
+            r5 += a[lo + i + 5]
+            r6 += a[lo + i + 6]
+            r7 += a[lo + i + 7]
+            i += 8
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        while i < n:
+            res += a[lo + i]
+            i += 1
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pairwise_sum(a, lo, n2) + _pairwise_sum(a, lo + n2, n - n2)
+
+
+@numba.njit(**_NJIT)
+def _sq_distances(X, C):
+    """``||x_n - c_k||^2`` for all rows and centres, (n, K) float64, without a temporary: the same values as
+    :func:`dclust.kernels.divergence.divergence_matrix` (float64 differences, squares summed in numpy's order)."""
+    n, d = X.shape
+    k = C.shape[0]
+    out = np.empty((n, k))
+    t = np.empty(d)
+    for i in range(n):
+        for c in range(k):
+            for j in range(d):
+                v = np.float64(X[i, j]) - C[c, j]
+                t[j] = v * v
+            out[i, c] = _pairwise_sum(t, 0, d)
+    return out
 
 
 def _divergences(X: np.ndarray, C: np.ndarray, kind: str) -> np.ndarray:
-    """:func:`divergence_matrix`, Euclidean in tiles of ``_TILE`` rows (the same values; the temporary is
-    ``tile x K x D`` and stays in cache)."""
-    if kind != "euclidean" or X.shape[0] <= _TILE:
+    """:func:`divergence_matrix`, bit for bit; Euclidean by :func:`_sq_distances` (no ``n x K x D`` temporary)."""
+    if kind != "euclidean":
         return divergence_matrix(X, C, kind)
-    D = np.empty((X.shape[0], np.shape(C)[0]))
-    for s in range(0, X.shape[0], _TILE):
-        D[s : s + _TILE] = divergence_matrix(X[s : s + _TILE], C, kind)
-    return D
+    return _sq_distances(np.ascontiguousarray(X), np.ascontiguousarray(C, dtype=np.float64).reshape(-1, X.shape[1]))
 
 
 @dataclass
