@@ -128,42 +128,42 @@ def link_scores(indptr: np.ndarray, cols: np.ndarray, vals: np.ndarray, z_nb: np
 _NJIT = dict(nogil=True, cache=True, error_model="numpy")
 
 
+#: Most features :func:`_sq_distances` handles: numpy sums up to 128 numbers in one block (beyond, it recurses).
+_PAIRWISE_BLOCK = 128
+
+
 @numba.njit(**_NJIT)
-def _pairwise_sum(a, lo, n):
-    """``a[lo:lo + n].sum()`` in numpy's order (pairwise: blocks of 128, eight partial sums), bit for bit."""
+def _block_sum(a, n):
+    """``a[:n].sum()`` for ``n <= 128`` in numpy's order (eight partial sums), bit for bit."""
     if n < 8:
         res = 0.0
         for i in range(n):
-            res += a[lo + i]
+            res += a[i]
         return res
-    if n <= 128:
-        r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-        r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-        i = 8
-        while i < n - n % 8:
-            r0 += a[lo + i]
-            r1 += a[lo + i + 1]
-            r2 += a[lo + i + 2]
-            r3 += a[lo + i + 3]
-            r4 += a[lo + i + 4]
-            r5 += a[lo + i + 5]
-            r6 += a[lo + i + 6]
-            r7 += a[lo + i + 7]
-            i += 8
-        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        while i < n:
-            res += a[lo + i]
-            i += 1
-        return res
-    n2 = n // 2
-    n2 -= n2 % 8
-    return _pairwise_sum(a, lo, n2) + _pairwise_sum(a, lo + n2, n - n2)
+    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
+    i = 8
+    while i < n - n % 8:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[i]
+        i += 1
+    return res
 
 
 @numba.njit(**_NJIT)
 def _sq_distances(X, C):
     """``||x_n - c_k||^2`` for all rows and centres, (n, K) float64, without a temporary: the same values as
-    :func:`dclust.kernels.divergence.divergence_matrix` (float64 differences, squares summed in numpy's order)."""
+    :func:`dclust.kernels.divergence.divergence_matrix` (float64 differences, squares summed in numpy's order;
+    at most ``_PAIRWISE_BLOCK`` features)."""
     n, d = X.shape
     k = C.shape[0]
     out = np.empty((n, k))
@@ -173,15 +173,25 @@ def _sq_distances(X, C):
             for j in range(d):
                 v = np.float64(X[i, j]) - C[c, j]
                 t[j] = v * v
-            out[i, c] = _pairwise_sum(t, 0, d)
+            out[i, c] = _block_sum(t, d)
     return out
 
 
+_TILE = 512
+
+
 def _divergences(X: np.ndarray, C: np.ndarray, kind: str) -> np.ndarray:
-    """:func:`divergence_matrix`, bit for bit; Euclidean by :func:`_sq_distances` (no ``n x K x D`` temporary)."""
+    """:func:`divergence_matrix`, bit for bit, without its ``n x K x D`` temporary: Euclidean by
+    :func:`_sq_distances` (or, beyond ``_PAIRWISE_BLOCK`` features, the direct form in tiles of ``_TILE`` rows)."""
     if kind != "euclidean":
         return divergence_matrix(X, C, kind)
-    return _sq_distances(np.ascontiguousarray(X), np.ascontiguousarray(C, dtype=np.float64).reshape(-1, X.shape[1]))
+    C = np.ascontiguousarray(C, dtype=np.float64).reshape(-1, X.shape[1])
+    if X.shape[1] <= _PAIRWISE_BLOCK:
+        return _sq_distances(np.ascontiguousarray(X), C)
+    D = np.empty((X.shape[0], C.shape[0]))
+    for s in range(0, X.shape[0], _TILE):
+        D[s : s + _TILE] = divergence_matrix(X[s : s + _TILE], C, kind)
+    return D
 
 
 @dataclass
