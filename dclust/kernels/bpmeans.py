@@ -56,21 +56,45 @@ def _start_row(X, Z, i, A, K, r, zf, on):
     return m
 
 
+#: Bits scored together by :func:`_scores` (scratch arrays of the sweeps have this many spare columns).
+_LANES = 8
+
+
 @numba.njit(inline="always", **_JIT)
 def _scores(r, AT, zf, s, k0, K):
-    """``s[k] = sum_j (r_j + z_k a_kj) a_kj`` for ``k0 <= k < K``, summed over j in index order.
+    """``s[k] = sum_j (r_j + z_k a_kj) a_kj`` for ``k0 <= k < K`` (and up to 7 more, spare), over j in index order.
 
     Every bit's sum is formed in the order of the row-by-row sweep, so its value is the same: ``z_k a_kj`` is
-    exactly ``a_kj`` or 0, and adding 0 leaves ``r_j``. The features are read transposed (``AT``, (D, K')) so the
-    K sums advance together (vectorised) instead of one latency-bound chain after another."""
+    exactly ``a_kj`` or 0, and adding 0 leaves ``r_j``. The features are read transposed (``AT``, (D, K + 8) with
+    zero spare columns; ``zf``, ``s`` have K + 8 entries) and eight bits advance together in registers, instead of
+    one latency-bound chain after another."""
     D = r.shape[0]
-    for k in range(k0, K):
-        s[k] = 0.0
-    for j in range(D):
-        rj = r[j]
-        for k in range(k0, K):
-            a = AT[j, k]
-            s[k] += (rj + zf[k] * a) * a
+    kb = k0
+    while kb < K:
+        z0, z1, z2, z3 = zf[kb], zf[kb + 1], zf[kb + 2], zf[kb + 3]
+        z4, z5, z6, z7 = zf[kb + 4], zf[kb + 5], zf[kb + 6], zf[kb + 7]
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+        for j in range(D):
+            rj = r[j]
+            t = AT[j, kb]
+            s0 += (rj + z0 * t) * t
+            t = AT[j, kb + 1]
+            s1 += (rj + z1 * t) * t
+            t = AT[j, kb + 2]
+            s2 += (rj + z2 * t) * t
+            t = AT[j, kb + 3]
+            s3 += (rj + z3 * t) * t
+            t = AT[j, kb + 4]
+            s4 += (rj + z4 * t) * t
+            t = AT[j, kb + 5]
+            s5 += (rj + z5 * t) * t
+            t = AT[j, kb + 6]
+            s6 += (rj + z6 * t) * t
+            t = AT[j, kb + 7]
+            s7 += (rj + z7 * t) * t
+        s[kb], s[kb + 1], s[kb + 2], s[kb + 3] = s0, s1, s2, s3
+        s[kb + 4], s[kb + 5], s[kb + 6], s[kb + 7] = s4, s5, s6, s7
+        kb += _LANES
 
 
 @numba.njit(inline="always", **_JIT)
@@ -127,9 +151,10 @@ def _norms(A):
 
 @numba.njit(inline="always", **_JIT)
 def _transposed(A, width):
-    """``A.T`` as a C-contiguous (D, width) array (columns beyond K left for features opened later)."""
+    """``A.T`` as a C-contiguous (D, width + _LANES) array, zero beyond K (columns for features opened later and
+    the spare lanes of :func:`_scores`)."""
     K, D = A.shape
-    AT = np.empty((D, width))
+    AT = np.zeros((D, width + _LANES))
     for k in range(K):
         for j in range(D):
             AT[j, k] = A[k, j]
@@ -147,8 +172,8 @@ def _sweep_rows(X, Z, A, aa, repeat):
     K = A.shape[0]
     AT = _transposed(A, K)
     r = np.empty(D)
-    s = np.empty(K)
-    zf = np.empty(K)
+    s = np.empty(K + _LANES)
+    zf = np.zeros(K + _LANES)
     on = np.empty(K, dtype=np.int64)
     q = np.empty(n)
     flips = 0
@@ -190,8 +215,8 @@ def _serial_sweep(X, Z0, R, A0, lam, k_from, max_new, saturate):
     overflow = -1
     AT = _transposed(A0, K0 + max_new)
     r = np.empty(D)
-    s = np.empty(K0 + max_new)
-    zf = np.empty(K0 + max_new)
+    s = np.empty(K0 + max_new + _LANES)
+    zf = np.zeros(K0 + max_new + _LANES)
     on = np.empty(K0 + max_new, dtype=np.int64)
     for i in range(m):
         if k_from[i] < 0:
@@ -275,8 +300,8 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     G = np.zeros((K, K))
     B = np.zeros((K, D))
     r = np.empty(D)
-    s = np.empty(K)
-    zf = np.empty(K)
+    s = np.empty(K + _LANES)
+    zf = np.zeros(K + _LANES)
     on = np.empty(K, dtype=np.int64)
     flips = 0
     count = 0
