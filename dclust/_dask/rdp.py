@@ -1,6 +1,7 @@
 """One RDP-means pass on Dask (ALGORITHMS.md 8.4): phase 0 (the unlinked rows, keyed OCC epochs of
 :mod:`dclust._dask.occ` with :class:`RDPRule`) then one phase per colour class of the linked rows (one epoch each
-over the persisted linked rows, proposals validated serially in tasks, all in one graph).
+over the linked rows, gathered and persisted once per fit; all colour phases of a pass run in one task, after
+phase 0's last epoch and its validation in the same graph).
 
 A pass is serial RDP-means on the permutation recorded in :class:`RDPPassRecord`: the serial prefix (first pass
 only), then per phase-0 epoch its non-proposers and its proposals, then per colour phase likewise, each by order
@@ -237,7 +238,7 @@ def _fused_validate(state, results, *, lam, kind, mix):
 
 def _all_colors(linked_all, state, *, lam, xi, kind, mix):
     """Every colour phase of a pass, in one task: phase ``c``'s blocks see the state left by the validation of
-    phase ``c - 1``. ``linked_all`` is ``(per block (X_linked, global rows) or None, phases)``; ``state`` is
+    phase ``c - 1``. ``linked_all`` is ``(per block (X_linked, global rows), phases)``; ``state`` is
     ``(C, z, stats, order)`` (``z`` is copied, not changed). Each phase is one OCC epoch: serial RDP-means on the
     recorded order, as if its blocks ran in parallel tasks."""
     linked, phases = linked_all
@@ -252,7 +253,7 @@ def _all_colors(linked_all, state, *, lam, xi, kind, mix):
 
 
 def _gather_linked(parts, phases):
-    return [None if p is None else p[0][:2] for p in parts], phases
+    return [p[0][:2] for p in parts], phases
 
 
 def _linked_all(lparts, layout):
@@ -359,7 +360,7 @@ def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_pro
     ``prefix`` is ``(prefix_end, index, rows)`` of the serial prefix (first pass; processed first, on the driver,
     against ``C``); phase 0 then runs keyed OCC epochs over the unlinked rows from key ``prefix_end`` (the first
     sized by the prefix's opening rate), then the colour phases of the linked rows. Phase 0's first epoch, its validation and all colour
-    phases go to the scheduler as one graph (:func:`_first_epoch_and_colours`). Returns the statistics of every
+    phases go to the scheduler as one graph (:func:`_first_epoch_and_colors`). Returns the statistics of every
     row (labels indexing the returned centres), the centres, and the pass record.
     """
     rule = RDPRule(layout, C, lam, kind)
