@@ -92,7 +92,7 @@ class LinkLayout:
     pair_v: np.ndarray
     rank: np.ndarray | None = None  # position of each node in its block's permutation
     phases: list = field(default_factory=list)  # phases[c][b] -> PhaseBlock or None
-    phase_parts: Any = None  # the phases per block, persisted (dask object array), built on first use
+    phase_parts: Any = None  # all linked rows and the phases, gathered and persisted (a Delayed) on first use
 
     @property
     def n_nodes(self) -> int:

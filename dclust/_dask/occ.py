@@ -396,6 +396,10 @@ def _merge_patches(into: dict, new: dict) -> None:
 
 
 def _padded_bits(Zb, patches, k):
+    """The block's bits widened to ``k`` features with ``patches`` applied: ``Zb`` itself when there is nothing
+    to do (no copy), else a new array."""
+    if Zb.shape[1] == k and not patches:
+        return Zb
     Z = np.zeros((Zb.shape[0], k), np.uint8)
     Z[:, : Zb.shape[1]] = Zb
     return apply_patches(Z, patches)

@@ -1,6 +1,7 @@
 """One RDP-means pass on Dask (docs/algorithms.md 8.4): phase 0 (the unlinked rows, keyed OCC epochs of
 :mod:`dclust._dask.occ` with :class:`RDPRule`) then one phase per colour class of the linked rows (one epoch each
-over the persisted linked rows, proposals validated serially in tasks, all in one graph).
+over the linked rows, gathered and persisted once per fit; all colour phases of a pass run in one task, after
+phase 0's last epoch and its validation in the same graph).
 
 A pass is serial RDP-means on the permutation recorded in :class:`RDPPassRecord`: the serial prefix (first pass
 only), then per phase-0 epoch its non-proposers and its proposals, then per colour phase likewise, each by order
@@ -194,22 +195,20 @@ class RDPRule(OCCRule):
         return int(new.shape[0])
 
 
-def _fused_block(part, phases, state, c, *, lam, xi, kind):
-    Xl, index, _ = part[0]
-    pb = phases[0][c]
-    C, z = state[0], state[1]
+def _phase_block(linked, pb, C, z, *, lam, xi, kind):
+    """One block's rows of one colour phase (:func:`dclust.kernels.rdpmeans.linked_block`) against the state
+    ``(C, z)``: ``(result, node ids, global rows)``."""
+    Xl, index = linked
     res = linked_block(Xl, index, sel=pb.sel, indptr=pb.indptr, cols=pb.cols, vals=pb.vals, z_nb=z[pb.nb],
                        centers=C, lam=lam, xi=xi, kind=kind, start=0, max_proposals=np.iinfo(np.int64).max)
     return res, pb.ids, index[pb.sel]
 
 
-def _fused_validate(state, results, blocks, *, lam, kind, mix):
-    """The end of one colour phase inside the task graph: commit the blocks' labels, validate the proposals
-    serially in key order and return the next state ``(C, z, stats, order)`` (``order`` gains the phase's
-    non-proposers, then its proposals, each by key)."""
+def _fused_validate(state, results, *, lam, kind, mix):
+    """The end of one colour phase: commit the blocks' labels, validate the proposals serially in key order and
+    return the next state ``(C, z, stats, order)`` (``order`` gains the phase's non-proposers, then its proposals,
+    each by key). ``z`` is updated in place."""
     C, z, stats, order = state
-    z = z.copy()
-    stats, order = list(stats), list(order)
     d = C.shape[1]
     kept, prop_ids, prop_rows, prop_nodes = [], [], [], []
     for res, ib, nb in results:
@@ -237,15 +236,40 @@ def _fused_validate(state, results, blocks, *, lam, kind, mix):
     return C, z, stats, order
 
 
-def _phase_parts(layout):
-    """Per block, its :class:`PhaseBlock` of every colour (or None), persisted once per fit where the blocks
-    are, so a pass's graph carries only the centres and the labels."""
-    if layout.phase_parts is None:
-        import dask.array as da
+def _all_colors(linked_all, state, *, lam, xi, kind, mix):
+    """Every colour phase of a pass, in one task: phase ``c``'s blocks see the state left by the validation of
+    phase ``c - 1``. ``linked_all`` is ``(per block (X_linked, global rows), phases)``; ``state`` is
+    ``(C, z, stats, order)`` (``z`` is copied, not changed). Each phase is one OCC epoch: serial RDP-means on the
+    recorded order, as if its blocks ran in parallel tasks."""
+    linked, phases = linked_all
+    C, z, stats, order = state
+    state = (C, z.copy(), list(stats), list(order))
+    for per_block in phases:
+        results = [_phase_block(linked[b], pb, state[0], state[1], lam=lam, xi=xi, kind=kind)
+                   for b, pb in enumerate(per_block) if pb is not None]
+        if results:
+            state = _fused_validate(state, results, lam=lam, kind=kind, mix=mix)
+    return state
 
-        per_block = [tuple(layout.phases[c][b] for c in range(layout.n_colors)) for b in range(len(layout.chunks))]
-        layout.phase_parts = da.from_array(object_array(per_block), chunks=1, name=fresh_name(_phase_parts)).persist()
-    return layout.phase_parts
+
+def _gather_linked(parts, phases):
+    return [p[0][:2] for p in parts], phases
+
+
+def _linked_all(lparts, layout):
+    """The linked rows of every block with their colour phases, gathered into ONE persisted object (built once per
+    fit, O(links)): a pass's colour phases then run in one task where that object is, so they cost one hop of the
+    task graph, not two per colour. Returns ``(persisted Delayed, its key)``."""
+    if layout.phase_parts is None:
+        from dask._task_spec import DataNode, List, Task, TaskRef
+        from dask.delayed import Delayed
+        from dask.highlevelgraph import HighLevelGraph
+
+        name = fresh_name(_gather_linked)
+        refs = List(*[TaskRef(k) for k in flatten(lparts.__dask_keys__())])
+        dsk = {name: Task(name, _gather_linked, refs, DataNode(None, layout.phases))}
+        layout.phase_parts = Delayed(name, HighLevelGraph.from_collections(name, dsk, dependencies=[lparts])).persist()
+    return layout.phase_parts, layout.phase_parts.key
 
 
 def _epoch_task(epoch, C, *, lam, kind):
@@ -260,31 +284,16 @@ def _color_state(v, z):
 
 
 def _color_graph(lparts, layout, state, *, lam, xi, kind, mix):
-    """The task specs of all colour phases of a pass, starting from ``state`` (a task spec giving
-    ``(C, z, stats, order)``). Returns ``(dsk, last key, dependencies)`` or None without colour phases."""
-    from dask._task_spec import DataNode, List, Task, TaskRef
+    """The task of all colour phases of a pass, starting from ``state`` (a task spec giving ``(C, z, stats,
+    order)``). Returns ``(dsk, key, dependencies)`` or None without colour phases."""
+    from dask._task_spec import Task, TaskRef
 
-    pparts = _phase_parts(layout)
-    tag = fresh_name(_fused_block)
-    part_keys = list(lparts.__dask_keys__())
-    phase_keys = list(pparts.__dask_keys__())
-    dsk: dict = {}
-    last = None
-    for c in range(layout.n_colors):
-        blocks = [b for b, pb in enumerate(layout.phases[c]) if pb is not None]
-        if not blocks:
-            continue
-        res = []
-        for b in blocks:
-            key = (f"{tag}-block", c, b)
-            dsk[key] = Task(key, _fused_block, TaskRef(part_keys[b]), TaskRef(phase_keys[b]), state, c,
-                            lam=lam, xi=xi, kind=kind)
-            res.append(TaskRef(key))
-        last = (f"{tag}-validate", c)
-        dsk[last] = Task(last, _fused_validate, state, List(*res), DataNode(None, blocks), lam=lam, kind=kind,
-                         mix=mix)
-        state = TaskRef(last)
-    return None if last is None else (dsk, last, tag, [lparts, pparts])
+    if lparts is None or layout.n_colors == 0:
+        return None
+    linked_all, key = _linked_all(lparts, layout)
+    last = (fresh_name(_all_colors), 0)
+    dsk = {last: Task(last, _all_colors, TaskRef(key), state, lam=lam, xi=xi, kind=kind, mix=mix)}
+    return dsk, last, [linked_all]
 
 
 def _finish_colors(out, z, total, order_out):
@@ -296,24 +305,19 @@ def _finish_colors(out, z, total, order_out):
 
 
 def _color_phases_fused(lparts, layout, C, z, *, lam, xi, kind, mix, total, order_out):
-    """All colour phases of a pass in ONE task graph (one round trip): phase ``c``'s block tasks read the state
-    left by phase ``c - 1``'s validation task, which runs on a worker instead of the driver. Each phase is one
-    OCC epoch (``max_proposals`` applies to phase 0 only): still serial RDP-means on the recorded order.
-
-    The graph is written as task specs with fixed keys (no tokenising); the O(links) phase lists are persisted
-    once per fit (:func:`_phase_parts`)."""
+    """All colour phases of a pass in ONE task (one round trip): phase ``c``'s blocks read the state left by
+    phase ``c - 1``'s validation, on the worker that holds the linked rows (:func:`_linked_all`). Each phase is
+    one OCC epoch (``max_proposals`` applies to phase 0 only): still serial RDP-means on the recorded order."""
     from dask._task_spec import DataNode
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
 
-    if lparts is None or layout.n_colors == 0:
-        return C
     g = _color_graph(lparts, layout, DataNode(None, (C, z, [], [])), lam=lam, xi=xi, kind=kind, mix=mix)
     if g is None:
         return C
-    dsk, last, tag, deps = g
-    graph = HighLevelGraph.from_collections(f"{tag}-validate", dsk, dependencies=deps)
-    out = Delayed(last, graph, layer=f"{tag}-validate").compute()
+    dsk, last, deps = g
+    graph = HighLevelGraph.from_collections(last[0], dsk, dependencies=deps)
+    out = Delayed(last, graph, layer=last[0]).compute()
     return _finish_colors(out, z, total, order_out)
 
 
@@ -337,7 +341,7 @@ def _first_epoch_and_colors(X, lparts, layout, rule: RDPRule, z, *, lo, hi, xi, 
         g = _color_graph(lparts, layout, TaskRef(skey), lam=rule.lam, xi=xi, kind=rule.kind, mix=mix)
     if g is not None:
         dsk.update(g[0])
-        deps += g[3]
+        deps += g[2]
     hlg = HighLevelGraph.from_collections(tag, dsk, dependencies=deps)
     layers = [Delayed(vkey, hlg, layer=tag)] + ([Delayed(g[1], hlg, layer=tag)] if g is not None else [])
     out = dask.compute(*layers, optimize_graph=False)
@@ -356,7 +360,7 @@ def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_pro
     ``prefix`` is ``(prefix_end, index, rows)`` of the serial prefix (first pass; processed first, on the driver,
     against ``C``); phase 0 then runs keyed OCC epochs over the unlinked rows from key ``prefix_end`` (the first
     sized by the prefix's opening rate), then the colour phases of the linked rows. Phase 0's first epoch, its validation and all colour
-    phases go to the scheduler as one graph (:func:`_first_epoch_and_colours`). Returns the statistics of every
+    phases go to the scheduler as one graph (:func:`_first_epoch_and_colors`). Returns the statistics of every
     row (labels indexing the returned centres), the centres, and the pass record.
     """
     rule = RDPRule(layout, C, lam, kind)

@@ -37,55 +37,103 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy")
 PINV_RCOND = 1e-10
 
 
-@numba.njit(**_JIT)
-def _residual(x, z, A, r):
-    """r = x - sum_{k: z_k = 1} a_k, subtracting the features in index order."""
-    K, D = A.shape
-    for j in range(D):
-        r[j] = np.float64(x[j])
+@numba.njit(inline="always", **_JIT)
+def _start_row(X, Z, i, A, K, r, zf, on):
+    """Set ``r = x_i - sum_{k < K: z_ik = 1} a_k`` (features subtracted in index order) and ``zf[k] = z_ik`` as
+    0.0/1.0; returns the number of bits set, listed in ``on[:m]`` (a branch-free compaction)."""
+    D = X.shape[1]
+    m = 0
     for k in range(K):
-        if z[k]:
-            for j in range(D):
-                r[j] -= A[k, j]
+        zf[k] = np.float64(Z[i, k])
+        on[m] = k
+        m += Z[i, k] != 0
+    for j in range(D):
+        r[j] = np.float64(X[i, j])
+    for a in range(m):
+        k = on[a]
+        for j in range(D):
+            r[j] -= A[k, j]
+    return m
 
 
-@numba.njit(**_JIT)
-def _sweep_from(r, z, A, aa, k0):
-    """Coordinate sweep of the bits k0..K-1 of one row (T1: a bit changes only on a strict gain).
+#: Bits scored together by :func:`_scores` (scratch arrays of the sweeps have this many spare columns).
+_LANES = 8
 
-    ``r`` is the current residual (it includes the current bits) and is updated in place. Returns the number of
-    bits that changed.
-    """
-    K, D = A.shape
+
+@numba.njit(inline="always", **_JIT)
+def _scores(r, AT, zf, s, k0, K):
+    """``s[k] = sum_j (r_j + z_k a_kj) a_kj`` for ``k0 <= k < K`` (and up to 7 more, spare), over j in index order.
+
+    Every bit's sum is formed in the order of the row-by-row sweep, so its value is the same: ``z_k a_kj`` is
+    exactly ``a_kj`` or 0, and adding 0 leaves ``r_j``. The features are read transposed (``AT``, (D, K + 8) with
+    zero spare columns; ``zf``, ``s`` have K + 8 entries) and eight bits advance together in registers, instead of
+    one latency-bound chain after another."""
+    D = r.shape[0]
+    kb = k0
+    while kb < K:
+        z0, z1, z2, z3 = zf[kb], zf[kb + 1], zf[kb + 2], zf[kb + 3]
+        z4, z5, z6, z7 = zf[kb + 4], zf[kb + 5], zf[kb + 6], zf[kb + 7]
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+        for j in range(D):
+            rj = r[j]
+            t = AT[j, kb]
+            s0 += (rj + z0 * t) * t
+            t = AT[j, kb + 1]
+            s1 += (rj + z1 * t) * t
+            t = AT[j, kb + 2]
+            s2 += (rj + z2 * t) * t
+            t = AT[j, kb + 3]
+            s3 += (rj + z3 * t) * t
+            t = AT[j, kb + 4]
+            s4 += (rj + z4 * t) * t
+            t = AT[j, kb + 5]
+            s5 += (rj + z5 * t) * t
+            t = AT[j, kb + 6]
+            s6 += (rj + z6 * t) * t
+            t = AT[j, kb + 7]
+            s7 += (rj + z7 * t) * t
+        s[kb], s[kb + 1], s[kb + 2], s[kb + 3] = s0, s1, s2, s3
+        s[kb + 4], s[kb + 5], s[kb + 6], s[kb + 7] = s4, s5, s6, s7
+        kb += _LANES
+
+
+@numba.njit(inline="always", **_JIT)
+def _sweep(Z, i, A, AT, aa, r, s, zf, k0, K):
+    """Coordinate sweep of the bits ``k0..K-1`` of row ``i`` (T1: a bit changes only on a strict gain).
+
+    ``r`` is the current residual (it includes the current bits, ``zf`` as 0.0/1.0) and is updated in place with
+    ``Z[i]`` and ``zf``. Bit k compares ``2 s_k`` with ``aa[k] = ||a_k||^2``: on above, off below, unchanged on a
+    tie (or NaN). The scores of all bits come first; a bit that changes renews the scores of the bits after it,
+    so the decisions are those of the bit-by-bit sweep. Returns the number of bits that changed."""
+    D = A.shape[1]
+    _scores(r, AT, zf, s, k0, K)
+    changed = False
+    for k in range(k0, K):
+        v = 2.0 * s[k]
+        cur = zf[k] != 0.0
+        changed |= ((v > aa[k]) | (~(v < aa[k]) & cur)) != cur
+    if not changed:
+        return 0
     flips = 0
     for k in range(k0, K):
-        s = 0.0
-        if z[k]:
-            for j in range(D):
-                s += (r[j] + A[k, j]) * A[k, j]
-        else:
-            for j in range(D):
-                s += r[j] * A[k, j]
-        s = 2.0 * s
-        if s > aa[k]:
-            new = 1
-        elif s < aa[k]:
-            new = 0
-        else:
-            new = z[k]
-        if new != z[k]:
+        v = 2.0 * s[k]
+        cur = zf[k] != 0.0
+        new = (v > aa[k]) | (~(v < aa[k]) & cur)
+        if new != cur:
             if new:
                 for j in range(D):
                     r[j] -= A[k, j]
             else:
                 for j in range(D):
                     r[j] += A[k, j]
-            z[k] = new
+            Z[i, k] = 1 if new else 0
+            zf[k] = 1.0 if new else 0.0
             flips += 1
+            _scores(r, AT, zf, s, k + 1, K)
     return flips
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _sq(r):
     s = 0.0
     for j in range(r.shape[0]):
@@ -101,6 +149,18 @@ def _norms(A):
     return out
 
 
+@numba.njit(inline="always", **_JIT)
+def _transposed(A, width):
+    """``A.T`` as a C-contiguous (D, width + _LANES) array, zero beyond K (columns for features opened later and
+    the spare lanes of :func:`_scores`)."""
+    K, D = A.shape
+    AT = np.zeros((D, width + _LANES))
+    for k in range(K):
+        for j in range(D):
+            AT[j, k] = A[k, j]
+    return AT
+
+
 def feature_norms(A: np.ndarray) -> np.ndarray:
     """``||a_k||^2`` of every feature, summed in index order (the order every sweep uses)."""
     return _norms(np.ascontiguousarray(A, dtype=np.float64))
@@ -109,13 +169,18 @@ def feature_norms(A: np.ndarray) -> np.ndarray:
 @numba.njit(**_JIT)
 def _sweep_rows(X, Z, A, aa, repeat):
     n, D = X.shape
+    K = A.shape[0]
+    AT = _transposed(A, K)
     r = np.empty(D)
+    s = np.empty(K + _LANES)
+    zf = np.zeros(K + _LANES)
+    on = np.empty(K, dtype=np.int64)
     q = np.empty(n)
     flips = 0
     for i in range(n):
-        _residual(X[i], Z[i], A, r)
+        _start_row(X, Z, i, A, K, r, zf, on)
         while True:
-            f = _sweep_from(r, Z[i], A, aa, 0)
+            f = _sweep(Z, i, A, AT, aa, r, s, zf, 0, K)
             flips += f
             if f == 0 or not repeat:
                 break
@@ -148,20 +213,27 @@ def _serial_sweep(X, Z0, R, A0, lam, k_from, max_new, saturate):
     K = K0
     flips = 0
     overflow = -1
+    AT = _transposed(A0, K0 + max_new)
     r = np.empty(D)
+    s = np.empty(K0 + max_new + _LANES)
+    zf = np.zeros(K0 + max_new + _LANES)
+    on = np.empty(K0 + max_new, dtype=np.int64)
     for i in range(m):
         if k_from[i] < 0:
-            _residual(X[i], Zo[i], A[:K], r)
+            _start_row(X, Zo, i, A, K, r, zf, on)
             k0 = 0
         else:
             r[:] = R[i]
+            for k in range(K):
+                zf[k] = np.float64(Zo[i, k])
             k0 = k_from[i]
-        flips += _sweep_from(r, Zo[i], A[:K], aa[:K], k0)
+        flips += _sweep(Zo, i, A, AT, aa, r, s, zf, k0, K)
         qi = _sq(r)
         if qi > lam and not (saturate and K - K0 >= max_new):  # T3: a new feature only when strictly better
             if K - K0 >= max_new:
                 overflow = i
                 break
+            AT[:, K] = r
             A[K] = r
             aa[K] = qi
             Zo[i, K] = 1
@@ -219,40 +291,17 @@ def serial_sweep(X, Z, A, lam, *, R=None, k_from=None, max_new=None, saturate=Fa
 
 
 @numba.njit(**_JIT)
-def _sweep_row(x, z, A, aa, r):
-    """One coordinate sweep of the bits ``z`` of row ``x`` from the first feature: ``(bits changed, squared
-    residual)``, the residual left in ``r``."""
-    _residual(x, z, A, r)
-    flipped = _sweep_from(r, z, A, aa, 0)
-    return flipped, _sq(r)
-
-
-@numba.njit(**_JIT)
-def _add_row(x, z, on, G, B):
-    """Add the terms of row ``x`` with bits ``z`` to ``G = Z'Z`` and ``B = Z'X`` (``on``: scratch of length K,
-    the number of features)."""
-    m = 0
-    for k in range(on.shape[0]):
-        if z[k]:
-            on[m] = k
-            m += 1
-    for a in range(m):
-        ka = on[a]
-        for b in range(m):
-            G[ka, on[b]] += 1.0
-        for j in range(x.shape[0]):
-            B[ka, j] += x[j]
-
-
-@numba.njit(**_JIT)
 def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     """Sweep the rows ``perm[start:]`` of one block, fused with the (G, B, sse) partial of the rows that do not
     propose; stops after the ``max_proposals``-th proposal (``stop``: the next position)."""
-    n, D = X.shape
+    D = X.shape[1]
     K = A.shape[0]
+    AT = _transposed(A, K)
     G = np.zeros((K, K))
     B = np.zeros((K, D))
     r = np.empty(D)
+    s = np.empty(K + _LANES)
+    zf = np.zeros(K + _LANES)
     on = np.empty(K, dtype=np.int64)
     flips = 0
     count = 0
@@ -263,20 +312,31 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     res = np.empty((min(m, max_proposals), D))
     for p in range(start, m):
         i = perm[p]
-        x = X[i]
-        z = Z[i]
-        flipped, qi = _sweep_row(x, z, A, aa, r)
+        n_on = _start_row(X, Z, i, A, K, r, zf, on)
+        flipped = _sweep(Z, i, A, AT, aa, r, s, zf, 0, K)
         flips += flipped
+        qi = _sq(r)
         if qi > lam:
             pos[count] = p
-            res[count] = r
+            for j in range(D):
+                res[count, j] = r[j]
             count += 1
             if count >= max_proposals:
                 stop = p + 1
                 break
             continue
         sse += qi
-        _add_row(x, z, on, G, B)
+        if flipped:
+            n_on = 0
+            for k in range(K):
+                on[n_on] = k
+                n_on += Z[i, k] != 0
+        for a in range(n_on):  # the row's terms of G = Z'Z and B = Z'X
+            ka = on[a]
+            for b in range(n_on):
+                G[ka, on[b]] += 1.0
+            for j in range(D):
+                B[ka, j] += np.float64(X[i, j])
     return pos[:count].copy(), res[:count].copy(), flips, stop, G, B, sse
 
 

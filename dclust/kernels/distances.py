@@ -95,7 +95,7 @@ _TILE = 256
 
 @numba.njit(**_FAST)
 def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta, cost_k, fp, ranged, seed_mix,
-                 lo, hi, lam, proposals):
+                 lo, hi, lam, proposals, skip):
     """One read of the block: nearest centre of every row, folded at once into the per-cluster accumulators.
 
     The candidate distances ``||c - o||^2 - 2 (x - o).(c - o)`` come from one BLAS product per tile of rows, in the
@@ -108,7 +108,8 @@ def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta,
 
     DP-means epochs (``ranged``): only rows whose order key (:func:`order_keys`) lies in ``[lo, hi]`` are taken,
     and a row whose nearest centre is farther than ``lam`` is not accumulated but its local index is written to
-    ``proposals`` (the first ``len(proposals)`` of them; the count goes on). Returns ``(n_bad, n_taken, n_proposed)``.
+    ``proposals`` (the first ``len(proposals)`` of them; the count goes on). The rows listed in ``skip`` (sorted
+    local indices; RDP-means' linked rows) are not taken. Returns ``(n_bad, n_taken, n_proposed)``.
     """
     n, d = X.shape
     k = CT.shape[1]
@@ -119,6 +120,8 @@ def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta,
     n_bad = 0
     n_taken = 0
     n_prop = 0
+    n_skip = skip.shape[0]
+    p_skip = 0
     for s in range(0, n, _TILE):
         e = min(n, s + _TILE)
         g, xt = G[: e - s], T[: e - s]
@@ -128,6 +131,9 @@ def _lloyd_block(X, o, CT, cc, C, w, has_w, offset, labels, mind, weight, delta,
         np.dot(xt, CT, g)
         for r in range(e - s):
             i = s + r
+            if p_skip < n_skip and skip[p_skip] == i:
+                p_skip += 1
+                continue
             if ranged:
                 key = _key(np.uint64(offset + i) ^ seed_mix)
                 if key < lo or key > hi:
@@ -248,9 +254,10 @@ _NO_RANGE = (False, np.uint64(0), np.uint64(0), np.uint64(0))
 _FULL_RANGE = (0, 2**64 - 1)
 #: Proposals a block expects at most in an epoch (a larger count reruns the block with room for every row).
 _PROPOSAL_ROOM = 1024
+_NO_SKIP = np.zeros(0, np.int64)
 
 
-def _lloyd(X, C, sample_weight, offset, block_index, want_rows, key_range=_NO_RANGE, lam=np.inf):
+def _lloyd(X, C, sample_weight, offset, block_index, want_rows, key_range=_NO_RANGE, lam=np.inf, skip=_NO_SKIP):
     """Run :func:`_lloyd_block` on a float block with >= 1 centre; ``(stats, labels, dist, proposals)``."""
     n, d = X.shape
     k = C.shape[0]
@@ -271,7 +278,7 @@ def _lloyd(X, C, sample_weight, offset, block_index, want_rows, key_range=_NO_RA
         with _one_blas_thread():
             n_bad, n_taken, n_prop = _lloyd_block(X, o.astype(X.dtype), CT, cc, C, w, has_w, np.uint64(offset),
                                                   labels, mind, weight, delta, cost_k, fp, *key_range, float(lam),
-                                                  proposals)
+                                                  proposals, skip)
         if n_prop <= room:
             break
         room = n  # more proposals than expected: once more with room for every row
@@ -296,22 +303,26 @@ def seed_mix(seed: int) -> int:
 
 
 def epoch_stats(X, C, lam: float, sample_weight=None, *, offset: int, block_index: int, mix: int, lo: int,
-                hi: int) -> tuple[ClusterStats, np.ndarray]:
+                hi: int, skip=None) -> tuple[ClusterStats, np.ndarray]:
     """One DP-means epoch on one block: the rows whose order key is in ``[lo, hi]`` (inclusive) that are within
     ``lam`` of a centre of ``C`` are folded into statistics; the others are returned as proposals (local row
-    indices, in row order). With no centre every taken finite row is a proposal."""
+    indices, in row order). With no centre every taken finite row is a proposal. ``skip`` (sorted local row
+    indices) lists rows that are not taken at all."""
     X = _float_block(X)
     C = np.ascontiguousarray(C, dtype=np.float64).reshape(-1, X.shape[1])
     if C.shape[0] == 0:
         keys = order_keys(mix, np.arange(offset, offset + X.shape[0]))
         taken = (keys >= np.uint64(lo)) & (keys <= np.uint64(hi))
+        if skip is not None:
+            taken[skip] = False
         finite = np.isfinite(X).all(axis=1)
         stats = ClusterStats.identity(0, X.shape[1])
         stats.n_rows = int(taken.sum())
         stats.bad_block = block_index if (taken & ~finite).any() else -1
         return stats, np.flatnonzero(taken & finite).astype(np.int64)
     key_range = _NO_RANGE if (lo, hi) == _FULL_RANGE else (True, np.uint64(mix), np.uint64(lo), np.uint64(hi))
-    stats, _, _, proposals = _lloyd(X, C, sample_weight, offset, block_index, False, key_range, lam)
+    skip = _NO_SKIP if skip is None else np.ascontiguousarray(skip, dtype=np.int64)
+    stats, _, _, proposals = _lloyd(X, C, sample_weight, offset, block_index, False, key_range, lam, skip)
     return stats, proposals
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .distances import _finish, _weights, assign_stats, order_keys
+from .distances import _finish, _weights, epoch_stats, order_keys
 from .divergence import divergence_matrix, divergence_nearest, divergence_rows, smooth_rows
 from .dpmeans import serial_assign
 from .stats import ClusterStats
@@ -78,7 +78,11 @@ def rdp_propose(Xb, wb, linked, *, offset, block_index, mix, lo, hi, centers, la
     is already smoothed for KL; ``wb`` is unused (RDP-means has no sample weights). Returns
     ``(stats, n_rows, proposals (local rows), ())``.
     """
-    n, d = Xb.shape
+    if kind == "euclidean":  # the DP-means epoch kernel, the linked rows left out: one fused read of the block
+        stats, proposals = epoch_stats(Xb, centers, lam, offset=offset, block_index=block_index, mix=mix, lo=lo,
+                                       hi=hi, skip=linked)
+        return stats, stats.n_rows, proposals, ()
+    n = Xb.shape[0]
     skip = np.zeros(n, dtype=bool)
     skip[linked] = True
     if (lo, hi) == (0, 2**64 - 1):
@@ -88,19 +92,14 @@ def rdp_propose(Xb, wb, linked, *, offset, block_index, mix, lo, hi, centers, la
         rows = np.flatnonzero(~skip & (keys >= np.uint64(lo)) & (keys <= np.uint64(hi)))
     k = centers.shape[0]
     Xu = Xb if rows.size == n else Xb[rows]
-    if k and kind == "euclidean":
-        # one fused read of the rows, as DPMeans does (fingerprints hash their position among them)
-        stats, labels, dist = assign_stats(Xu, centers, offset=offset, block_index=block_index)
-        if not (dist > lam).any():
-            return stats, rows.size, np.empty(0, np.int64), ()
-    else:
-        labels, dist = divergence_nearest(Xu, centers, kind)
     if k:
+        labels, dist = divergence_nearest(Xu, centers, kind)
         finite = ~np.isnan(dist)
         propose = finite & ~(dist <= lam)
     else:
         finite = np.isfinite(np.asarray(Xu, dtype=np.float64)).all(axis=1)
         propose = finite.copy()
+        labels, dist = np.zeros(rows.size, np.int64), np.zeros(rows.size)
     keep = ~propose & finite
     full_labels = np.full(n, -1, dtype=np.int32)
     full_dist = np.zeros(n)
@@ -126,15 +125,70 @@ def link_scores(indptr: np.ndarray, cols: np.ndarray, vals: np.ndarray, z_nb: np
     return L
 
 
+_NJIT = dict(nogil=True, cache=True, error_model="numpy")
+
+
+#: Most features :func:`_sq_distances` handles: numpy sums up to 128 numbers in one block (beyond, it recurses).
+_PAIRWISE_BLOCK = 128
+
+
+@numba.njit(**_NJIT)
+def _block_sum(a, n):
+    """``a[:n].sum()`` for ``n <= 128`` in numpy's order (eight partial sums), bit for bit."""
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
+    i = 8
+    while i < n - n % 8:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[i]
+        i += 1
+    return res
+
+
+@numba.njit(**_NJIT)
+def _sq_distances(X, C):
+    """``||x_n - c_k||^2`` for all rows and centres, (n, K) float64, without a temporary: the same values as
+    :func:`dclust.kernels.divergence.divergence_matrix` (float64 differences, squares summed in numpy's order;
+    at most ``_PAIRWISE_BLOCK`` features)."""
+    n, d = X.shape
+    k = C.shape[0]
+    out = np.empty((n, k))
+    t = np.empty(d)
+    for i in range(n):
+        for c in range(k):
+            for j in range(d):
+                v = np.float64(X[i, j]) - C[c, j]
+                t[j] = v * v
+            out[i, c] = _block_sum(t, d)
+    return out
+
+
 _TILE = 512
 
 
 def _divergences(X: np.ndarray, C: np.ndarray, kind: str) -> np.ndarray:
-    """:func:`divergence_matrix`, Euclidean in tiles of ``_TILE`` rows (the same values; the temporary is
-    ``tile x K x D`` and stays in cache)."""
-    if kind != "euclidean" or X.shape[0] <= _TILE:
+    """:func:`divergence_matrix`, bit for bit, without its ``n x K x D`` temporary: Euclidean by
+    :func:`_sq_distances` (or, beyond ``_PAIRWISE_BLOCK`` features, the direct form in tiles of ``_TILE`` rows)."""
+    if kind != "euclidean":
         return divergence_matrix(X, C, kind)
-    D = np.empty((X.shape[0], np.shape(C)[0]))
+    C = np.ascontiguousarray(C, dtype=np.float64).reshape(-1, X.shape[1])
+    if X.shape[1] <= _PAIRWISE_BLOCK:
+        return _sq_distances(np.ascontiguousarray(X), C)
+    D = np.empty((X.shape[0], C.shape[0]))
     for s in range(0, X.shape[0], _TILE):
         D[s : s + _TILE] = divergence_matrix(X[s : s + _TILE], C, kind)
     return D

@@ -280,13 +280,18 @@ def test_a_pass_with_unlinked_and_linked_rows_is_one_compute(three):
     _check_serial(m, X, G, max_iter=4)
 
 
-def test_tiled_divergences_of_a_color_phase_equal_the_direct_ones():
-    """The colour-phase kernel computes Euclidean divergences in row tiles: bit-identical to the direct matrix
-    (the serial-order equality depends on it)."""
+@pytest.mark.parametrize("d", [1, 3, 8, 9, 17, 64, 130, 300])
+def test_divergences_of_a_color_phase_equal_the_direct_ones(d):
+    """The colour-phase kernel computes Euclidean divergences without a temporary: bit-identical to the direct
+    matrix (the serial-order equality depends on it), for numbers of features on both sides of numpy's
+    pairwise-summation blocks (8, 128)."""
     from dclust.kernels.divergence import divergence_matrix
-    from dclust.kernels.rdpmeans import _TILE, _divergences
+    from dclust.kernels.rdpmeans import _divergences
 
     rng = np.random.default_rng(9)
-    X, C = rng.normal(size=(3 * _TILE + 17, 8)), rng.normal(size=(30, 8))
+    X = rng.normal(size=(517, d)) * 10.0 ** rng.uniform(-3, 3, size=(517, d))
+    C = rng.normal(size=(30, d))
     np.testing.assert_array_equal(_divergences(X, C, "euclidean"), divergence_matrix(X, C, "euclidean"))
+    np.testing.assert_array_equal(_divergences(X.astype(np.float32), C, "euclidean"),
+                                  divergence_matrix(X.astype(np.float32), C, "euclidean"))
     assert _divergences(X, C[:0], "euclidean").shape == (X.shape[0], 0)
