@@ -53,3 +53,16 @@ def test_grouped_and_ungrouped_passes_agree(store, rows):
     np.testing.assert_array_equal(grouped.weight, single.weight)
     np.testing.assert_allclose(grouped.mean, single.mean, rtol=1e-10)
     np.testing.assert_allclose(grouped.scatter, single.scatter, rtol=1e-10)
+
+
+@pytest.mark.parametrize("n_blocks,n_tasks", [(20, 8), (21, 8), (8, 8), (5, 8), (80, 8), (1, 4), (17, 3)])
+def test_block_groups_are_balanced(n_blocks, n_tasks):
+    from dclust._dask.passes import block_groups
+
+    groups = block_groups(n_blocks, n_tasks=n_tasks)
+    assert [b for g in groups for b in g] == list(range(n_blocks))  # every block once, in order
+    assert len(groups) == min(n_blocks, n_tasks)
+    sizes = [len(g) for g in groups]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+    subset = [1, 2, 3, 7, 9]
+    assert block_groups(10, subset, n_tasks=2) == [[1, 2, 3], [7, 9]]
