@@ -83,6 +83,9 @@ def _key(i):
 
 #: Rows per tile of the assignment kernel (the tile's distances stay in L1/L2 cache, as in scikit-learn).
 _TILE = 256
+#: Up to this many features the kernel transposes a tile itself; beyond, BLAS reads it transposed (CPU time per
+#: tile, 2-core Xeon: the same at D = 16-32; at D = 8 the own transpose is 1.25 x faster, at D = 64 BLAS 2 x).
+_NARROW = 32
 
 
 @numba.njit(**_FAST)
@@ -108,8 +111,9 @@ def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta,
     k = Ck.shape[0]
     want_rows = labels.shape[0] > 0
     tile = min(n, _TILE)
+    narrow = d <= _NARROW
     G = np.empty((k, tile), dtype=X.dtype)
-    T = np.empty((d, tile), dtype=X.dtype)
+    T = np.empty((d, tile) if narrow else (tile, d), dtype=X.dtype)
     best = np.empty(tile, dtype=X.dtype)
     nearest = np.empty(tile, dtype=np.int64)
     t = np.empty(d)
@@ -120,11 +124,17 @@ def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta,
         m = min(n, s + _TILE) - s
         if m < tile:  # the last, short tile (np.dot wants contiguous operands)
             G = np.empty((k, m), dtype=X.dtype)
-            T = np.empty((d, m), dtype=X.dtype)
-        for r in range(m):
-            for j in range(d):
-                T[j, r] = X[s + r, j] - o[j]
-        np.dot(Ck, T, G)
+            T = np.empty((d, m) if narrow else (m, d), dtype=X.dtype)
+        if narrow:  # the centred tile transposed here (cheap for few columns) ...
+            for r in range(m):
+                for j in range(d):
+                    T[j, r] = X[s + r, j] - o[j]
+            np.dot(Ck, T, G)
+        else:  # ... or centred in place and transposed by BLAS (T.T is T in Fortran order, no copy)
+            for r in range(m):
+                for j in range(d):
+                    T[r, j] = X[s + r, j] - o[j]
+            np.dot(Ck, T.T, G)
         for r in range(m):
             best[r] = np.inf
             nearest[r] = -1
