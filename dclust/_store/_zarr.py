@@ -11,6 +11,10 @@ failure) into one :class:`~dclust.errors.CorruptStoreError` naming the store, th
 engine calls it when a task's read of a row block fails (``dclust._dask.passes._read``), and :func:`read_all`
 wraps the whole-array reads of models, checkpoints and constraint graphs.
 
+Reads of whole row chunks of uncompressed local stores (what ``write_array`` writes for floating-point data) skip
+zarr's decoding: :class:`CheckedArray` reads the chunk file into the returned array and checks the CRC-32C itself
+(:class:`_DirectChunks`; any other read, and any chunk that fails, goes through zarr as before).
+
 The codec chain is the only change to the format: the compressor (``write_array``'s ``codec=``) is unchanged,
 readers of older stores (without the checksum) are unchanged, and a zarr v3 reader outside dclust reads the stores
 as before (``crc32c`` is one of zarr v3's core codecs).
