@@ -393,7 +393,8 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
     params = _Params(fn, merge, kwargs, getter, layout)
     source_node = None if reader is None else X.__dask_graph__()[reader.source.key]
     source_value = source_node.value if isinstance(source_node, DataNode) else source_node  # (a plain object)
-    inline = _is_small(kwargs) and not isinstance(source_value, GraphNode)
+    # (an in-memory source, e.g. a memory map, would be pickled with its data into every task: it stays one key)
+    inline = _is_small(kwargs) and not isinstance(source_value, (GraphNode, np.ndarray))
     layer: dict = {}
     if not inline:
         layer[params_key] = DataNode(params_key, params)
