@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=20
 
 bench: $(STAMP)
-	for b in engine kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links; do $(PY) benchmarks/bench_$$b.py || exit 1; done
+	for b in engine pass_floor kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links; do $(PY) benchmarks/bench_$$b.py || exit 1; done
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache
