@@ -29,7 +29,7 @@ test-fast: $(STAMP)  # everything but the tests marked slow (benchmark scripts e
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
 
 bench: $(STAMP)
-	for b in engine kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links faces gmpr_step anytime; do $(PY) benchmarks/bench_$$b.py || exit 1; done
+	for b in engine pass_floor occ_ratio kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links faces gmpr_step anytime; do $(PY) benchmarks/bench_$$b.py || exit 1; done
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict   # warnings are errors; the site goes to site/ (gitignored)

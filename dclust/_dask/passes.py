@@ -4,8 +4,9 @@ A pass is a few tasks, each taking a *group* of consecutive row blocks. A task r
 array is a plain read of a store (``dask.array.from_zarr`` / ``from_array``: the same ``getter`` call Dask would
 make, without one task per chunk), or takes them from the tasks that make them (a persisted array's blocks, or a
 computed array), runs the kernel block by block and returns only what the reduction needs. The parameters of a
-pass (centres, thresholds) are one key of the graph, sent once per worker, not embedded in every task. No block
-is concatenated or copied on the way.
+pass (centres, thresholds) and the store object travel inside every task when they are small (so the tasks of a
+pass on a distributed cluster wait for no other key), else they are one key of the graph, sent once per worker.
+No block is concatenated or copied on the way.
 
 How many tasks (``dask.config.set({"dclust.pass-grouping": False})`` keeps one task per block, for comparisons): a
 store read is grouped into about ``TASKS_PER_THREAD`` tasks per thread of the cluster, so the
@@ -21,7 +22,6 @@ per block (proposal steps that need them block by block); :func:`map_labels` giv
 from __future__ import annotations
 
 import functools
-import math
 import os
 import uuid
 from dataclasses import dataclass
@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 import dask
 import dask.array as da
 import numpy as np
-from dask._task_spec import DataNode, List, Task, TaskRef
+from dask._task_spec import DataNode, GraphNode, List, Task, TaskRef
 from dask.array.chunk import getitem
 from dask.array.optimization import _is_getter_task
 from dask.highlevelgraph import HighLevelGraph
@@ -217,14 +217,19 @@ def _cpu_count() -> int:
 
 
 def block_groups(n_blocks: int, blocks: Sequence[int] | None = None, n_tasks: int | None = None) -> list[list[int]]:
-    """Consecutive groups of the blocks (default all), about ``n_tasks`` of them (default: per cluster thread)."""
+    """``n_tasks`` (default: ``TASKS_PER_THREAD`` per cluster thread; at most one per block) groups of consecutive
+    blocks (default all) whose sizes differ by at most one, larger first: with as many tasks per thread, every
+    thread gets the same number of blocks (20 blocks in 8 tasks are 3, 3, 3, 3, 2, 2, 2, 2 -- not 3, ..., 3, 2,
+    which would leave one of 2 threads idle for the last task)."""
     todo = list(range(n_blocks)) if blocks is None else [int(b) for b in blocks]
     if not todo:
         return []
     if n_tasks is None:
         n_tasks = TASKS_PER_THREAD * _cluster_threads()
-    size = max(1, math.ceil(len(todo) / max(1, n_tasks)))
-    return [todo[i:i + size] for i in range(0, len(todo), size)]
+    n_groups = min(len(todo), max(1, int(n_tasks)))
+    size, larger = divmod(len(todo), n_groups)
+    bounds = np.cumsum([0] + [size + 1] * larger + [size] * (n_groups - larger))
+    return [todo[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _worker_groups(X: da.Array, todo: list[int]) -> list[list[int]] | None:
@@ -290,11 +295,44 @@ def _layout_arrays(runs: tuple) -> tuple[np.ndarray, np.ndarray]:
     return block_offsets(tuple(sizes)), sizes
 
 
+#: Parameters of a pass up to this size (the numpy arrays among them) travel inside every task; larger ones are one
+#: key of the graph, sent once per worker. Inside the tasks, a pass on a distributed cluster has no dependency to
+#: wait for: no round trip through the scheduler for the parameters' (and the store object's) key before its
+#: tasks start, and no transfer of them from the worker that made them to the other workers.
+_INLINE_BYTES = 256 * 2**10
+
+
+_SCALARS = (int, float, complex, str, bool, type(None), np.generic)
+
+
+def _is_small(kwargs: dict) -> bool:
+    """Whether the keyword arguments of a pass travel inside its tasks: numpy arrays of at most ``_INLINE_BYTES``
+    in all and scalars (any other object may be large: it stays one key). ``dask.config.set({"dclust.inline-params":
+    False})`` always keeps them one key (for comparisons)."""
+    if not dask.config.get("dclust.inline-params", True):
+        return False
+    values = [x for v in kwargs.values() for x in (v if isinstance(v, (tuple, list)) else (v,))]
+    if not all(isinstance(v, (np.ndarray,) + _SCALARS) for v in values):
+        return False
+    return sum(v.nbytes for v in values if isinstance(v, np.ndarray)) <= _INLINE_BYTES
+
+
+@dataclass(frozen=True)
+class _Params:
+    """What every task of a pass shares: the kernel, the merge, its keyword arguments, how to read, the layout."""
+
+    fn: Callable
+    merge: Callable | None
+    kwargs: dict
+    getter: "_Getter | None"
+    layout: _Layout
+
+
 def _run_group(params, blocks, source, data, extra, *aligned):
     """Run ``fn`` on every block of the group, reading the blocks from ``source`` (``data`` are then the getter's
     indices, or None for whole-row reads) or taking them from ``data``; merge the results (``merge``) or return them
     in a list. ``extra`` holds the group's per-block arguments (or is None)."""
-    fn, merge, kwargs, reader, layout = params
+    fn, merge, kwargs, reader, layout = params.fn, params.merge, params.kwargs, params.getter, params.layout
     _reuse_chunk_buffers()
     offsets, sizes = layout.blocks()
     out = []
@@ -352,24 +390,32 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
     reader = _reader_of(X)
     getter = None if reader is None else _Getter(reader.getter, reader.asarray, reader.lock)
     layout = _Layout.of(X.chunks[0], X.shape[1:])
-    layer: dict = {params_key: DataNode(params_key, (fn, merge, kwargs, getter, layout))}
+    params = _Params(fn, merge, kwargs, getter, layout)
+    source_node = None if reader is None else X.__dask_graph__()[reader.source.key]
+    source_value = source_node.value if isinstance(source_node, DataNode) else source_node  # (a plain object)
+    # (an in-memory source, e.g. a memory map, would be pickled with its data into every task: it stays one key)
+    inline = _is_small(kwargs) and not isinstance(source_value, (GraphNode, np.ndarray))
+    layer: dict = {}
+    if not inline:
+        layer[params_key] = DataNode(params_key, params)
     for g, blocks in enumerate(groups):
         if reader is None:
             source, data = None, List(*[TaskRef(_block_key(X, b)) for b in blocks])
         else:
-            source, data = reader.source, None if reader.canonical else [reader.index[b] for b in blocks]
+            source = source_value if inline else reader.source
+            data = None if reader.canonical else [reader.index[b] for b in blocks]
         others = [None if a is None else List(*[TaskRef(_block_key(a, b if m is None else m[b])) for b in blocks])
                   for a, m in zip(aligned, where)]
         extra = None if block_args is None else [block_args[b] for b in blocks]
         layer[(name, g)] = Task(
-            (name, g), _run_group, TaskRef(params_key), _compact(blocks), source, data, extra, *others,
+            (name, g), _run_group, params if inline else TaskRef(params_key), _compact(blocks), source, data, extra,
+            *others,
         )
     deps = [a for a in aligned if a is not None]
-    if reader is not None:  # only the source object is needed: not X's layer of one getter task per chunk, which the
-        source_key = reader.source.key  # scheduler would otherwise receive and cull on every pass
-        layer[source_key] = X.__dask_graph__()[source_key]
-    else:
+    if reader is None:
         deps.insert(0, X)
+    elif not inline:  # only the source object is needed: not X's layer of one getter task per chunk, which the
+        layer[reader.source.key] = source_node  # scheduler would otherwise receive and cull on every pass
     return HighLevelGraph.from_collections(name, layer, dependencies=deps), name
 
 

@@ -53,3 +53,46 @@ def test_grouped_and_ungrouped_passes_agree(store, rows):
     np.testing.assert_array_equal(grouped.weight, single.weight)
     np.testing.assert_allclose(grouped.mean, single.mean, rtol=1e-10)
     np.testing.assert_allclose(grouped.scatter, single.scatter, rtol=1e-10)
+
+
+@pytest.mark.parametrize("n_blocks,n_tasks", [(20, 8), (21, 8), (8, 8), (5, 8), (80, 8), (1, 4), (17, 3)])
+def test_block_groups_are_balanced(n_blocks, n_tasks):
+    from dclust._dask.passes import block_groups
+
+    groups = block_groups(n_blocks, n_tasks=n_tasks)
+    assert [b for g in groups for b in g] == list(range(n_blocks))  # every block once, in order
+    assert len(groups) == min(n_blocks, n_tasks)
+    sizes = [len(g) for g in groups]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+    subset = [1, 2, 3, 7, 9]
+    assert block_groups(10, subset, n_tasks=2) == [[1, 2, 3], [7, 9]]
+
+
+def _pass_tasks(Xd, C) -> dict:
+    parts = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centers=C)
+    graph = dict(parts.__dask_graph__())
+    return {k: v for k, v in graph.items() if isinstance(k, tuple) and str(k[0]).startswith("dclust-pass-")} | {
+        k: v for k, v in graph.items() if str(k).startswith(("dclust-params-", "original-from-zarr-"))}
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_small_parameters_travel_inside_the_tasks(store, inline):
+    """Small centres (and the store object) are inside every task: the tasks of a store pass depend on no key.
+    Large centres, or ``dclust.inline-params: False``, are one key; the results are the same."""
+    X, path = store
+    Xd = dclust.open_array(path)
+    C = X[:4].astype(np.float64)
+    with dask.config.set({"dclust.inline-params": inline}):
+        tasks = _pass_tasks(Xd, C)
+        stats = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centers=C).compute()[()]
+    extra = [k for k in tasks if not (isinstance(k, tuple) and str(k[0]).startswith("dclust-pass-"))]
+    deps = set().union(*(t.dependencies for k, t in tasks.items() if k not in extra))
+    if inline:
+        assert extra == [] and deps == set()
+    else:
+        assert len(extra) == 2 and deps == set(extra)  # the parameters and the store object
+    reference = ClusterStats.from_labels(X, np.argmin(((X[:, None, :] - C[None]) ** 2).sum(axis=2), axis=1), 4)
+    np.testing.assert_array_equal(stats.weight, reference.weight)
+    np.testing.assert_allclose(stats.mean, reference.mean, rtol=1e-6)
+    big = np.tile(C, (10_000, 1))  # 320 kB of centres: one key
+    assert any(str(k).startswith("dclust-params-") for k in _pass_tasks(Xd, big))

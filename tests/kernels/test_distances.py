@@ -5,7 +5,7 @@ from dclust.kernels import distances
 from dclust.kernels.distances import assign_stats, assign_stats_numpy, block_stats, nearest, nearest_numpy
 
 
-@pytest.mark.parametrize("n,d,k", [(1, 1, 1), (100, 3, 4), (2000, 8, 16), (500, 40, 60)])
+@pytest.mark.parametrize("n,d,k", [(1, 1, 1), (100, 3, 4), (2000, 8, 16), (257, 32, 3), (300, 33, 5), (500, 40, 60)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_numba_kernel_equals_numpy_twin(n, d, k, dtype):
     rng = np.random.default_rng(n + d + k)

@@ -1,0 +1,56 @@
+"""benchmarks/bench_pass_floor.py runs end to end at toy size, as a subprocess (as the lead runs it), and its JSON
+holds every figure of its table."""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_pass_floor.py"
+
+
+def run_bench(*args, cwd=None, timeout=300):
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    env.pop("DCLUST_SCHEDULER", None)
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=cwd)
+
+
+def test_importing_runs_nothing(tmp_path, monkeypatch):
+    """Worker processes re-import the script as ``__mp_main__``: that must start no cluster and write nothing."""
+    monkeypatch.chdir(tmp_path)
+    namespace = runpy.run_path(str(SCRIPT), run_name="__mp_main__")
+    assert callable(namespace["main"])
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("bad", [["--iter-lo", "5", "--iter-hi", "5"], ["--chunk-rows", "0"], ["--k", "9", "--n", "8"]])
+def test_bad_arguments_are_refused_before_any_work(bad, tmp_path):
+    r = run_bench(*bad, "--data-dir", tmp_path / "data", "--out", tmp_path / "out.json", cwd=tmp_path, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "error:" in r.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_toy_run_writes_every_figure(tmp_path):
+    out = tmp_path / "out.json"
+    r = run_bench("--n", 24_000, "--d", 3, "--k", 4, "--centers", 4, "--chunk-rows", 6_000, "--iter-hi", 3,
+                  "--iter-lo", 2, "--repeats", 1, "--data-dir", tmp_path / "data", "--out", out)
+    assert r.returncode == 0, f"STDOUT:\n{r.stdout}\nSTDERR:\n{r.stderr}"
+    assert "Traceback" not in r.stderr, r.stderr
+    res = json.loads(out.read_text())["result"]
+    assert (res["n"], res["d"], res["k"], res["chunk_rows"]) == (24_000, 3, 4, 6_000)
+    paths = {"read", "sklearn", "threads", "processes", "persisted"}
+    assert set(res["per_iter"]) == paths and set(res["cpu_per_iter"]) == paths
+    assert res["per_iter"]["read"] > 0 and res["chunk_cpu"]["dclust_block_stats"] > 0
+    for name in ("sklearn", "threads", "processes", "persisted"):  # every fit ran hi and lo iterations once
+        assert sorted(res["times"][name]) == ["2", "3"] and all(len(v) == 1 for v in res["times"][name].values())
+    for name, value in res["ratios"].items():  # a ratio only from positive figures (toy marginals may dip)
+        assert value is None or value > 0, (name, value)
+    assert "floor = read + scikit-learn" in r.stdout and "CPU seconds per iteration" in r.stdout
