@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._fit import NoCheckpoint, Step, finish, fit_loop
+from .._fit import NoCheckpoint, finish, fit_loop
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator
+from .._validation import Interval, Options, as_generator
 from ..errors import InvalidParameterError, message
 from ..kernels import collapsed as K
 from ..kernels.bpmeans import feature_means
-from ._base import CHECKPOINT, CentroidMixin
+from ._base import HistoryStep, MEMORY_PARAMETERS, CentroidMixin
 from ._features import FeatureMixin
 from ._inmemory import _InMemory
 
@@ -39,7 +39,7 @@ def _restart_orders(n: int, random_state, n_init: int) -> list[np.ndarray]:
             for r in range(1, n_init)]
 
 
-class _Passes(Step):
+class _Passes(HistoryStep):
     """Serial passes of an in-memory estimator for the fit loop: every pass visits the rows in one processing order
     drawn once per fit (docs/algorithms.md section 0). The state: ``order``, ``history`` (the objective after every
     pass), ``changed`` (the last pass changed the model) and the model's arrays. A subclass gives ``initial()``
@@ -65,9 +65,6 @@ class _Passes(Step):
 
     def converged(self, old: dict, new: dict) -> bool:
         return not new["changed"]
-
-    def objective(self, s: dict) -> float:
-        return s["history"][-1]
 
     def n_clusters(self, s: dict) -> int:
         return self.size(s)
@@ -249,9 +246,7 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
         "init": [Options(("mean", "empty"))],
         "max_iter": [Interval("int", 1, None)],
         "shuffle": [Options((True, False))],
-        "random_state": [SEED],
-        "max_samples": [Interval("int", 1, None)],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
     _cost_note = "a serial in-memory descent, O(N K D) per pass"
 
@@ -344,9 +339,7 @@ class CappedDPMeans(CentroidMixin, _InMemory):
         "init": [Options(("mean", "empty"))],
         "max_iter": [Interval("int", 1, None)],
         "shuffle": [Options((True, False))],
-        "random_state": [SEED],
-        "max_samples": [Interval("int", 1, None)],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
     _cost_note = "a serial in-memory algorithm, O(N K D) per pass"
 
@@ -439,9 +432,7 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
         "max_iter": [Interval("int", 1, None)],
         "shuffle": [Options((True, False))],
         "n_init": [Interval("int", 1, None)],
-        "random_state": [SEED],
-        "max_samples": [Interval("int", 1, None)],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
     _cost_note = "a serial in-memory descent that re-solves a K x K system per candidate move"
 

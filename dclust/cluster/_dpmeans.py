@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from .._dask.init import furthest_first
-from .._fit import Step, finish, fit_loop, persisted, restore_finished, warn_unconverged
+from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._dask.occ import (
     DPRule, KeyedPass, keyed_pass, keyed_prefix, keyed_records_from, keyed_records_state, opening_rate,
 )
 from .._registry import register
 from .._validation import (
-    SEED, Interval, Options, as_generator, check_array, check_lam_or_n_clusters, check_sample_weight,
+    Interval, Options, as_generator, check_array, check_lam_or_n_clusters, check_sample_weight,
 )
 from ..errors import InvalidDataError, message
 from ..kernels.distances import seed_mix
-from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
+from ._base import HistoryStep, OCC_PARAMETERS, BaseEstimator, CentroidMixin, raise_if_bad_block
 from ._partial import dpmeans_partial_fit
 
 __all__ = ["DPMeans", "heuristic_lam"]
@@ -34,7 +34,7 @@ def heuristic_lam(name: str, X, mean: np.ndarray, n_clusters: int, split_every=N
     return lam
 
 
-class _Passes(Step):
+class _Passes(HistoryStep):
     """The passes of one DP-means fit, for the fit loop.
 
     :meth:`start` makes the first pass over the data (one-cluster statistics, NaN check, the rows of the serial
@@ -93,12 +93,6 @@ class _Passes(Step):
 
     def converged(self, old: dict, new: dict) -> bool:
         return old["fp"] is not None and np.array_equal(new["fp"], old["fp"])
-
-    def objective(self, s: dict) -> float:
-        return s["history"][-1]
-
-    def n_clusters(self, s: dict) -> int:
-        return s["centers"].shape[0]
 
     def start_extra(self, s: dict) -> dict:
         return {"lam": s["lam"]}
@@ -192,12 +186,7 @@ class DPMeans(CentroidMixin, BaseEstimator):
         "n_clusters": [Interval("int", 1, None), Options((None,))],
         "init": [Options(("mean", "empty"))],
         "max_iter": [Interval("int", 1, None)],
-        "random_state": [SEED],
-        "prefix_size": [Interval("int", 0, None)],
-        "max_proposals": [Interval("int", 1, None)],
-        "persist": [Options(("auto", True, False))],
-        "split_every": [Interval("int", 2, None), Options((None,))],
-        "checkpoint": [CHECKPOINT],
+        **OCC_PARAMETERS,
     }
     _transient_attributes = ("serial_order_",)
     _checkpoint_since = 2  # the loop state of format 1 was DPMeans' own

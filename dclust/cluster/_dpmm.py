@@ -8,10 +8,10 @@ import numpy as np
 from .._dask.passes import map_labels
 from .._fit import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator
+from .._validation import Interval, Options, as_generator
 from ..errors import InvalidParameterError, message
 from ..kernels import dpmm as K
-from ._base import CHECKPOINT, ClusterMixin, wrap_output
+from ._base import MEMORY_PARAMETERS, ClusterMixin, wrap_output
 
 from ._inmemory import _VECTOR, _InMemory, _first_appearance
 
@@ -98,9 +98,7 @@ class DPMMGibbs(ClusterMixin, _InMemory):
         "n_iter": [Interval("int", 1, None)],
         "init": [Options(("sequential", "single"))],
         "keep": [Options(("best", "last"))],
-        "max_samples": [Interval("int", 1, None)],
-        "random_state": [SEED],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
     _cost_note = "a serial collapsed Gibbs sampler, O(N K D) per sweep"
 

@@ -8,10 +8,10 @@ import numpy as np
 
 from .._fit import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator
+from .._validation import Interval, Options, as_generator
 from ..errors import DclustError, message
 from ..kernels import ibp as K
-from ._base import CHECKPOINT, TransformerMixin, wrap_output
+from ._base import MEMORY_PARAMETERS, TransformerMixin, wrap_output
 
 from ._inmemory import _InMemory
 
@@ -111,9 +111,7 @@ class IBPGibbs(TransformerMixin, _InMemory):
         "max_features": [Interval("int", 1, None)],
         "anneal_factor": [Interval("real", 1, None)],
         "keep": [Options(("best", "last"))],
-        "max_samples": [Interval("int", 1, None)],
-        "random_state": [SEED],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
     _cost_note = "a serial collapsed Gibbs sampler, O(N K^3) per sweep"
 

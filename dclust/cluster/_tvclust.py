@@ -12,11 +12,11 @@ import numpy as np
 
 from .._fit import Step, finish, fit_loop, restore_finished, restore_rng, rng_state
 from .._registry import register
-from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array, check_constraints
+from .._validation import Interval, Options, _Kind, as_generator, check_array, check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ..kernels.tvclust import Gibbs, GibbsState, LinkLists, NIWPrior, gaussian_logpdf
-from ._base import CHECKPOINT, BaseEstimator, ClusterMixin, finite_rows, wrap_output
+from ._base import MEMORY_PARAMETERS, BaseEstimator, ClusterMixin, finite_rows, wrap_output
 
 __all__ = ["TVClust"]
 
@@ -116,9 +116,7 @@ class TVClust(ClusterMixin, BaseEstimator):
         "prior_scale": [Interval("real", 0, None, "neither"), Options((None,))],
         "init_clusters": [Interval("int", 1, None)],
         "n_sweeps": [Interval("int", 1, None)],
-        "max_samples": [Interval("int", 1, None)],
-        "random_state": [SEED],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
 
     def __init__(
