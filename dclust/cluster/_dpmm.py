@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._dask.passes import map_labels
-from .._fit import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
+from .._fit import ProgressEvent, Stopwatch, emit, rng_state
 from .._registry import register
 from .._validation import Interval, Options, as_generator
 from ..errors import InvalidParameterError, message
@@ -151,19 +151,13 @@ class DPMMGibbs(ClusterMixin, _InMemory):
         first = 0
         if state is not None:
             with ck.reading():
-                first, rng = int(state["sweep"]), set_rng_state(state["rng"])
-                if state["phase"] != "sweep" or not 0 < first < self.n_iter:
-                    raise ValueError(f"phase {state['phase']!r} at sweep {first} of n_iter={self.n_iter}")
+                first, rng, kept_lj, history, ks = self._resume_sweeps(state, "n_clusters")
                 labels = ck.require_shape("labels", state["labels"], (n,)).astype(np.int64)
                 counts = ck.require_shape("counts", state["counts"], (n,)).astype(np.int64)
                 if labels.min() < 0 or labels.max() >= n or not np.array_equal(np.bincount(labels, minlength=n),
                                                                                counts):
                     raise ValueError("labels and table counts that do not fit together")
                 kept = ck.require_shape("kept sample", state["kept"], (n,)).astype(np.int64)
-                kept_lj = float(state["kept_log_joint"])
-                history, ks = [float(v) for v in state["history"]], [int(v) for v in state["n_clusters"]]
-                if not len(history) == len(ks) == first:
-                    raise ValueError(f"histories of {len(history)} and {len(ks)} sweeps; expected {first}")
             sums[:] = 0.0  # as after every sweep: re-accumulated exactly from the labels
             np.add.at(sums, labels, X)
         watch = Stopwatch()

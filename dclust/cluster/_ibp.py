@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._fit import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
+from .._fit import ProgressEvent, Stopwatch, emit, rng_state
 from .._registry import register
 from .._validation import Interval, Options, as_generator
 from ..errors import DclustError, message
@@ -153,9 +153,7 @@ class IBPGibbs(TransformerMixin, _InMemory):
         first = 0
         if state is not None:
             with ck.reading():
-                first, rng = int(state["sweep"]), set_rng_state(state["rng"])
-                if state["phase"] != "sweep" or not 0 < first < self.n_iter:
-                    raise ValueError(f"phase {state['phase']!r} at sweep {first} of n_iter={self.n_iter}")
+                first, rng, kept_lj, history, ks = self._resume_sweeps(state, "n_features")
                 k = int(state["k"])
                 if not 0 <= k <= cap:
                     raise ValueError(f"{k} features with max_features={cap}")
@@ -165,10 +163,6 @@ class IBPGibbs(TransformerMixin, _InMemory):
                 m = ck.require_shape("feature counts", state["m"], (cap,)).astype(np.int64)
                 if state["kept"] is not None:
                     kept = ck.require_shape("kept sample", state["kept"], (n, None)).astype(np.uint8)
-                kept_lj = float(state["kept_log_joint"])
-                history, ks = [float(v) for v in state["history"]], [int(v) for v in state["n_features"]]
-                if not len(history) == len(ks) == first:
-                    raise ValueError(f"histories of {len(history)} and {len(ks)} sweeps; expected {first}")
         watch = Stopwatch()
         n_anneal = self.n_iter // 2 if self.anneal_factor > 1 else 0
         for it in range(first, self.n_iter):
