@@ -32,8 +32,8 @@ from sklearn.base import TransformerMixin as _SklearnTransformerMixin
 from .._dask.passes import block_offsets, map_labels, map_reduce
 from .._fit import NoCheckpoint, Step
 from .._validation import (
-    SEED, InputInfo, Interval, Options, _Kind, check_array, check_feature_names, check_n_features, dataframe_to_array, feature_names,
-    refuse_sparse, validate_params,
+    SEED, InputInfo, Interval, Options, _Kind, check_array, check_feature_names, check_n_features,
+    dataframe_to_array, feature_names, refuse_sparse, validate_params,
 )
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels.distances import block_stats, nearest

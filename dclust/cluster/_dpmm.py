@@ -189,15 +189,7 @@ class DPMMGibbs(ClusterMixin, _InMemory):
         self.cluster_variances_ = v
         self.n_clusters_ = k
         self.mu0_ = mu0
-        self.log_joint_ = float(kept_lj)
-        self.log_joint_history_ = history
-        self.objective_history_ = [-h for h in history]
-        self.n_clusters_history_ = ks
-        self.n_iter_ = self.n_iter
-        self.n_features_in_ = d
-        ck.save_done(self)
-        emit(ProgressEvent("DPMMGibbs", "done", self.n_iter, -kept_lj, k, 0.0))
-        return self
+        return self._finish_sweeps(ck, kept_lj, history, ks, "n_clusters_history_", k, d)
 
     def predict(self, X):
         """MAP cluster of every row under the posterior predictive of the kept sample (no new clusters):

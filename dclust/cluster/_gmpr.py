@@ -16,7 +16,9 @@ from ..errors import (
 )
 from ..kernels.gmpr import MixtureParams, m_step, update_alpha
 from ..kernels.kmeans import kmeans_plusplus
-from ._base import HistoryStep, PASS_PARAMETERS, BaseEstimator, ClusterMixin, finite_rows, raise_if_bad_block, wrap_output
+from ._base import (
+    PASS_PARAMETERS, BaseEstimator, ClusterMixin, HistoryStep, finite_rows, raise_if_bad_block, wrap_output,
+)
 from ._gmpr_init import chunklet_centers
 
 __all__ = ["GMPR"]

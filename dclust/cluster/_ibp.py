@@ -198,15 +198,7 @@ class IBPGibbs(TransformerMixin, _InMemory):
         self.features_ = K.ibp_posterior_features(Zf.T @ Zf, Zf.T @ X, sx, sa)
         self.feature_counts_ = Zk.sum(axis=0).astype(np.int64)
         self.n_latent_features_ = int(Zk.shape[1])
-        self.log_joint_ = float(kept_lj)
-        self.log_joint_history_ = history
-        self.objective_history_ = [-h for h in history]
-        self.n_latent_features_history_ = ks
-        self.n_iter_ = self.n_iter
-        self.n_features_in_ = d
-        ck.save_done(self)
-        emit(ProgressEvent("IBPGibbs", "done", self.n_iter, -kept_lj, self.n_latent_features_, 0.0))
-        return self
+        return self._finish_sweeps(ck, kept_lj, history, ks, "n_latent_features_history_", self.n_latent_features_, d)
 
     def transform(self, X):
         """Binary codes of rows with the features fixed at ``features_``: the MAP ``z`` under

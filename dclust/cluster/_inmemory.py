@@ -92,6 +92,21 @@ class _InMemory(BaseEstimator):
             raise ValueError(f"histories of {len(history)} and {len(ks)} sweeps; expected {first}")
         return first, rng, float(state["kept_log_joint"]), history, ks
 
+    def _finish_sweeps(self, ck, kept_lj: float, history: list[float], sizes: list[int], sizes_name: str, size: int,
+                       n_features: int):
+        """The end of a Gibbs sampler's fit, once its model is set: the log joint of the kept sample, the histories
+        (``sizes``, the clusters or features after every sweep, as ``sizes_name``), the finished checkpoint and the
+        "done" event (``size``: the kept sample's). Returns ``self``."""
+        self.log_joint_ = float(kept_lj)
+        self.log_joint_history_ = history
+        self.objective_history_ = [-h for h in history]
+        setattr(self, sizes_name, sizes)
+        self.n_iter_ = self.n_iter
+        self.n_features_in_ = n_features
+        ck.save_done(self)
+        emit(ProgressEvent(type(self).__name__, "done", self.n_iter, -kept_lj, size, 0.0))
+        return self
+
     def _new_input(self, X, attribute: str):
         self._check_fitted(attribute)
         arr, info = check_array(X, n_features=self.n_features_in_)
