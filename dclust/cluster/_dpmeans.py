@@ -21,15 +21,18 @@ from ._partial import dpmeans_partial_fit
 __all__ = ["DPMeans", "heuristic_lam"]
 
 
-def heuristic_lam(name: str, X, mean: np.ndarray, n_clusters: int, split_every=None) -> float:
-    """The ``lam`` of ``n_clusters=``: the squared distance of the k-th furthest-first point (from ``mean``, one
-    pass per point); InvalidDataError when X has fewer distinct points."""
-    lams, _ = furthest_first(X, n_clusters, mean, split_every)
+def heuristic_lam(est, X, mean: np.ndarray) -> float:
+    """The ``lam`` of a DP-means-like estimator ``est``: ``est.lam``, or for ``n_clusters=`` (``lam=None``) the
+    squared distance of the k-th furthest-first point (from ``mean``, one pass per point); InvalidDataError when X
+    has fewer distinct points."""
+    if est.lam is not None:
+        return float(est.lam)
+    lams, _ = furthest_first(X, est.n_clusters, mean, est.split_every)
     lam = float(lams[-1])
     if lam <= 0:
         raise InvalidDataError(
-            message(f"{name}(n_clusters=...)", f"at least {n_clusters} distinct points", "fewer distinct points",
-                    "Lower n_clusters or pass lam directly.")
+            message(f"{type(est).__name__}(n_clusters=...)", f"at least {est.n_clusters} distinct points",
+                    "fewer distinct points", "Lower n_clusters or pass lam directly.")
         )
     return lam
 
@@ -59,7 +62,7 @@ class _Passes(HistoryStep):
         raise_if_bad_block(all_stats, X)
         ck.check_content(*all_stats.total())
         mean = all_stats.mean[:1]
-        lam = heuristic_lam("DPMeans", X, mean, est.n_clusters, est.split_every) if est.lam is None else float(est.lam)
+        lam = heuristic_lam(est, X, mean)
         if est.init == "mean":
             C, fp = mean.copy(), all_stats.fingerprint[:1].copy()
         else:

@@ -70,7 +70,7 @@ class _Passes(HistoryStep):
         raise_if_bad_block(stats0, X)
         self.ck.check_content(*stats0.total())
         mean = stats0.mean[:1]
-        lam = heuristic_lam("RDPMeans", X, mean, est.n_clusters, est.split_every) if est.lam is None else float(est.lam)
+        lam = heuristic_lam(est, X, mean)
         self._linked(seed)
         self.prefix = (p_end, p_index, p_rows)
         return {"seed": seed, "lam": lam, "H": H, "next_xi": float(est.xi0), "centers": mean.copy(),
