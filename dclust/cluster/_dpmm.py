@@ -146,12 +146,10 @@ class DPMMGibbs(ClusterMixin, _InMemory):
             counts[0] = n
             sums[0] = X.sum(axis=0)
         sq_total = float((X * X).sum())
-        history, ks = [], []
-        kept, kept_lj = None, -np.inf
-        first = 0
+        first, rng, kept_lj, history, ks = self._start_sweeps(ck, state, "n_clusters", rng)
+        kept = None
         if state is not None:
             with ck.reading():
-                first, rng, kept_lj, history, ks = self._resume_sweeps(state, "n_clusters")
                 labels = ck.require_shape("labels", state["labels"], (n,)).astype(np.int64)
                 counts = ck.require_shape("counts", state["counts"], (n,)).astype(np.int64)
                 if labels.min() < 0 or labels.max() >= n or not np.array_equal(np.bincount(labels, minlength=n),

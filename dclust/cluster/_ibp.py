@@ -148,12 +148,10 @@ class IBPGibbs(TransformerMixin, _InMemory):
         k = 0
         sq_total = float((X * X).sum())
         sx, sa = float(self.sigma_x), float(self.sigma_a)
-        history, ks = [], []
-        kept, kept_lj = None, -np.inf
-        first = 0
+        first, rng, kept_lj, history, ks = self._start_sweeps(ck, state, "n_features", rng)
+        kept = None
         if state is not None:
             with ck.reading():
-                first, rng, kept_lj, history, ks = self._resume_sweeps(state, "n_features")
                 k = int(state["k"])
                 if not 0 <= k <= cap:
                     raise ValueError(f"{k} features with max_features={cap}")

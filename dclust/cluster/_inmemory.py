@@ -80,17 +80,20 @@ class _InMemory(BaseEstimator):
                            float(getattr(self, "objective_", float("nan"))), int(k), 0.0))
         return True
 
-    def _resume_sweeps(self, state: dict, count_key: str) -> tuple[int, Any, float, list[float], list[int]]:
-        """What a Gibbs sampler's checkpoint ``state`` (read inside ``ck.reading()``) resumes with: the next sweep,
-        the generator, the log joint of the kept sample and the histories of the log joint and of ``count_key``
-        (clusters or features). A ``ValueError`` when they do not fit together (reported as a damaged checkpoint)."""
-        first, rng = int(state["sweep"]), set_rng_state(state["rng"])
-        if state["phase"] != "sweep" or not 0 < first < self.n_iter:
-            raise ValueError(f"phase {state['phase']!r} at sweep {first} of n_iter={self.n_iter}")
-        history, ks = [float(v) for v in state["history"]], [int(v) for v in state[count_key]]
-        if not len(history) == len(ks) == first:
-            raise ValueError(f"histories of {len(history)} and {len(ks)} sweeps; expected {first}")
-        return first, rng, float(state["kept_log_joint"]), history, ks
+    def _start_sweeps(self, ck, state: dict | None, count_key: str, rng) -> tuple[int, Any, float, list, list]:
+        """Where a Gibbs sampler's chain starts: the first sweep, the generator, the log joint of the kept sample
+        and the histories of the log joint and of ``count_key`` (clusters or features) -- those of a fresh chain
+        (with ``rng``) when ``state`` is None, else those of the checkpoint (a damaged one raises through ``ck``)."""
+        if state is None:
+            return 0, rng, -np.inf, [], []
+        with ck.reading():
+            first, rng = int(state["sweep"]), set_rng_state(state["rng"])
+            if state["phase"] != "sweep" or not 0 < first < self.n_iter:
+                raise ValueError(f"phase {state['phase']!r} at sweep {first} of n_iter={self.n_iter}")
+            history, ks = [float(v) for v in state["history"]], [int(v) for v in state[count_key]]
+            if not len(history) == len(ks) == first:
+                raise ValueError(f"histories of {len(history)} and {len(ks)} sweeps; expected {first}")
+            return first, rng, float(state["kept_log_joint"]), history, ks
 
     def _finish_sweeps(self, ck, kept_lj: float, history: list[float], sizes: list[int], sizes_name: str, size: int,
                        n_features: int):
