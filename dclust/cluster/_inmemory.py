@@ -30,6 +30,13 @@ class _InMemory(BaseEstimator):
     _cost_note = ""
 
     def _load(self, X, *, min_samples: int = 1):
+        """``(X as a C-contiguous float64 ndarray, its InputInfo)``; see :meth:`_load_array`."""
+        Xn, info, _ = self._load_array(X, min_samples=min_samples)
+        return Xn, info
+
+    def _load_array(self, X, *, min_samples: int = 1):
+        """``(Xn, info, arr)``: ``X`` checked (at most ``max_samples`` rows, from metadata), computed into the
+        float64 ndarray ``Xn`` and checked for NaN and infinity; ``arr`` is the checked dask array."""
         arr, info = check_array(X, min_samples=min_samples)
         n = arr.shape[0]
         name = type(self).__name__
@@ -51,7 +58,7 @@ class _InMemory(BaseEstimator):
                 message("X", "finite values", f"NaN or infinity in chunk {b} (rows {start}..{stop - 1}; first at "
                         f"row {row})", "Drop or impute those rows (e.g. X[np.isfinite(X).all(axis=1)]) and fit again.")
             )
-        return Xn, info
+        return Xn, info, arr
 
     def _memory_checkpointer(self, X: np.ndarray):
         """``(checkpoint, state)`` of an in-memory fit of the computed rows ``X`` (see :mod:`dclust.io._checkpoint`).
