@@ -28,7 +28,8 @@ class LCVQE(CentroidMixin, _LinkedInMemory):
     (``x_j`` joins ``a``'s mean and ``x_i`` joins ``b``'s). A violated cannot-link moves the row farther from its
     centre to its nearest other centre (keeping the violation would cost that same distance on top, so moving is
     never dearer). Centres are the means of their rows plus the pulls. Stops when the labels repeat or after
-    ``max_iter`` iterations; of ``n_init`` k-means++ starts the one with the lowest cost is kept.
+    ``max_iter`` iterations; of ``n_init`` k-means++ starts the one with the lowest cost is kept. The links are
+    visited in the graph's (i, j) order every iteration.
 
     This is a reference for the [TV] tables: it holds the data in memory and refuses more than ``max_samples``
     rows. Use :class:`dclust.RDPMeans` (distributed, soft links) or :class:`dclust.GMPR` at scale.
