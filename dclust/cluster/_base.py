@@ -30,10 +30,10 @@ from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, clone
 from sklearn.base import TransformerMixin as _SklearnTransformerMixin
 
 from .._dask.passes import block_offsets, map_labels, map_reduce
-from .._fit import NoCheckpoint
+from .._fit import NoCheckpoint, Step
 from .._validation import (
-    InputInfo, _Kind, check_array, check_feature_names, check_n_features, dataframe_to_array, feature_names,
-    refuse_sparse, validate_params,
+    SEED, InputInfo, Interval, Options, _Kind, check_array, check_feature_names, check_n_features,
+    dataframe_to_array, feature_names, refuse_sparse, validate_params,
 )
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels.distances import block_stats, nearest
@@ -48,6 +48,48 @@ CHECKPOINT = _Kind("None, a path or fsspec URL (str or os.PathLike), or an fsspe
                    "**storage_options)) of a checkpoint store",
                    lambda v: v is None or isinstance(v, (str, os.PathLike))
                    or (hasattr(v, "fs") and isinstance(getattr(v, "root", None), str)))
+
+#: Constraints of the parameters of the distributed passes (persisting X, the reduction's fan-in, the checkpoint),
+#: shared by every estimator that takes them: ``_parameter_constraints = {..., **PASS_PARAMETERS}``.
+PASS_PARAMETERS = {
+    "persist": [Options(("auto", True, False))],
+    "split_every": [Interval("int", 2, None), Options((None,))],
+    "checkpoint": [CHECKPOINT],
+}
+
+#: The optimistic-concurrency estimators' (DP-, RDP-, BP-means): the seed, the serial prefix, the proposal cap and
+#: the pass parameters.
+OCC_PARAMETERS = {
+    "random_state": [SEED],
+    "prefix_size": [Interval("int", 0, None)],
+    "max_proposals": [Interval("int", 1, None)],
+    **PASS_PARAMETERS,
+}
+
+#: The in-memory references': the size limit, the seed and the checkpoint.
+MEMORY_PARAMETERS = {
+    "max_samples": [Interval("int", 1, None)],
+    "random_state": [SEED],
+    "checkpoint": [CHECKPOINT],
+}
+
+
+class HistoryStep(Step):
+    """A fit-loop :class:`~dclust._fit.Step` whose state is a dict with the objective after every pass in
+    ``"history"``, True under ``"settled"`` when a pass ends the run, and the model (one row per cluster or feature)
+    under :attr:`model_key`. A step whose state says otherwise overrides the method concerned."""
+
+    #: The state's entry with one row per cluster (or feature).
+    model_key = "centers"
+
+    def converged(self, old: dict, new: dict) -> bool:
+        return new["settled"]
+
+    def objective(self, s: dict) -> float:
+        return s["history"][-1]
+
+    def n_clusters(self, s: dict) -> int:
+        return s[self.model_key].shape[0]
 
 
 _NO_GRAPH = object()  # _checkpointer(constraints=...) not given: an estimator without side information

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, select_bits, transform_bits
-from .._fit import Step, finish, fit_loop, persisted, restore_finished, warn_unconverged
+from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._dask.occ import BPRule, KeyedPass, keyed_pass, keyed_records_from, keyed_records_state, patch_bits
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator, check_array
+from .._validation import Interval, Options, as_generator, check_array
 from ..kernels.distances import seed_mix
 from ..kernels.bpmeans import (
     collapsed_objective,
@@ -21,7 +21,7 @@ from ..kernels.bpmeans import (
     sweep_rows,
 )
 from ..kernels.kfeatures import greedy_rows
-from ._base import CHECKPOINT, BaseEstimator, wrap_output
+from ._base import HistoryStep, OCC_PARAMETERS, BaseEstimator, wrap_output
 from ._features import FeatureMixin, first_pass, overflow_error
 
 __all__ = ["BPMeans"]
@@ -39,7 +39,7 @@ def _pad_gram(g: Gram, k: int) -> Gram:
     return Gram.merge_all([g, Gram(np.zeros((k, k)), np.zeros((k, g.B.shape[1])))])
 
 
-class _Passes(Step):
+class _Passes(HistoryStep):
     """The passes of one BP-means fit, for the fit loop.
 
     :meth:`start` draws the seed, makes the first pass over the data (NaN check, mean, ``||X||_F^2``, the rows of
@@ -51,6 +51,7 @@ class _Passes(Step):
     """
 
     name, unit = "BPMeans", "passes"
+    model_key = "features"
 
     def __init__(self, est: "BPMeans", X, ck):
         self.est, self.X, self.ck = est, X, ck
@@ -125,15 +126,6 @@ class _Passes(Step):
                 "proposals": s["proposals"] + [[int(ep.proposals.size) for ep in epochs]],
                 "epochs": len(epochs), "opened": opened, "flips": gram.flips,
                 "settled": gram.flips == 0 and opened == 0 and keep.size == k_all}
-
-    def converged(self, old: dict, new: dict) -> bool:
-        return new["settled"]
-
-    def objective(self, s: dict) -> float:
-        return s["history"][-1]
-
-    def n_clusters(self, s: dict) -> int:
-        return s["features"].shape[0]
 
     def start_extra(self, s: dict) -> dict:
         return {"lam": self.lam, "passes": self.passes}
@@ -261,12 +253,7 @@ class BPMeans(FeatureMixin, BaseEstimator):
         "max_iter": [Interval("int", 1, None)],
         "max_features": [Interval("int", 1, None)],
         "capped": [Options((True, False))],
-        "random_state": [SEED],
-        "prefix_size": [Interval("int", 0, None)],
-        "max_proposals": [Interval("int", 1, None)],
-        "persist": [Options(("auto", True, False))],
-        "split_every": [Interval("int", 2, None), Options((None,))],
-        "checkpoint": [CHECKPOINT],
+        **OCC_PARAMETERS,
     }
     _transient_attributes = ("serial_order_", "allocation_")
     _checkpoint_since = 2  # the loop state of format 1 was BPMeans' own

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._fit import NoCheckpoint, Step, finish, fit_loop
+from .._fit import NoCheckpoint, finish, fit_loop
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator
+from .._validation import Interval, Options, as_generator
 from ..errors import InvalidParameterError, message
 from ..kernels import collapsed as K
 from ..kernels.bpmeans import feature_means
-from ._base import CHECKPOINT, CentroidMixin
+from ._base import HistoryStep, MEMORY_PARAMETERS, CentroidMixin
 from ._features import FeatureMixin
 from ._inmemory import _InMemory
 
@@ -39,7 +39,7 @@ def _restart_orders(n: int, random_state, n_init: int) -> list[np.ndarray]:
             for r in range(1, n_init)]
 
 
-class _Passes(Step):
+class _Passes(HistoryStep):
     """Serial passes of an in-memory estimator for the fit loop: every pass visits the rows in one processing order
     drawn once per fit (docs/algorithms.md section 0). The state: ``order``, ``history`` (the objective after every
     pass), ``changed`` (the last pass changed the model) and the model's arrays. A subclass gives ``initial()``
@@ -66,9 +66,6 @@ class _Passes(Step):
     def converged(self, old: dict, new: dict) -> bool:
         return not new["changed"]
 
-    def objective(self, s: dict) -> float:
-        return s["history"][-1]
-
     def n_clusters(self, s: dict) -> int:
         return self.size(s)
 
@@ -89,30 +86,26 @@ class _Passes(Step):
         return {"order": order, "history": history, "changed": True, "extra": {}, **self.read(ck, saved, n)}
 
 
-def _fit_serial(est, X, make):
-    """Run the serial fit of ``est`` on ``X``: ``(checkpointer, LoopResult, X in memory)`` of the passes
-    ``make(X in memory)`` (resumed from the checkpoint when it holds an interrupted fit), or None when the
-    checkpoint holds the finished fit (its model is restored)."""
+def _fit_serial(est, X, make, store):
+    """Run the serial fit of ``est`` on ``X`` and return ``est``: the passes ``make(est, X in memory)``, resumed from
+    the checkpoint when it holds an interrupted fit (a finished fit's checkpoint gives its model back at once);
+    ``store(run, X in memory)`` sets the estimator's own fitted attributes and returns the run it kept and its size
+    (clusters or features); then the attributes every serial fit has, the finished checkpoint and the "done" event."""
     est._validate_params()
     Xn, _ = est._load(X)
     ck, state = est._memory_checkpointer(Xn)
     if est._restore_done(ck, state):
-        return None
-    run = fit_loop(make(Xn), max_iter=est.max_iter, ck=ck, resume=None if state is None else state["loop"],
+        return est
+    run = fit_loop(make(est, Xn), max_iter=est.max_iter, ck=ck, resume=None if state is None else state["loop"],
                    warn=True)
-    return ck, run, Xn
-
-
-def _finish(est, ck, run, n_features: int, size: int):
-    """The end of a serial fit, once its own fitted attributes are set: the attributes every one has, the
-    finished checkpoint and the "done" event (``size``: clusters or features). Returns ``est``."""
+    run, size = store(run, Xn)
     history = run.state["history"]
     est.objective_ = history[-1]
     est.objective_history_ = history
     est.n_iter_ = run.n_iter
     est.converged_ = run.converged
     est.order_ = run.state["order"]
-    est.n_features_in_ = n_features
+    est.n_features_in_ = Xn.shape[1]
     return finish(est, ck, n_iter=run.n_iter, objective=history[-1], n_clusters=size)
 
 
@@ -249,9 +242,7 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
         "init": [Options(("mean", "empty"))],
         "max_iter": [Interval("int", 1, None)],
         "shuffle": [Options((True, False))],
-        "random_state": [SEED],
-        "max_samples": [Interval("int", 1, None)],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
     _cost_note = "a serial in-memory descent, O(N K D) per pass"
 
@@ -267,10 +258,9 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
 
     def fit(self, X, y=None) -> "CollapsedDPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
-        done = _fit_serial(self, X, lambda Xn: _CollapsedPasses(self, Xn))
-        if done is None:
-            return self
-        ck, run, X = done
+        return _fit_serial(self, X, _CollapsedPasses, self._store)
+
+    def _store(self, run, X):
         labels = run.state["labels"]
         k = int(labels.max()) + 1
         counts, sums = K.collapsed_stats(X, labels, k)
@@ -278,11 +268,7 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
         self.labels_ = labels
         self.cluster_sizes_ = counts
         self.n_clusters_ = k
-        return _finish(self, ck, run, X.shape[1], k)
-
-    def fit_predict(self, X, y=None):
-        """``fit(X).labels_``."""
-        return self.fit(X).labels_
+        return run, k
 
 
 @register
@@ -344,9 +330,7 @@ class CappedDPMeans(CentroidMixin, _InMemory):
         "init": [Options(("mean", "empty"))],
         "max_iter": [Interval("int", 1, None)],
         "shuffle": [Options((True, False))],
-        "random_state": [SEED],
-        "max_samples": [Interval("int", 1, None)],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
     _cost_note = "a serial in-memory algorithm, O(N K D) per pass"
 
@@ -362,19 +346,14 @@ class CappedDPMeans(CentroidMixin, _InMemory):
         self.checkpoint = checkpoint
 
     def fit(self, X, y=None) -> "CappedDPMeans":
-        """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
-        done = _fit_serial(self, X, lambda Xn: _CappedPasses(self, Xn))
-        if done is None:
-            return self
-        ck, run, X = done
+        """Cluster ``X`` into at most ``max_clusters`` clusters (numpy, dask, zarr or xarray)."""
+        return _fit_serial(self, X, _CappedPasses, self._store)
+
+    def _store(self, run, X):
         self.cluster_centers_ = run.state["centres"]
         self.labels_ = run.state["labels"]
         self.n_clusters_ = int(self.cluster_centers_.shape[0])
-        return _finish(self, ck, run, X.shape[1], self.n_clusters_)
-
-    def fit_predict(self, X, y=None):
-        """``fit(X).labels_``."""
-        return self.fit(X).labels_
+        return run, self.n_clusters_
 
 
 @register
@@ -439,9 +418,7 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
         "max_iter": [Interval("int", 1, None)],
         "shuffle": [Options((True, False))],
         "n_init": [Interval("int", 1, None)],
-        "random_state": [SEED],
-        "max_samples": [Interval("int", 1, None)],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
     _cost_note = "a serial in-memory descent that re-solves a K x K system per candidate move"
 
@@ -464,10 +441,9 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
                         f"n_init={self.n_init}, shuffle={self.shuffle}, checkpoint={self.checkpoint!r}",
                         "Use n_init=1, or shuffle=True without a checkpoint (restarts differ by their order).")
             )
-        done = _fit_serial(self, X, lambda Xn: _CollapsedBPPasses(self, Xn))
-        if done is None:
-            return self
-        ck, run, X = done
+        return _fit_serial(self, X, _CollapsedBPPasses, self._store)
+
+    def _store(self, run, X):
         for order in _restart_orders(X.shape[0], self.random_state, self.n_init):  # restarts: other orders
             other = fit_loop(_CollapsedBPPasses(self, X, order), max_iter=self.max_iter, ck=NoCheckpoint(),
                              resume=None, warn=True)
@@ -478,4 +454,4 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
         self.features_ = feature_means(Zf.T @ Zf, Zf.T @ X)
         self.n_latent_features_ = int(Z.shape[1])
         self.allocation_ = Z
-        return _finish(self, ck, run, X.shape[1], self.n_latent_features_)
+        return run, self.n_latent_features_

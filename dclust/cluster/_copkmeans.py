@@ -23,11 +23,11 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .._fit import Step, best_of, finish, restore_finished
-from .._validation import SEED, Interval, Options, as_generator, check_constraints
+from .._validation import Interval, Options, as_generator, check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus
 from .._registry import register
-from ._base import CHECKPOINT, CentroidMixin
+from ._base import MEMORY_PARAMETERS, CentroidMixin
 from ._inmemory import _InMemory
 
 __all__ = ["COPKMeans"]
@@ -114,9 +114,7 @@ class COPKMeans(CentroidMixin, _InMemory):
         "n_init": [Interval("int", 1, None)],
         "max_iter": [Interval("int", 1, None)],
         "on_infeasible": [Options(("nearest", "raise"))],
-        "max_samples": [Interval("int", 1, None)],
-        "random_state": [SEED],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
 
     def __init__(self, *, n_clusters=8, n_init=10, max_iter=100, on_infeasible="nearest", max_samples=100_000,

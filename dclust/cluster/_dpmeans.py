@@ -5,36 +5,39 @@ from __future__ import annotations
 import numpy as np
 
 from .._dask.init import furthest_first
-from .._fit import Step, finish, fit_loop, persisted, restore_finished, warn_unconverged
+from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._dask.occ import (
     DPRule, KeyedPass, keyed_pass, keyed_prefix, keyed_records_from, keyed_records_state, opening_rate,
 )
 from .._registry import register
 from .._validation import (
-    SEED, Interval, Options, as_generator, check_array, check_lam_or_n_clusters, check_sample_weight,
+    Interval, Options, as_generator, check_array, check_lam_or_n_clusters, check_sample_weight,
 )
 from ..errors import InvalidDataError, message
 from ..kernels.distances import seed_mix
-from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
+from ._base import HistoryStep, OCC_PARAMETERS, BaseEstimator, CentroidMixin, raise_if_bad_block
 from ._partial import dpmeans_partial_fit
 
 __all__ = ["DPMeans", "heuristic_lam"]
 
 
-def heuristic_lam(name: str, X, mean: np.ndarray, n_clusters: int, split_every=None) -> float:
-    """The ``lam`` of ``n_clusters=``: the squared distance of the k-th furthest-first point (from ``mean``, one
-    pass per point); InvalidDataError when X has fewer distinct points."""
-    lams, _ = furthest_first(X, n_clusters, mean, split_every)
+def heuristic_lam(est, X, mean: np.ndarray) -> float:
+    """The ``lam`` of a DP-means-like estimator ``est``: ``est.lam``, or for ``n_clusters=`` (``lam=None``) the
+    squared distance of the k-th furthest-first point (from ``mean``, one pass per point); InvalidDataError when X
+    has fewer distinct points."""
+    if est.lam is not None:
+        return float(est.lam)
+    lams, _ = furthest_first(X, est.n_clusters, mean, est.split_every)
     lam = float(lams[-1])
     if lam <= 0:
         raise InvalidDataError(
-            message(f"{name}(n_clusters=...)", f"at least {n_clusters} distinct points", "fewer distinct points",
-                    "Lower n_clusters or pass lam directly.")
+            message(f"{type(est).__name__}(n_clusters=...)", f"at least {est.n_clusters} distinct points",
+                    "fewer distinct points", "Lower n_clusters or pass lam directly.")
         )
     return lam
 
 
-class _Passes(Step):
+class _Passes(HistoryStep):
     """The passes of one DP-means fit, for the fit loop.
 
     :meth:`start` makes the first pass over the data (one-cluster statistics, NaN check, the rows of the serial
@@ -59,7 +62,7 @@ class _Passes(Step):
         raise_if_bad_block(all_stats, X)
         ck.check_content(*all_stats.total())
         mean = all_stats.mean[:1]
-        lam = heuristic_lam("DPMeans", X, mean, est.n_clusters, est.split_every) if est.lam is None else float(est.lam)
+        lam = heuristic_lam(est, X, mean)
         if est.init == "mean":
             C, fp = mean.copy(), all_stats.fingerprint[:1].copy()
         else:
@@ -93,12 +96,6 @@ class _Passes(Step):
 
     def converged(self, old: dict, new: dict) -> bool:
         return old["fp"] is not None and np.array_equal(new["fp"], old["fp"])
-
-    def objective(self, s: dict) -> float:
-        return s["history"][-1]
-
-    def n_clusters(self, s: dict) -> int:
-        return s["centers"].shape[0]
 
     def start_extra(self, s: dict) -> dict:
         return {"lam": s["lam"]}
@@ -192,12 +189,7 @@ class DPMeans(CentroidMixin, BaseEstimator):
         "n_clusters": [Interval("int", 1, None), Options((None,))],
         "init": [Options(("mean", "empty"))],
         "max_iter": [Interval("int", 1, None)],
-        "random_state": [SEED],
-        "prefix_size": [Interval("int", 0, None)],
-        "max_proposals": [Interval("int", 1, None)],
-        "persist": [Options(("auto", True, False))],
-        "split_every": [Interval("int", 2, None), Options((None,))],
-        "checkpoint": [CHECKPOINT],
+        **OCC_PARAMETERS,
     }
     _transient_attributes = ("serial_order_",)
     _checkpoint_since = 2  # the loop state of format 1 was DPMeans' own

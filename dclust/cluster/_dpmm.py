@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from .._dask.passes import map_labels
-from .._fit import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
+from .._fit import ProgressEvent, Stopwatch, emit, rng_state
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator
+from .._validation import Interval, Options, as_generator
 from ..errors import InvalidParameterError, message
 from ..kernels import dpmm as K
-from ._base import CHECKPOINT, ClusterMixin, wrap_output
+from ._base import MEMORY_PARAMETERS, ClusterMixin, wrap_output
 
 from ._inmemory import _VECTOR, _InMemory, _first_appearance
 
@@ -98,9 +98,7 @@ class DPMMGibbs(ClusterMixin, _InMemory):
         "n_iter": [Interval("int", 1, None)],
         "init": [Options(("sequential", "single"))],
         "keep": [Options(("best", "last"))],
-        "max_samples": [Interval("int", 1, None)],
-        "random_state": [SEED],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
     _cost_note = "a serial collapsed Gibbs sampler, O(N K D) per sweep"
 
@@ -148,24 +146,16 @@ class DPMMGibbs(ClusterMixin, _InMemory):
             counts[0] = n
             sums[0] = X.sum(axis=0)
         sq_total = float((X * X).sum())
-        history, ks = [], []
-        kept, kept_lj = None, -np.inf
-        first = 0
+        first, rng, kept_lj, history, ks = self._start_sweeps(ck, state, "n_clusters", rng)
+        kept = None
         if state is not None:
             with ck.reading():
-                first, rng = int(state["sweep"]), set_rng_state(state["rng"])
-                if state["phase"] != "sweep" or not 0 < first < self.n_iter:
-                    raise ValueError(f"phase {state['phase']!r} at sweep {first} of n_iter={self.n_iter}")
                 labels = ck.require_shape("labels", state["labels"], (n,)).astype(np.int64)
                 counts = ck.require_shape("counts", state["counts"], (n,)).astype(np.int64)
                 if labels.min() < 0 or labels.max() >= n or not np.array_equal(np.bincount(labels, minlength=n),
                                                                                counts):
                     raise ValueError("labels and table counts that do not fit together")
                 kept = ck.require_shape("kept sample", state["kept"], (n,)).astype(np.int64)
-                kept_lj = float(state["kept_log_joint"])
-                history, ks = [float(v) for v in state["history"]], [int(v) for v in state["n_clusters"]]
-                if not len(history) == len(ks) == first:
-                    raise ValueError(f"histories of {len(history)} and {len(ks)} sweeps; expected {first}")
             sums[:] = 0.0  # as after every sweep: re-accumulated exactly from the labels
             np.add.at(sums, labels, X)
         watch = Stopwatch()
@@ -197,15 +187,7 @@ class DPMMGibbs(ClusterMixin, _InMemory):
         self.cluster_variances_ = v
         self.n_clusters_ = k
         self.mu0_ = mu0
-        self.log_joint_ = float(kept_lj)
-        self.log_joint_history_ = history
-        self.objective_history_ = [-h for h in history]
-        self.n_clusters_history_ = ks
-        self.n_iter_ = self.n_iter
-        self.n_features_in_ = d
-        ck.save_done(self)
-        emit(ProgressEvent("DPMMGibbs", "done", self.n_iter, -kept_lj, k, 0.0))
-        return self
+        return self._finish_sweeps(ck, kept_lj, history, ks, "n_clusters_history_", k, d)
 
     def predict(self, X):
         """MAP cluster of every row under the posterior predictive of the kept sample (no new clusters):

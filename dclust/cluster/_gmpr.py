@@ -8,7 +8,7 @@ import numpy as np
 
 from .._dask import gmpr as _dgmpr
 from .._dask.init import take_rows
-from .._fit import Step, finish, fit_loop, persisted, restore_finished, warn_unconverged
+from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints
 from ..errors import (
@@ -16,7 +16,9 @@ from ..errors import (
 )
 from ..kernels.gmpr import MixtureParams, m_step, update_alpha
 from ..kernels.kmeans import kmeans_plusplus
-from ._base import CHECKPOINT, BaseEstimator, ClusterMixin, finite_rows, raise_if_bad_block, wrap_output
+from ._base import (
+    PASS_PARAMETERS, BaseEstimator, ClusterMixin, HistoryStep, finite_rows, raise_if_bad_block, wrap_output,
+)
 from ._gmpr_init import chunklet_centers
 
 __all__ = ["GMPR"]
@@ -123,9 +125,7 @@ class GMPR(ClusterMixin, BaseEstimator):
         "init": [Options(("chunklets", "k-means++", "random"))],
         "init_sample_size": [Interval("int", 1, None)],
         "random_state": [SEED],
-        "persist": [Options(("auto", True, False))],
-        "split_every": [Interval("int", 2, None), Options((None,))],
-        "checkpoint": [CHECKPOINT],
+        **PASS_PARAMETERS,
     }
 
     def __init__(
@@ -312,7 +312,7 @@ class GMPR(ClusterMixin, BaseEstimator):
         return self.fit(X, constraints=constraints).predict(X, constraints=constraints)
 
 
-class _EM(Step):
+class _EM(HistoryStep):
     """One EM iteration of GM-PR (M-step from the last E-step's statistics, then the E-step pass of the new
     parameters) for the fit loop. The state: ``params``, ``stats`` (of the E-step at ``params``; None right after
     a resume: the next step recomputes them) and ``history`` (the log-likelihood at the initial parameters and
@@ -357,9 +357,6 @@ class _EM(Step):
     def converged(self, old: dict, new: dict) -> bool:
         ll_old, ll = new["history"][-2], new["history"][-1]
         return abs(ll - ll_old) <= self.est.tol * abs(ll)
-
-    def objective(self, s: dict) -> float:
-        return s["history"][-1]
 
     def n_clusters(self, s: dict) -> int:
         return self.size

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._fit import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
+from .._fit import ProgressEvent, Stopwatch, emit, rng_state
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator
+from .._validation import Interval, Options, as_generator
 from ..errors import DclustError, message
 from ..kernels import ibp as K
-from ._base import CHECKPOINT, TransformerMixin, wrap_output
+from ._base import MEMORY_PARAMETERS, TransformerMixin, wrap_output
 
 from ._inmemory import _InMemory
 
@@ -111,9 +111,7 @@ class IBPGibbs(TransformerMixin, _InMemory):
         "max_features": [Interval("int", 1, None)],
         "anneal_factor": [Interval("real", 1, None)],
         "keep": [Options(("best", "last"))],
-        "max_samples": [Interval("int", 1, None)],
-        "random_state": [SEED],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
     _cost_note = "a serial collapsed Gibbs sampler, O(N K^3) per sweep"
 
@@ -150,14 +148,10 @@ class IBPGibbs(TransformerMixin, _InMemory):
         k = 0
         sq_total = float((X * X).sum())
         sx, sa = float(self.sigma_x), float(self.sigma_a)
-        history, ks = [], []
-        kept, kept_lj = None, -np.inf
-        first = 0
+        first, rng, kept_lj, history, ks = self._start_sweeps(ck, state, "n_features", rng)
+        kept = None
         if state is not None:
             with ck.reading():
-                first, rng = int(state["sweep"]), set_rng_state(state["rng"])
-                if state["phase"] != "sweep" or not 0 < first < self.n_iter:
-                    raise ValueError(f"phase {state['phase']!r} at sweep {first} of n_iter={self.n_iter}")
                 k = int(state["k"])
                 if not 0 <= k <= cap:
                     raise ValueError(f"{k} features with max_features={cap}")
@@ -167,10 +161,6 @@ class IBPGibbs(TransformerMixin, _InMemory):
                 m = ck.require_shape("feature counts", state["m"], (cap,)).astype(np.int64)
                 if state["kept"] is not None:
                     kept = ck.require_shape("kept sample", state["kept"], (n, None)).astype(np.uint8)
-                kept_lj = float(state["kept_log_joint"])
-                history, ks = [float(v) for v in state["history"]], [int(v) for v in state["n_features"]]
-                if not len(history) == len(ks) == first:
-                    raise ValueError(f"histories of {len(history)} and {len(ks)} sweeps; expected {first}")
         watch = Stopwatch()
         n_anneal = self.n_iter // 2 if self.anneal_factor > 1 else 0
         for it in range(first, self.n_iter):
@@ -206,15 +196,7 @@ class IBPGibbs(TransformerMixin, _InMemory):
         self.features_ = K.ibp_posterior_features(Zf.T @ Zf, Zf.T @ X, sx, sa)
         self.feature_counts_ = Zk.sum(axis=0).astype(np.int64)
         self.n_latent_features_ = int(Zk.shape[1])
-        self.log_joint_ = float(kept_lj)
-        self.log_joint_history_ = history
-        self.objective_history_ = [-h for h in history]
-        self.n_latent_features_history_ = ks
-        self.n_iter_ = self.n_iter
-        self.n_features_in_ = d
-        ck.save_done(self)
-        emit(ProgressEvent("IBPGibbs", "done", self.n_iter, -kept_lj, self.n_latent_features_, 0.0))
-        return self
+        return self._finish_sweeps(ck, kept_lj, history, ks, "n_latent_features_history_", self.n_latent_features_, d)
 
     def transform(self, X):
         """Binary codes of rows with the features fixed at ``features_``: the MAP ``z`` under

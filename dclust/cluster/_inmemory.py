@@ -5,11 +5,13 @@ xarray input, checks the size from metadata against ``max_samples`` (a clear
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .._dask.passes import block_offsets
-from .._fit import ProgressEvent, emit
-from .._validation import _Kind, check_array
+from .._fit import ProgressEvent, emit, set_rng_state
+from .._validation import _Kind, check_array, check_constraints
 from ..errors import InvalidDataError, message
 from ._base import BaseEstimator, finite_rows
 
@@ -28,6 +30,13 @@ class _InMemory(BaseEstimator):
     _cost_note = ""
 
     def _load(self, X, *, min_samples: int = 1):
+        """``(X as a C-contiguous float64 ndarray, its InputInfo)``; see :meth:`_load_array`."""
+        Xn, info, _ = self._load_array(X, min_samples=min_samples)
+        return Xn, info
+
+    def _load_array(self, X, *, min_samples: int = 1):
+        """``(Xn, info, arr)``: ``X`` checked (at most ``max_samples`` rows, from metadata), computed into the
+        float64 ndarray ``Xn`` and checked for NaN and infinity; ``arr`` is the checked dask array."""
         arr, info = check_array(X, min_samples=min_samples)
         n = arr.shape[0]
         name = type(self).__name__
@@ -49,7 +58,7 @@ class _InMemory(BaseEstimator):
                 message("X", "finite values", f"NaN or infinity in chunk {b} (rows {start}..{stop - 1}; first at "
                         f"row {row})", "Drop or impute those rows (e.g. X[np.isfinite(X).all(axis=1)]) and fit again.")
             )
-        return Xn, info
+        return Xn, info, arr
 
     def _memory_checkpointer(self, X: np.ndarray):
         """``(checkpoint, state)`` of an in-memory fit of the computed rows ``X`` (see :mod:`dclust.io._checkpoint`).
@@ -78,10 +87,89 @@ class _InMemory(BaseEstimator):
                            float(getattr(self, "objective_", float("nan"))), int(k), 0.0))
         return True
 
+    def _start_sweeps(self, ck, state: dict | None, count_key: str, rng) -> tuple[int, Any, float, list, list]:
+        """Where a Gibbs sampler's chain starts: the first sweep, the generator, the log joint of the kept sample
+        and the histories of the log joint and of ``count_key`` (clusters or features) -- those of a fresh chain
+        (with ``rng``) when ``state`` is None, else those of the checkpoint (a damaged one raises through ``ck``)."""
+        if state is None:
+            return 0, rng, -np.inf, [], []
+        with ck.reading():
+            first, rng = int(state["sweep"]), set_rng_state(state["rng"])
+            if state["phase"] != "sweep" or not 0 < first < self.n_iter:
+                raise ValueError(f"phase {state['phase']!r} at sweep {first} of n_iter={self.n_iter}")
+            history, ks = [float(v) for v in state["history"]], [int(v) for v in state[count_key]]
+            if not len(history) == len(ks) == first:
+                raise ValueError(f"histories of {len(history)} and {len(ks)} sweeps; expected {first}")
+            return first, rng, float(state["kept_log_joint"]), history, ks
+
+    def _finish_sweeps(self, ck, kept_lj: float, history: list[float], sizes: list[int], sizes_name: str, size: int,
+                       n_features: int):
+        """The end of a Gibbs sampler's fit, once its model is set: the log joint of the kept sample, the histories
+        (``sizes``, the clusters or features after every sweep, as ``sizes_name``), the finished checkpoint and the
+        "done" event (``size``: the kept sample's). Returns ``self``."""
+        self.log_joint_ = float(kept_lj)
+        self.log_joint_history_ = history
+        self.objective_history_ = [-h for h in history]
+        setattr(self, sizes_name, sizes)
+        self.n_iter_ = self.n_iter
+        self.n_features_in_ = n_features
+        ck.save_done(self)
+        emit(ProgressEvent(type(self).__name__, "done", self.n_iter, -kept_lj, size, 0.0))
+        return self
+
     def _new_input(self, X, attribute: str):
         self._check_fitted(attribute)
         arr, info = check_array(X, n_features=self.n_features_in_)
         return finite_rows(arr, "predict"), info
+
+
+def link_arrays(name: str, constraints, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(i, j, must)`` of the links of ``fit(constraints=...)`` (validated), empty arrays for None."""
+    graph = check_constraints(name, constraints, n)
+    if graph is None:
+        e = np.zeros(0, np.int64)
+        return e, e, np.zeros(0, np.bool_)
+    i, j, s = graph.pairs()
+    return i.astype(np.int64), j.astype(np.int64), s > 0
+
+
+class _LinkedInMemory(_InMemory):
+    """An in-memory reference fit under optional must-links and cannot-links: :meth:`fit` checks the parameters,
+    reads ``X`` (at least ``n_clusters`` rows where there is such a parameter) and validates the links, then the
+    estimator's :meth:`_fit_links` fits."""
+
+    def fit(self, X, y=None, constraints=None):
+        """Cluster ``X`` (read into memory; at most ``max_samples`` rows) under optional links.
+
+        Parameters
+        ----------
+        X : array-like (n_samples, n_features)
+        y : ignored
+        constraints : ConstraintGraph, optional
+            Must-links and cannot-links; how they count is in the estimator's description.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        Xn, _ = self._load(X, min_samples=getattr(self, "n_clusters", 1))
+        i, j, must = link_arrays(type(self).__name__, constraints, Xn.shape[0])
+        self._fit_links(Xn, i, j, must, constraints)
+        return self
+
+    def _fit_links(self, X: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, constraints) -> None:
+        """Fit the rows ``X`` (float64, finite) under the links ``(i[t], j[t])``, must-links where ``must[t]``."""
+        raise NotImplementedError
+
+    def _set_violations(self, i: np.ndarray, j: np.ndarray, must: np.ndarray) -> None:
+        """``n_violated_``: the must-links that ``labels_`` splits and the cannot-links it joins."""
+        same = self.labels_[i] == self.labels_[j]
+        self.n_violated_ = np.array([int((must & ~same).sum()), int((~must & same).sum())], dtype=np.int64)
+
+    def fit_predict(self, X, y=None, constraints=None):
+        """``fit(X, constraints=constraints).labels_``."""
+        return self.fit(X, constraints=constraints).labels_
 
 
 def _first_appearance(labels: np.ndarray) -> np.ndarray:

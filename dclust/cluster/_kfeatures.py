@@ -17,7 +17,7 @@ from .._validation import SEED, Interval, Options, as_generator, check_array
 from ..errors import InvalidParameterError, message
 from ..kernels.bpmeans import feature_means
 from ..kernels.kfeatures import MAX_EXHAUSTIVE
-from ._base import CHECKPOINT, BaseEstimator, wrap_output
+from ._base import HistoryStep, PASS_PARAMETERS, BaseEstimator, wrap_output
 from ._features import FeatureMixin, first_pass
 
 __all__ = ["KFeatures", "StepwiseKFeatures"]
@@ -27,9 +27,7 @@ _COMMON = {
     "exhaustive": [Options((True, False))],
     "max_iter": [Interval("int", 1, None)],
     "random_state": [SEED],
-    "persist": [Options(("auto", True, False))],
-    "split_every": [Interval("int", 2, None), Options((None,))],
-    "checkpoint": [CHECKPOINT],
+    **PASS_PARAMETERS,
 }
 
 
@@ -41,7 +39,7 @@ def _check_exhaustive(name: str, exhaustive: bool, k: int) -> None:
         )
 
 
-class _Run(Step):
+class _Run(HistoryStep):
     """One K-features run with ``k`` features ([MB] eq. 14) for the fit loop: greedy initialisation (2.6), then
     passes of step 1 (every row re-optimised) and step 2 (``A = pinv(Z'Z) Z'X``) until no bit flips.
 
@@ -71,9 +69,6 @@ class _Run(Step):
 
     def converged(self, old: dict, new: dict) -> bool:
         return new["flips"] == 0
-
-    def objective(self, s: dict) -> float:
-        return s["history"][-1]
 
     def n_clusters(self, s: dict) -> int:
         return self.k

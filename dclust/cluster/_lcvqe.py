@@ -12,14 +12,13 @@ from .._validation import SEED, Interval, as_generator
 from ..kernels.constrained import lcvqe_assign
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import CentroidMixin
-from ._mpckmeans import link_arrays
-from ._inmemory import _InMemory
+from ._inmemory import _LinkedInMemory
 
 __all__ = ["LCVQE"]
 
 
 @register
-class LCVQE(CentroidMixin, _InMemory):
+class LCVQE(CentroidMixin, _LinkedInMemory):
     """LCVQE: Linear-Constrained Vector Quantization Error k-means with soft must/cannot links (a reference).
 
     Each iteration (Covoes, Hruschka and Ghosh 2013, section 2.3): every row takes its nearest centre; then each
@@ -29,7 +28,8 @@ class LCVQE(CentroidMixin, _InMemory):
     (``x_j`` joins ``a``'s mean and ``x_i`` joins ``b``'s). A violated cannot-link moves the row farther from its
     centre to its nearest other centre (keeping the violation would cost that same distance on top, so moving is
     never dearer). Centres are the means of their rows plus the pulls. Stops when the labels repeat or after
-    ``max_iter`` iterations; of ``n_init`` k-means++ starts the one with the lowest cost is kept.
+    ``max_iter`` iterations; of ``n_init`` k-means++ starts the one with the lowest cost is kept. The links are
+    visited in the graph's (i, j) order every iteration.
 
     This is a reference for the [TV] tables: it holds the data in memory and refuses more than ``max_samples``
     rows. Use :class:`dclust.RDPMeans` (distributed, soft links) or :class:`dclust.GMPR` at scale.
@@ -89,24 +89,8 @@ class LCVQE(CentroidMixin, _InMemory):
         self.max_samples = max_samples
         self.random_state = random_state
 
-    def fit(self, X, y=None, constraints=None) -> "LCVQE":
-        """Cluster ``X`` (read into memory) under optional links.
-
-        Parameters
-        ----------
-        X : array-like (n_samples, n_features)
-        y : ignored
-        constraints : ConstraintGraph, optional
-            Must-links and cannot-links, visited in the graph's (i, j) order every iteration.
-
-        Returns
-        -------
-        self
-        """
-        self._validate_params()
-        Xn, _ = self._load(X, min_samples=self.n_clusters)
+    def _fit_links(self, Xn, i, j, must, constraints) -> None:
         n, d = Xn.shape
-        i, j, must = link_arrays("LCVQE", constraints, n)
         rng = as_generator(self.random_state)
         k = self.n_clusters
         watch = Stopwatch()
@@ -131,14 +115,10 @@ class LCVQE(CentroidMixin, _InMemory):
         self.labels_ = labels
         self.cluster_centers_ = centers
         self.objective_ = float(cost)
-        same = labels[i] == labels[j]
-        self.n_violated_ = np.array([int((must & ~same).sum()), int((~must & same).sum())], dtype=np.int64)
+        self._set_violations(i, j, must)
         self.n_iter_ = int(n_iter)
         self.objective_history_ = trace
         self.n_features_in_ = d
         emit(ProgressEvent("LCVQE", "done", self.n_iter_, self.objective_, k, 0.0))
-        return self
 
-    def fit_predict(self, X, y=None, constraints=None):
-        """``fit(X, constraints=constraints).labels_``."""
-        return self.fit(X, constraints=constraints).labels_
+    fit_predict = _LinkedInMemory.fit_predict  # with constraints=, not ClusterMixin's

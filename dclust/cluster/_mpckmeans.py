@@ -11,27 +11,17 @@ from scipy.sparse.csgraph import connected_components
 from .._fit import ProgressEvent, Stopwatch, emit
 from .._dask.passes import map_labels
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator, check_constraints
+from .._validation import SEED, Interval, Options, as_generator
 from ..kernels.constrained import mpck_sweep, symmetric_links
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import wrap_output
-from ._inmemory import _InMemory
+from ._inmemory import _LinkedInMemory
 
-__all__ = ["MPCKMeans", "link_arrays"]
-
-
-def link_arrays(name: str, constraints, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(i, j, must)`` of the links of ``fit(constraints=...)`` (validated), empty arrays for None."""
-    graph = check_constraints(name, constraints, n)
-    if graph is None:
-        e = np.zeros(0, np.int64)
-        return e, e, np.zeros(0, np.bool_)
-    i, j, s = graph.pairs()
-    return i.astype(np.int64), j.astype(np.int64), s > 0
+__all__ = ["MPCKMeans"]
 
 
 @register
-class MPCKMeans(_InMemory):
+class MPCKMeans(_LinkedInMemory):
     """MPCK-means: k-means with soft must/cannot links and a learned diagonal metric per cluster (a reference).
 
     Minimises (Bilenko et al. 2004, eq. 5, with unit link weights)
@@ -107,24 +97,8 @@ class MPCKMeans(_InMemory):
         self.max_samples = max_samples
         self.random_state = random_state
 
-    def fit(self, X, y=None, constraints=None) -> "MPCKMeans":
-        """Cluster ``X`` (read into memory) under optional links.
-
-        Parameters
-        ----------
-        X : array-like (n_samples, n_features)
-        y : ignored
-        constraints : ConstraintGraph, optional
-            Must-links and cannot-links (soft, unit weight).
-
-        Returns
-        -------
-        self
-        """
-        self._validate_params()
-        Xn, _ = self._load(X, min_samples=self.n_clusters)
+    def _fit_links(self, Xn, i, j, must, constraints) -> None:
         n, d = Xn.shape
-        i, j, must = link_arrays("MPCKMeans", constraints, n)
         rng = as_generator(self.random_state)
         k = self.n_clusters
         centers = _initial_centers(Xn, i[must], j[must], k, rng)
@@ -155,13 +129,11 @@ class MPCKMeans(_InMemory):
         self.cluster_centers_ = centers
         self.metric_weights_ = A
         self.objective_ = self._objective(Xn, labels, centers, A, i, j, must, range2)
-        same = labels[i] == labels[j]
-        self.n_violated_ = np.array([int((must & ~same).sum()), int((~must & same).sum())], dtype=np.int64)
+        self._set_violations(i, j, must)
         self.n_iter_ = n_iter
         self.objective_history_ = trace
         self.n_features_in_ = d
         emit(ProgressEvent("MPCKMeans", "done", n_iter, self.objective_, k, 0.0))
-        return self
 
     def _metric(self, X, labels, centers, counts, i, j, must, range2, scale, A_old):
         """The diagonal metrics of the M-step (denominators floored at 1e-6 of each feature's variance)."""
@@ -200,10 +172,6 @@ class MPCKMeans(_InMemory):
         arr, info = self._new_input(X, "cluster_centers_")
         labels = map_labels(_metric_labels, arr, centers=self.cluster_centers_, weights=self.metric_weights_)
         return wrap_output(labels, info, "labels")
-
-    def fit_predict(self, X, y=None, constraints=None):
-        """``fit(X, constraints=constraints).labels_``."""
-        return self.fit(X, constraints=constraints).labels_
 
 
 def _metric_labels(Xb, *, offset, block_index, centers, weights):

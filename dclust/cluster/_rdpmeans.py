@@ -6,17 +6,17 @@ import numpy as np
 
 from .._dask.passes import map_labels
 from .._dask.links import build_layout
-from .._fit import Step, finish, fit_loop, persisted, restore_finished, warn_unconverged
+from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._dask.rdp import extract_linked, final_labels, init_pass, rdp_pass, records_from, records_state
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints, check_lam_or_n_clusters
+from .._validation import Interval, Options, as_generator, check_array, check_constraints, check_lam_or_n_clusters
 from ..constraints import ConstraintGraph
 from ..errors import InvalidParameterError, message
 from ..kernels.distances import seed_mix
 from ..kernels.divergence import divergence_nearest, neg_entropy, smooth_rows
 from ..kernels.rdpmeans import link_term
 from ._dpmeans import heuristic_lam
-from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block, wrap_output
+from ._base import HistoryStep, OCC_PARAMETERS, BaseEstimator, CentroidMixin, raise_if_bad_block, wrap_output
 
 __all__ = ["RDPMeans"]
 
@@ -25,7 +25,7 @@ def _kl_labels(Xb, *, offset, block_index, centers, smoothing):
     return divergence_nearest(smooth_rows(Xb, smoothing), centers, "kl")[0]
 
 
-class _Passes(Step):
+class _Passes(HistoryStep):
     """The passes of one RDP-means fit, for the fit loop, along the xi schedule.
 
     :meth:`start` draws the seed, makes the first pass over the data (one-cluster statistics, NaN check, the
@@ -70,7 +70,7 @@ class _Passes(Step):
         raise_if_bad_block(stats0, X)
         self.ck.check_content(*stats0.total())
         mean = stats0.mean[:1]
-        lam = heuristic_lam("RDPMeans", X, mean, est.n_clusters, est.split_every) if est.lam is None else float(est.lam)
+        lam = heuristic_lam(est, X, mean)
         self._linked(seed)
         self.prefix = (p_end, p_index, p_rows)
         return {"seed": seed, "lam": lam, "H": H, "next_xi": float(est.xi0), "centers": mean.copy(),
@@ -106,15 +106,6 @@ class _Passes(Step):
                 "xi_history": s["xi_history"] + [xi], "records": s["records"] + [res.record],
                 "xi": xi, "changed": changed, "settled": not changed and xi >= self.max_xi,
                 "phase0_epochs": len(res.record.phase0.epochs), "pass": (res, z_pass, remap)}
-
-    def converged(self, old: dict, new: dict) -> bool:
-        return new["settled"]
-
-    def objective(self, s: dict) -> float:
-        return s["history"][-1]
-
-    def n_clusters(self, s: dict) -> int:
-        return s["centers"].shape[0]
 
     def start_extra(self, s: dict) -> dict:
         return {"lam": s["lam"], "colors": self.layout.n_colors, "linked_rows": self.layout.n_nodes}
@@ -247,12 +238,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         "smoothing": [Interval("real", 0, None, "neither")],
         "mode": [Options(("serial", "jacobi"))],
         "max_iter": [Interval("int", 1, None)],
-        "random_state": [SEED],
-        "prefix_size": [Interval("int", 0, None)],
-        "max_proposals": [Interval("int", 1, None)],
-        "persist": [Options(("auto", True, False))],
-        "split_every": [Interval("int", 2, None), Options((None,))],
-        "checkpoint": [CHECKPOINT],
+        **OCC_PARAMETERS,
     }
     _transient_attributes = ("serial_order_",)
     _checkpoint_since = 2  # the loop state of format 1 was RDPMeans' own

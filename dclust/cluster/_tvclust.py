@@ -12,11 +12,12 @@ import numpy as np
 
 from .._fit import Step, finish, fit_loop, restore_finished, restore_rng, rng_state
 from .._registry import register
-from .._validation import SEED, Interval, Options, _Kind, as_generator, check_array, check_constraints
+from .._validation import Interval, Options, _Kind, as_generator, check_array, check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ..kernels.tvclust import Gibbs, GibbsState, LinkLists, NIWPrior, gaussian_logpdf
-from ._base import CHECKPOINT, BaseEstimator, ClusterMixin, finite_rows, wrap_output
+from ._base import MEMORY_PARAMETERS, ClusterMixin, finite_rows, wrap_output
+from ._inmemory import _InMemory
 
 __all__ = ["TVClust"]
 
@@ -32,7 +33,7 @@ BETA_PAIR = _Kind("a tuple (a, b) of two finite reals > 0", _beta_pair)
 
 
 @register
-class TVClust(ClusterMixin, BaseEstimator):
+class TVClust(ClusterMixin, _InMemory):
     """TVClust (Khashabi et al.): Gibbs sampling of a DP mixture of Gaussians with must/cannot links as noisy data.
 
     The data view is a Dirichlet-process mixture with a Normal-inverse-Wishart base measure; the link view says
@@ -116,10 +117,9 @@ class TVClust(ClusterMixin, BaseEstimator):
         "prior_scale": [Interval("real", 0, None, "neither"), Options((None,))],
         "init_clusters": [Interval("int", 1, None)],
         "n_sweeps": [Interval("int", 1, None)],
-        "max_samples": [Interval("int", 1, None)],
-        "random_state": [SEED],
-        "checkpoint": [CHECKPOINT],
+        **MEMORY_PARAMETERS,
     }
+    _cost_note = "an in-memory reference sampler that visits one point at a time"
 
     def __init__(
         self, *, alpha=1.0, p=None, q=None, p_prior=(9.0, 1.0), q_prior=(9.0, 1.0), prior_kappa=0.01,
@@ -186,18 +186,8 @@ class TVClust(ClusterMixin, BaseEstimator):
         self
         """
         self._validate_params()
-        arr, _ = check_array(X)
-        n, d = arr.shape
-        if n > self.max_samples:
-            raise InvalidDataError(
-                message("TVClust", f"at most max_samples={self.max_samples} rows (an in-memory reference sampler)",
-                        f"{n} rows", "Use dclust.RDPMeans for large data, subsample X, or raise max_samples.")
-            )
-        Xn = np.asarray(arr.compute(), dtype=np.float64)
-        if not np.isfinite(Xn).all():
-            row = int(np.flatnonzero(~np.isfinite(Xn).all(axis=1))[0])
-            raise InvalidDataError(message("X", "finite values", f"NaN or infinity in row {row}",
-                                           "Drop or impute those rows and fit again."))
+        Xn, _, arr = self._load_array(X)
+        n, d = Xn.shape
         links = self._links(constraints, n)
         ck = self._checkpointer(arr, constraints=constraints)
         resume = ck.resume()

@@ -15,15 +15,14 @@ from .._fit import ProgressEvent, Stopwatch, emit
 from .._registry import register
 from .._validation import SEED, Interval, as_generator
 from ..kernels.tvclust import NIWPrior
-from ._mpckmeans import link_arrays
-from ._inmemory import _InMemory
+from ._inmemory import _LinkedInMemory
 from ._tvclust import TVClust
 
 __all__ = ["TVClustVariational"]
 
 
 @register
-class TVClustVariational(_InMemory):
+class TVClustVariational(_LinkedInMemory):
     """TVClust fitted by mean-field variational inference: a truncated DP mixture of Gaussians with noisy links.
 
     Model (docs/algorithms.md 5.6): stick-breaking weights ``v_k ~ Beta(1, alpha)``, ``(mu_k, Sigma_k)`` from the
@@ -133,25 +132,9 @@ class TVClustVariational(_InMemory):
         self.max_samples = max_samples
         self.random_state = random_state
 
-    def fit(self, X, y=None, constraints=None) -> "TVClustVariational":
-        """Fit the variational posterior of ``X`` (n_samples <= max_samples) given optional links.
-
-        Parameters
-        ----------
-        X : array-like (n_samples, n_features)
-        y : ignored
-        constraints : ConstraintGraph, optional
-            Must-links (observed ``E = 1``) and cannot-links (observed ``E = 0``).
-
-        Returns
-        -------
-        self
-        """
-        self._validate_params()
-        Xn, _ = self._load(X)
+    def _fit_links(self, Xn, i, j, must, constraints) -> None:
         n, d = Xn.shape
         T = max(self.n_components, min(self.init_clusters, n))
-        i, j, must = link_arrays("TVClustVariational", constraints, n)
         prior = TVClust._prior(self, Xn)  # the Gibbs reference's NIW prior (same parameters) ...
         if self.prior_scale is None:  # ... but scaled per feature: raw UCI features differ by orders of magnitude
             var = np.where(Xn.var(axis=0) > 0, Xn.var(axis=0), 1.0) if n > 1 else np.ones(d)
@@ -211,13 +194,8 @@ class TVClustVariational(_InMemory):
         self.objective_history_ = trace
         self.n_features_in_ = d
         emit(ProgressEvent("TVClustVariational", "done", n_iter, 0.0, self.n_clusters_, 0.0))
-        return self
 
     predict = TVClust.predict
-
-    def fit_predict(self, X, y=None, constraints=None):
-        """``fit(X, constraints=constraints).labels_``."""
-        return self.fit(X, constraints=constraints).labels_
 
 
 def _clip(v: float) -> float:

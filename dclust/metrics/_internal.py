@@ -129,7 +129,9 @@ def _check_n_labels(n_labels: int, n_samples: int) -> None:
 
 
 #: The parameters, return value and errors of the tree-reduced indices, put in place of ``{index_parameters}``.
-_INDEX_DOC = """X : array-like, dask or zarr array, shape (n_samples, n_features)
+_INDEX_DOC = """Parameters
+    ----------
+    X : array-like, dask or zarr array, shape (n_samples, n_features)
     labels : array-like or dask.array.Array, shape (n_samples,)
         Integer cluster labels; every value (``-1`` included) is an ordinary label.
     split_every : int, optional
@@ -160,8 +162,6 @@ def calinski_harabasz_score(X: Any, labels: Any, *, split_every: int | None = No
     ``X``: per-label counts, means and scatters merged by Chan's rule, so it equals scikit-learn's
     ``calinski_harabasz_score`` to rounding.
 
-    Parameters
-    ----------
     {index_parameters}
 
     Examples
@@ -199,17 +199,15 @@ def davies_bouldin_score(X: Any, labels: Any, *, split_every: int | None = None)
     ``davies_bouldin_score`` to rounding (including its conventions: 0 when every ``s_k`` or every centre
     distance is 0; coinciding centres are ignored).
 
-    Parameters
-    ----------
     {index_parameters}
 
     Examples
     --------
     >>> import numpy as np
     >>> from dclust.metrics import davies_bouldin_score
-    >>> X = np.array([[0.0, 0.0], [0.0, 1.0], [10.0, 0.0], [10.0, 1.0]])
-    >>> davies_bouldin_score(X, [0, 0, 1, 1])
-    0.1
+    >>> X = np.array([[0.0], [2.0], [10.0], [11.0]])  # s = (1, 0.5), centres 9.5 apart
+    >>> davies_bouldin_score(X, [0, 0, 1, 1])  # (1 + 0.5) / 9.5
+    0.15789473684210525
     """
     again, first = _first_pass(X, labels, split_every)
     centers = first.stats.mean

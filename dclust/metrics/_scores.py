@@ -38,17 +38,26 @@ _INT64_SAFE_N = 3_000_000_000  # below this, N*(N-1) and every sum of C2 fit in 
 # --------------------------------------------------------------------------------------------------------------
 
 
-#: The parameters of a score of two labelings, put in place of ``{labelings}`` in its docstring.
-_LABELINGS_DOC = """y_true, y_pred : array-like or dask.array.Array, shape (n_samples,)
-        Integer labels.
+#: The parameters of a score of two labelings, the start of the ``{labelings}`` section of its docstring.
+_LABELINGS_DOC = """Parameters
+    ----------
+    y_true, y_pred : array-like or dask.array.Array, shape (n_samples,)
+        Integer labels (numpy, list or 1-D dask arrays; dask inputs are tree-reduced).
     split_every : int, optional
         Fan-in of the tree reduction for dask inputs."""
 
 
-def _labelings_doc(score):
-    if score.__doc__:  # None under python -OO
-        score.__doc__ = score.__doc__.replace("{labelings}", _LABELINGS_DOC)
-    return score
+def _labelings_doc(returns: str | None = None):
+    """Decorator: put the Parameters of a score of two labelings (and, given ``returns``, the Returns section of a
+    float described by ``returns``) in place of ``{labelings}`` in the score's docstring."""
+    section = _LABELINGS_DOC + (f"\n\n    Returns\n    -------\n    float\n        {returns}" if returns else "")
+
+    def decorate(score):
+        if score.__doc__:  # None under python -OO
+            score.__doc__ = score.__doc__.replace("{labelings}", section)
+        return score
+
+    return decorate
 
 
 def _c2_sum(x: np.ndarray, n_total: int) -> int:
@@ -66,22 +75,13 @@ def _pair_counts(y_true: Any, y_pred: Any, split_every: int | None) -> tuple[int
     return _c2_sum(table.values, n), _c2_sum(table.a, n), _c2_sum(table.b, n), n * (n - 1) // 2
 
 
+@_labelings_doc("In [0, 1].")
 def rand_score(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> float:
     """Rand index: the fraction of unordered sample pairs on which the two labelings agree.
 
     ``(TP + TN) / C2(N)`` with ``TN = C2(N) - P_true - P_pred + TP``; 1.0 when N < 2.
 
-    Parameters
-    ----------
-    y_true, y_pred : array-like or dask.array.Array, shape (n_samples,)
-        Integer labels (numpy, list or 1-D dask arrays; dask inputs are tree-reduced).
-    split_every : int, optional
-        Fan-in of the tree reduction for dask inputs.
-
-    Returns
-    -------
-    float
-        In [0, 1].
+    {labelings}
 
     Examples
     --------
@@ -94,21 +94,14 @@ def rand_score(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> f
     return (pall - pt - pp + 2 * tp) / pall
 
 
-@_labelings_doc
+@_labelings_doc("At most 1; about 0 for random labelings; can be negative.")
 def adjusted_rand_score(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> float:
     """Adjusted Rand index (Hubert and Arabie): ``(TP - E) / (0.5 (P_true + P_pred) - E)``.
 
     ``E = P_true P_pred / C2(N)``. When the denominator is 0 (both labelings trivial — one cluster each or all
     singletons each — or N = 1) the score is 1.0, as in scikit-learn.
 
-    Parameters
-    ----------
     {labelings}
-
-    Returns
-    -------
-    float
-        At most 1; about 0 for random labelings; can be negative.
 
     Examples
     --------
@@ -134,7 +127,7 @@ def _entropy(counts: np.ndarray) -> float:
     return float(-np.sum((pi / s) * (np.log(pi) - math.log(s))))
 
 
-@_labelings_doc
+@_labelings_doc("In [0, 1].")
 def normalized_mutual_info_score(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> float:
     """Normalised mutual information ``I(U; V) / ((H(U) + H(V)) / 2)``, natural logarithms.
 
@@ -142,14 +135,7 @@ def normalized_mutual_info_score(y_true: Any, y_pred: Any, *, split_every: int |
     cases as in scikit-learn: both labelings with a single label (zero entropies, including N = 1) give 1.0; any
     other case with zero mutual information gives 0.0.
 
-    Parameters
-    ----------
     {labelings}
-
-    Returns
-    -------
-    float
-        In [0, 1].
 
     Examples
     --------
@@ -174,15 +160,13 @@ def normalized_mutual_info_score(y_true: Any, y_pred: Any, *, split_every: int |
     return float(mi_sum / np.mean([_entropy(table.a), _entropy(table.b)]))
 
 
-@_labelings_doc
+@_labelings_doc()
 def pairwise_precision_recall(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> tuple[float, float]:
     """Pairwise precision ``TP / P_pred`` and recall ``TP / P_true`` over all unordered pairs.
 
     A ratio with a zero denominator (no pair together in ``y_pred``, resp. ``y_true``) is 0.0, consistent with
     :func:`pairwise_f_measure` being 0 when TP = 0.
 
-    Parameters
-    ----------
     {labelings}
 
     Returns
@@ -198,20 +182,13 @@ def pairwise_precision_recall(y_true: Any, y_pred: Any, *, split_every: int | No
     return (tp / pp if pp else 0.0), (tp / pt if pt else 0.0)
 
 
-@_labelings_doc
+@_labelings_doc("In [0, 1].")
 def pairwise_f_measure(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> float:
     """Pairwise F-measure ``2PR / (P + R) = 2 TP / (P_true + P_pred)`` ([TV], after Bilenko et al. 2004).
 
     0.0 when no pair is together in both labelings (TP = 0).
 
-    Parameters
-    ----------
     {labelings}
-
-    Returns
-    -------
-    float
-        In [0, 1].
 
     Examples
     --------
@@ -227,18 +204,11 @@ def pairwise_f_measure(y_true: Any, y_pred: Any, *, split_every: int | None = No
 # --------------------------------------------------------------------------------------------------------------
 
 
-@_labelings_doc
+@_labelings_doc("In (0, 1].")
 def purity_score(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> float:
     """Purity ``(1/N) sum_j max_i n_ij``: every cluster takes its majority class ([GP]).
 
-    Parameters
-    ----------
     {labelings}
-
-    Returns
-    -------
-    float
-        In (0, 1].
 
     Examples
     --------
@@ -256,21 +226,14 @@ def _matched(counts: np.ndarray) -> float:
     return counts[rows, cols].sum()
 
 
-@_labelings_doc
+@_labelings_doc("In (0, 1].")
 def matched_accuracy(y_true: Any, y_pred: Any, *, split_every: int | None = None) -> float:
     """Accuracy under the best one-to-one matching of clusters to classes (Hungarian algorithm).
 
     ``max_pi sum_i n_{i, pi(i)} / N`` over partial one-to-one matchings; the numbers of classes and clusters may
     differ (unmatched samples count as errors).
 
-    Parameters
-    ----------
     {labelings}
-
-    Returns
-    -------
-    float
-        In (0, 1].
 
     Examples
     --------

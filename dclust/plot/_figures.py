@@ -34,6 +34,20 @@ def _axes(ax: Any, figsize: tuple[float, float] = (6.4, 4.8)) -> tuple[Any, Any]
     return fig, fig.add_subplot()
 
 
+#: The last parameter and the Returns of a plot that can draw on given axes, put in place of ``{axes}``.
+_AXES_DOC = """ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure"""
+
+
+def _axes_doc(plot):
+    if plot.__doc__:  # None under python -OO
+        plot.__doc__ = plot.__doc__.replace("{axes}", _AXES_DOC)
+    return plot
+
+
 def _colors(codes: np.ndarray) -> Any:
     from matplotlib import colormaps
 
@@ -143,6 +157,7 @@ def plot_clusters(X: Any, labels: Any = None, *, model: Any = None, sample_size:
 # --------------------------------------------------------------------------------------------------------------
 
 
+@_axes_doc
 def plot_objective_history(model: Any, *, events: Sequence[Any] | None = None, ax: Any = None) -> Any:
     """The objective after every iteration (``objective_history_``) and, where known, K per iteration.
 
@@ -154,11 +169,7 @@ def plot_objective_history(model: Any, *, events: Sequence[Any] | None = None, a
     ----------
     model : fitted estimator with ``objective_history_``
     events : sequence of dclust.ProgressEvent, optional
-    ax : matplotlib Axes, optional
-
-    Returns
-    -------
-    matplotlib.figure.Figure
+    {axes}
 
     Examples
     --------
@@ -219,6 +230,7 @@ def _as_sweep(sweep: Any) -> Any:
                                         type(sweep).__name__, "Pass the result of sweep_dpmeans."))
 
 
+@_axes_doc
 def plot_sweep(sweep: Any, *, ax: Any = None) -> Any:
     """K and ``SSE + lam K`` against lam (log scale) for a DP-means sweep, with the suggested lam marked.
 
@@ -226,11 +238,7 @@ def plot_sweep(sweep: Any, *, ax: Any = None) -> Any:
     ----------
     sweep : dclust.model_selection.LamSweep, its ``to_dict()``, or a path to the JSON of
         ``dclust sweep dpmeans --json``
-    ax : matplotlib Axes, optional
-
-    Returns
-    -------
-    matplotlib.figure.Figure
+    {axes}
 
     Examples
     --------
@@ -365,6 +373,7 @@ def _runs(present: np.ndarray) -> list[tuple[int, int]]:
     return [(int(a), int(b - a)) for a, b in zip(starts, stops)]
 
 
+@_axes_doc
 def plot_track_lifetimes(steps: Sequence[Any], *, ax: Any = None) -> Any:
     """When each persistent cluster id of a stream is alive: one horizontal bar per id, gaps where it is absent
     (dead, or not observed in that batch) and comes back (revival).
@@ -374,11 +383,7 @@ def plot_track_lifetimes(steps: Sequence[Any], *, ax: Any = None) -> Any:
     steps : sequence of 1-D integer arrays
         The ids present at every time step, e.g. ``model.labels_`` (or ``np.unique`` of it) after each
         ``DynamicMeans.partial_fit``; ``-1`` entries are ignored.
-    ax : matplotlib Axes, optional
-
-    Returns
-    -------
-    matplotlib.figure.Figure
+    {axes}
 
     Examples
     --------
@@ -425,6 +430,7 @@ def plot_track_lifetimes(steps: Sequence[Any], *, ax: Any = None) -> Any:
 # --------------------------------------------------------------------------------------------------------------
 
 
+@_axes_doc
 def plot_link_satisfaction(labels: Any, constraints: Any, *, ax: Any = None) -> Any:
     """Satisfied and violated must-links and cannot-links of a labeling, as stacked bars with the fractions.
 
@@ -433,11 +439,7 @@ def plot_link_satisfaction(labels: Any, constraints: Any, *, ax: Any = None) -> 
     labels : array-like or dask.array.Array, shape (n_samples,)
         E.g. ``model.labels_`` or ``model.predict(X, constraints=G)`` of a constrained fit.
     constraints : dclust.ConstraintGraph
-    ax : matplotlib Axes, optional
-
-    Returns
-    -------
-    matplotlib.figure.Figure
+    {axes}
 
     Examples
     --------
@@ -502,7 +504,7 @@ def save_figure(fig: Any, path: str | os.PathLike, *, overwrite: bool = False, d
     Raises
     ------
     StorageError
-        ``path`` exists and ``overwrite`` is False, or its directory does not exist.
+        As :func:`check_figure_path` (checked before the figure is rendered).
 
     Examples
     --------
