@@ -109,7 +109,7 @@ SEED = _Kind(
 CALLABLE = _Kind("a callable", callable)
 
 
-def validate_params(estimator) -> None:
+def validate_params(estimator: Any) -> None:
     """Check every constructor parameter of ``estimator`` against its ``_parameter_constraints`` (what ``fit``
     does first), e.g. before any data is read.
 

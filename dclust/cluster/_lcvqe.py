@@ -14,6 +14,7 @@ from ..kernels.kmeans import kmeans_plusplus
 from ._base import CentroidMixin
 from ._mpckmeans import link_arrays
 from ._inmemory import _InMemory
+from ..typing import ArrayLike, ConstraintsLike, Ignored, SeedLike
 
 __all__ = ["LCVQE"]
 
@@ -82,14 +83,17 @@ class LCVQE(CentroidMixin, _InMemory):
         "random_state": [SEED],
     }
 
-    def __init__(self, *, n_clusters=8, n_init=1, max_iter=100, max_samples=100_000, random_state=None):
+    def __init__(
+        self, *, n_clusters: int = 8, n_init: int = 1, max_iter: int = 100, max_samples: int = 100_000,
+        random_state: SeedLike = None,
+    ) -> None:
         self.n_clusters = n_clusters
         self.n_init = n_init
         self.max_iter = max_iter
         self.max_samples = max_samples
         self.random_state = random_state
 
-    def fit(self, X, y=None, constraints=None) -> "LCVQE":
+    def fit(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> "LCVQE":
         """Cluster ``X`` (read into memory) under optional links.
 
         Parameters
@@ -139,6 +143,6 @@ class LCVQE(CentroidMixin, _InMemory):
         emit(ProgressEvent("LCVQE", "done", self.n_iter_, self.objective_, k, 0.0))
         return self
 
-    def fit_predict(self, X, y=None, constraints=None):
+    def fit_predict(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> ArrayLike:
         """``fit(X, constraints=constraints).labels_``."""
         return self.fit(X, constraints=constraints).labels_

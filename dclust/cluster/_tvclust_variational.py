@@ -18,6 +18,8 @@ from ..kernels.tvclust import NIWPrior
 from ._mpckmeans import link_arrays
 from ._inmemory import _InMemory
 from ._tvclust import TVClust
+from typing import Any
+from ..typing import ArrayLike, ConstraintsLike, Ignored, SeedLike
 
 __all__ = ["TVClustVariational"]
 
@@ -113,10 +115,11 @@ class TVClustVariational(_InMemory):
     }
 
     def __init__(
-        self, *, alpha=1.0, p=None, q=None, p_prior=(9.0, 1.0), q_prior=(9.0, 1.0), prior_kappa=0.01,
-        prior_dof=None, prior_scale=None, init_clusters=3, n_components=20, max_iter=200, tol=1e-4, damping=0.5,
-        max_samples=5000, random_state=None,
-    ):
+        self, *, alpha: float = 1.0, p: float | None = None, q: float | None = None, p_prior: Any = (9.0, 1.0),
+        q_prior: Any = (9.0, 1.0), prior_kappa: float = 0.01, prior_dof: float | None = None,
+        prior_scale: float | None = None, init_clusters: int = 3, n_components: int = 20, max_iter: int = 200,
+        tol: float = 1e-4, damping: float = 0.5, max_samples: int = 5000, random_state: SeedLike = None,
+    ) -> None:
         self.alpha = alpha
         self.p = p
         self.q = q
@@ -133,7 +136,7 @@ class TVClustVariational(_InMemory):
         self.max_samples = max_samples
         self.random_state = random_state
 
-    def fit(self, X, y=None, constraints=None) -> "TVClustVariational":
+    def fit(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> "TVClustVariational":
         """Fit the variational posterior of ``X`` (n_samples <= max_samples) given optional links.
 
         Parameters
@@ -215,7 +218,7 @@ class TVClustVariational(_InMemory):
 
     predict = TVClust.predict
 
-    def fit_predict(self, X, y=None, constraints=None):
+    def fit_predict(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> ArrayLike:
         """``fit(X, constraints=constraints).labels_``."""
         return self.fit(X, constraints=constraints).labels_
 
