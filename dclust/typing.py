@@ -9,7 +9,7 @@ True
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
 import numpy as np
 
@@ -19,9 +19,10 @@ KMeansInit = Literal["k-means||", "k-means++", "random"]
 DPMeansInit = Literal["mean", "empty"]
 PersistMode = Literal["auto", True, False]
 #: a checkpoint store: None, a path or fsspec URL, or an fsspec mapper (it carries the storage options)
-CheckpointLike = Union[str, "os.PathLike[str]", Any, None]
-#: must-link / cannot-link side information: a ConstraintGraph, (i, j, kind) links, or None
-ConstraintsLike = Union[Any, None]
+CheckpointLike = Union[str, os.PathLike[str], Any, None]
+#: must-link / cannot-link side information of a constrained fit: a dclust.ConstraintGraph over the rows of X, or
+#: None (spelled Any: this module is the foundation layer and may not import dclust.constraints)
+ConstraintsLike = Optional[Any]
 #: ``y`` of scikit-learn's API, accepted and ignored by unsupervised estimators
 Ignored = Any
 
