@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= dclust
 
-.PHONY: demo test test-fast bench docs venv clean image
+.PHONY: demo test test-fast typecheck bench docs venv clean image
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,9 @@ test: $(STAMP)
 
 test-fast: $(STAMP)  # everything but the tests marked slow (benchmark scripts end to end, killed processes)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+
+typecheck: $(STAMP)  # mypy on the public modules; configuration and documented exceptions: [tool.mypy] in pyproject.toml
+	$(PY) -m mypy
 
 bench: $(STAMP)
 	for b in engine pass_floor occ_ratio kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links faces gmpr_step anytime; do $(PY) benchmarks/bench_$$b.py || exit 1; done

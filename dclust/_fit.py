@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import functools
 import logging
 import time
 import warnings
@@ -416,7 +417,8 @@ def best_of(make_step: Callable[[int, np.random.Generator], Step], *, n_init: in
     """
     ck = NoCheckpoint() if ck is None else ck
     context = context or (lambda: {"phase": "iter"})
-    first, holder, loop = 0, {"best": None}, None
+    first, loop = 0, None
+    holder: dict[str, dict | None] = {"best": None}
     if resume is not None:
         with ck.reading():
             first = int(resume["restart"])
@@ -440,7 +442,9 @@ def best_of(make_step: Callable[[int, np.random.Generator], Step], *, n_init: in
             if ck.active and j + 1 < n_init:
                 ck.save({**saved(j + 1), "loop": None})
 
-        fit_loop(step, max_iter=max_iter, ck=ck, resume=loop, context=lambda j=j: saved(j), announce=announce,
+        fit_loop(step, max_iter=max_iter, ck=ck, resume=loop, context=functools.partial(saved, j), announce=announce,
                  at_end=at_end)
         loop = None
-    return holder["best"]
+    best = holder["best"]
+    assert best is not None, "n_init >= 1 runs set a best result"
+    return best

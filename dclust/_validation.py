@@ -62,7 +62,8 @@ class Interval:
             if value < self.left or (value == self.left and self.closed in ("right", "neither")):
                 return False
         if self.right is not None:
-            if value > self.right or (value == self.right and self.closed in ("left", "neither")):
+            if (value > self.right  # type: ignore[operator]  # typeshed: numbers.Real has no comparisons
+                    or (value == self.right and self.closed in ("left", "neither"))):
                 return False
         return True
 
@@ -104,12 +105,13 @@ SEED = _Kind(
     "None, an int >= 0 or a numpy.random.Generator",
     lambda v: v is None
     or isinstance(v, np.random.Generator)
-    or (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0),
+    # typeshed: numbers.Integral has no comparisons
+    or (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0),  # type: ignore[operator]
 )
 CALLABLE = _Kind("a callable", callable)
 
 
-def validate_params(estimator) -> None:
+def validate_params(estimator: Any) -> None:
     """Check every constructor parameter of ``estimator`` against its ``_parameter_constraints`` (what ``fit``
     does first), e.g. before any data is read.
 

@@ -54,7 +54,8 @@ def _positive_int(name: str, value: Any) -> int:
 
 def _seed(random_state: Any) -> int:
     if random_state is None:
-        return int(np.random.SeedSequence().entropy)
+        # numpy's stubs type entropy as int | Sequence[int] | None; a new SeedSequence's is an int
+        return int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(2**63))
     if isinstance(random_state, bool) or not isinstance(random_state, numbers.Integral) or random_state < 0:
@@ -87,7 +88,9 @@ def _block_rows(
 
 
 def _x_block(bounds: np.ndarray, *, seed: int, centers: np.ndarray, std: np.ndarray, out_dtype: str) -> np.ndarray:
-    return _block_rows(int(bounds[0, 0]), int(bounds[0, 1]), seed, centers, std, np.dtype(out_dtype))[1]
+    X = _block_rows(int(bounds[0, 0]), int(bounds[0, 1]), seed, centers, std, np.dtype(out_dtype))[1]
+    assert X is not None  # a dtype was given, so the rows were drawn
+    return X
 
 
 def _label_block(bounds: np.ndarray, *, seed: int, centers: np.ndarray, std: np.ndarray) -> np.ndarray:
@@ -219,9 +222,9 @@ class Rings(NamedTuple):
     """
 
     #: list of numpy float64 arrays, one (n_points, 2) batch per time step.
-    batches: list
+    batches: list[np.ndarray]
     #: list of numpy int64 arrays, one (n_points,) array of ring indices (0 = largest radius) per time step.
-    labels: list
+    labels: list[np.ndarray]
     #: numpy float64 array (n_steps, 2): the common centre of the rings at every step.
     centers: np.ndarray
 
@@ -290,9 +293,9 @@ def moving_rings(
     r = np.asarray(radii, dtype=np.float64) if isinstance(radii, (tuple, list, np.ndarray)) else None
     _rings_check("radii", radii, r is not None and r.ndim == 1 and r.size >= 1 and bool(np.isfinite(r).all())
                  and bool((r >= 0).all()), "a non-empty sequence of finite radii >= 0", "Pass e.g. (0.4, 0.2, 0.0).")
-    for name, value in (("noise", noise), ("motion", motion)):
-        _rings_check(name, value, isinstance(value, numbers.Real) and not isinstance(value, bool)
-                     and np.isfinite(value) and value >= 0, "a finite number >= 0", f"Pass e.g. {name}=0.05.")
+    for name, number in (("noise", noise), ("motion", motion)):
+        _rings_check(name, number, isinstance(number, numbers.Real) and not isinstance(number, bool)
+                     and np.isfinite(number) and number >= 0, "a finite number >= 0", f"Pass e.g. {name}=0.05.")
     s = np.asarray(start, dtype=np.float64) if isinstance(start, (tuple, list, np.ndarray)) else None
     _rings_check("start", start, s is not None and s.shape == (2,) and bool(np.isfinite(s).all()),
                  "a pair (x, y) of finite numbers", "Pass e.g. start=(0.5, 0.5).")
@@ -341,11 +344,11 @@ class MovingGaussians(NamedTuple):
     """
 
     #: list of float64 arrays (n_t, 2): the points of each step.
-    batches: list
+    batches: list[np.ndarray]
     #: list of int64 arrays (n_t,): the id of the cluster that emitted each point (ids are never reused).
-    labels: list
+    labels: list[np.ndarray]
     #: list of float64 arrays (k_t, 2): the centres of the live clusters when they emitted.
-    centers: list
+    centers: list[np.ndarray]
 
 
 def moving_gaussians(
@@ -410,11 +413,11 @@ def moving_gaussians(
     if boundary not in ("none", "reflect"):
         raise InvalidParameterError(message("moving_gaussians(boundary=...)", "'none' or 'reflect'", repr(boundary),
                                             "Pick one of the two boundary rules."))
-    for name, value in (("std", std), ("death_prob", death_prob), ("birth_prob", birth_prob)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < np.inf or (
-                name != "std" and value > 1):
+    for name, number in (("std", std), ("death_prob", death_prob), ("birth_prob", birth_prob)):
+        if isinstance(number, bool) or not isinstance(number, numbers.Real) or not 0 <= number < np.inf or (
+                name != "std" and number > 1):
             raise InvalidParameterError(message(f"moving_gaussians({name}=...)", "a number >= 0 (<= 1 for a "
-                                                "probability)", repr(value), f"Pass a valid {name}."))
+                                                "probability)", repr(number), f"Pass a valid {name}."))
     rng = np.random.default_rng(np.random.SeedSequence(_seed(random_state), spawn_key=(2,)))
 
     def fold(c: np.ndarray) -> np.ndarray:

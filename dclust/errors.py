@@ -65,7 +65,7 @@ class DclustError(ValueError):
     """
 
 
-class NotFittedError(DclustError, _SklearnNotFittedError):
+class NotFittedError(DclustError, _SklearnNotFittedError):  # type: ignore[misc]  # scikit-learn has no stubs
     """A method that needs a fitted model was called before ``fit`` (also scikit-learn's NotFittedError, itself
     a ValueError and an AttributeError).
 

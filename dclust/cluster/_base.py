@@ -38,6 +38,7 @@ from .._validation import (
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels.distances import block_stats, nearest
 from ..kernels.stats import ClusterStats
+from ..typing import ArrayLike, Ignored
 
 __all__ = [
     "BaseEstimator", "CentroidMixin", "ClusterMixin", "TransformerMixin", "clone", "raise_if_bad_block", "CHECKPOINT",
@@ -342,7 +343,7 @@ class CentroidMixin(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMi
         self._check_fitted()
         return check_array(X, n_features=self.cluster_centers_.shape[1])
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> ArrayLike:
         """Index of the nearest centre for every row (lowest index on ties).
 
         Returns an ndarray for numpy input, a lazy dask array for dask/zarr input and a DataArray carrying the
@@ -352,7 +353,7 @@ class CentroidMixin(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMi
         labels = map_labels(_labels_kernel, arr, centers=np.asarray(self.cluster_centers_, dtype=np.float64))
         return wrap_output(labels, info, "labels")
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> ArrayLike:
         """Squared Euclidean distance of every row to every centre, shape (n_samples, n_clusters)."""
         arr, info = self._input(X)
         c = np.asarray(self.cluster_centers_, dtype=np.float64)
@@ -360,7 +361,7 @@ class CentroidMixin(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMi
                                                        chunks=(arr.chunks[0], (c.shape[0],)))
         return wrap_output(out, info, "distances")
 
-    def score(self, X, y=None, sample_weight=None) -> float:
+    def score(self, X: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None) -> float:
         """Opposite of the weighted sum of squared distances to the nearest centre (higher is better)."""
         from .._validation import check_sample_weight
 

@@ -23,6 +23,8 @@ from ..kernels.bpmeans import (
 from ..kernels.kfeatures import greedy_rows
 from ._base import HistoryStep, OCC_PARAMETERS, BaseEstimator, wrap_output
 from ._features import FeatureMixin, first_pass, overflow_error
+from typing import Literal
+from ..typing import ArrayLike, CheckpointLike, Ignored, PersistMode, SeedLike
 
 __all__ = ["BPMeans"]
 
@@ -258,9 +260,12 @@ class BPMeans(FeatureMixin, BaseEstimator):
     _transient_attributes = ("serial_order_", "allocation_")
     _checkpoint_since = 2  # the loop state of format 1 was BPMeans' own
 
-    def __init__(self, *, lam=1.0, init="sample", n_init=10, max_iter=100, max_features=100, capped=False,
-                 random_state=None, prefix_size=1000, max_proposals=4096, persist="auto", split_every=None,
-                 checkpoint=None):
+    def __init__(
+        self, *, lam: float = 1.0, init: Literal["sample", "greedy", "empty"] = "sample", n_init: int = 10,
+        max_iter: int = 100, max_features: int = 100, capped: bool = False, random_state: SeedLike = None,
+        prefix_size: int = 1000, max_proposals: int = 4096, persist: PersistMode = "auto",
+        split_every: int | None = None, checkpoint: CheckpointLike = None,
+    ) -> None:
         self.lam = lam
         self.init = init
         self.n_init = n_init
@@ -274,7 +279,7 @@ class BPMeans(FeatureMixin, BaseEstimator):
         self.split_every = split_every
         self.checkpoint = checkpoint
 
-    def fit(self, X, y=None) -> "BPMeans":
+    def fit(self, X: ArrayLike, y: Ignored = None) -> "BPMeans":
         """Learn features from ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
         self._validate_params()
         arr, info = check_array(X)

@@ -18,6 +18,7 @@ from ..kernels.bpmeans import feature_means
 from ._base import HistoryStep, MEMORY_PARAMETERS, CentroidMixin
 from ._features import FeatureMixin
 from ._inmemory import _InMemory
+from ..typing import ArrayLike, CheckpointLike, DPMeansInit, Ignored, SeedLike
 
 __all__ = ["CollapsedDPMeans", "CappedDPMeans", "CollapsedBPMeans"]
 
@@ -246,8 +247,10 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
     }
     _cost_note = "a serial in-memory descent, O(N K D) per pass"
 
-    def __init__(self, *, lam=1.0, init="mean", max_iter=100, shuffle=True, random_state=None,
-                 max_samples=100_000, checkpoint=None):
+    def __init__(
+        self, *, lam: float = 1.0, init: DPMeansInit = "mean", max_iter: int = 100, shuffle: bool = True,
+        random_state: SeedLike = None, max_samples: int = 100_000, checkpoint: CheckpointLike = None,
+    ) -> None:
         self.lam = lam
         self.init = init
         self.max_iter = max_iter
@@ -256,7 +259,7 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
         self.max_samples = max_samples
         self.checkpoint = checkpoint
 
-    def fit(self, X, y=None) -> "CollapsedDPMeans":
+    def fit(self, X: ArrayLike, y: Ignored = None) -> "CollapsedDPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
         return _fit_serial(self, X, _CollapsedPasses, self._store)
 
@@ -334,8 +337,11 @@ class CappedDPMeans(CentroidMixin, _InMemory):
     }
     _cost_note = "a serial in-memory algorithm, O(N K D) per pass"
 
-    def __init__(self, *, lam=1.0, max_clusters=None, init="mean", max_iter=100, shuffle=True, random_state=None,
-                 max_samples=100_000, checkpoint=None):
+    def __init__(
+        self, *, lam: float = 1.0, max_clusters: int | None = None, init: DPMeansInit = "mean", max_iter: int = 100,
+        shuffle: bool = True, random_state: SeedLike = None, max_samples: int = 100_000,
+        checkpoint: CheckpointLike = None,
+    ) -> None:
         self.lam = lam
         self.max_clusters = max_clusters
         self.init = init
@@ -345,7 +351,7 @@ class CappedDPMeans(CentroidMixin, _InMemory):
         self.max_samples = max_samples
         self.checkpoint = checkpoint
 
-    def fit(self, X, y=None) -> "CappedDPMeans":
+    def fit(self, X: ArrayLike, y: Ignored = None) -> "CappedDPMeans":
         """Cluster ``X`` into at most ``max_clusters`` clusters (numpy, dask, zarr or xarray)."""
         return _fit_serial(self, X, _CappedPasses, self._store)
 
@@ -422,8 +428,10 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
     }
     _cost_note = "a serial in-memory descent that re-solves a K x K system per candidate move"
 
-    def __init__(self, *, lam=1.0, max_iter=100, shuffle=True, n_init=1, random_state=None, max_samples=5000,
-                 checkpoint=None):
+    def __init__(
+        self, *, lam: float = 1.0, max_iter: int = 100, shuffle: bool = True, n_init: int = 1,
+        random_state: SeedLike = None, max_samples: int = 5000, checkpoint: CheckpointLike = None,
+    ) -> None:
         self.lam = lam
         self.max_iter = max_iter
         self.shuffle = shuffle
@@ -432,7 +440,7 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
         self.max_samples = max_samples
         self.checkpoint = checkpoint
 
-    def fit(self, X, y=None) -> "CollapsedBPMeans":
+    def fit(self, X: ArrayLike, y: Ignored = None) -> "CollapsedBPMeans":
         """Learn a binary feature allocation of ``X`` (numpy, dask, zarr or xarray)."""
         self._validate_params()
         if self.n_init > 1 and (self.checkpoint is not None or not self.shuffle):

@@ -29,6 +29,8 @@ from ..kernels.kmeans import kmeans_plusplus
 from .._registry import register
 from ._base import MEMORY_PARAMETERS, CentroidMixin
 from ._inmemory import _InMemory
+from typing import Literal
+from ..typing import ArrayLike, CheckpointLike, ConstraintsLike, Ignored, SeedLike
 
 __all__ = ["COPKMeans"]
 
@@ -117,8 +119,11 @@ class COPKMeans(CentroidMixin, _InMemory):
         **MEMORY_PARAMETERS,
     }
 
-    def __init__(self, *, n_clusters=8, n_init=10, max_iter=100, on_infeasible="nearest", max_samples=100_000,
-                 random_state=None, checkpoint=None):
+    def __init__(
+        self, *, n_clusters: int = 8, n_init: int = 10, max_iter: int = 100,
+        on_infeasible: Literal["nearest", "raise"] = "nearest", max_samples: int = 100_000,
+        random_state: SeedLike = None, checkpoint: CheckpointLike = None,
+    ) -> None:
         self.n_clusters = n_clusters
         self.n_init = n_init
         self.max_iter = max_iter
@@ -134,7 +139,7 @@ class COPKMeans(CentroidMixin, _InMemory):
         check_constraints("COPKMeans", constraints, n)
         return constraints.pairs()
 
-    def fit(self, X, y=None, constraints=None) -> "COPKMeans":
+    def fit(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> "COPKMeans":
         """Cluster ``X`` (read into memory) under optional must/cannot links (a ``ConstraintGraph``)."""
         self._validate_params()
         Xn, _ = self._load(X)
@@ -183,7 +188,7 @@ class COPKMeans(CentroidMixin, _InMemory):
         return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters,
                       save=False)
 
-    def fit_predict(self, X, y=None, constraints=None) -> np.ndarray:
+    def fit_predict(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> np.ndarray:
         """``fit(X, constraints=constraints).labels_``; ``predict`` labels new rows by the nearest center (links
         are not used)."""
         return self.fit(X, constraints=constraints).labels_

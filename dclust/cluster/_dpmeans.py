@@ -17,6 +17,7 @@ from ..errors import InvalidDataError, message
 from ..kernels.distances import seed_mix
 from ._base import HistoryStep, OCC_PARAMETERS, BaseEstimator, CentroidMixin, raise_if_bad_block
 from ._partial import dpmeans_partial_fit
+from ..typing import ArrayLike, CheckpointLike, DPMeansInit, Ignored, PersistMode, SeedLike
 
 __all__ = ["DPMeans", "heuristic_lam"]
 
@@ -195,9 +196,10 @@ class DPMeans(CentroidMixin, BaseEstimator):
     _checkpoint_since = 2  # the loop state of format 1 was DPMeans' own
 
     def __init__(
-        self, *, lam=None, n_clusters=None, init="mean", max_iter=100, random_state=None, prefix_size=1000,
-        max_proposals=4096, persist="auto", split_every=None, checkpoint=None,
-    ):
+        self, *, lam: float | None = None, n_clusters: int | None = None, init: DPMeansInit = "mean",
+        max_iter: int = 100, random_state: SeedLike = None, prefix_size: int = 1000, max_proposals: int = 4096,
+        persist: PersistMode = "auto", split_every: int | None = None, checkpoint: CheckpointLike = None,
+    ) -> None:
         self.lam = lam
         self.n_clusters = n_clusters
         self.init = init
@@ -209,7 +211,7 @@ class DPMeans(CentroidMixin, BaseEstimator):
         self.split_every = split_every
         self.checkpoint = checkpoint
 
-    def fit(self, X, y=None, sample_weight=None) -> "DPMeans":
+    def fit(self, X: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None) -> "DPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
         self._validate_params()
         arr, info = check_array(X)
@@ -243,7 +245,7 @@ class DPMeans(CentroidMixin, BaseEstimator):
         return finish(self, ck, n_iter=run.n_iter, objective=self.objective_, n_clusters=self.n_clusters_,
                       seed=s["seed"], records=keyed_records_state(s["records"]))
 
-    def partial_fit(self, X, y=None, sample_weight=None) -> "DPMeans":
+    def partial_fit(self, X: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None) -> "DPMeans":
         """Update the model with one batch of a stream (the any-time DP-means step of :class:`AnytimeDPMeans`).
 
         >>> import numpy as np, dclust

@@ -14,6 +14,8 @@ from ..kernels import dpmm as K
 from ._base import MEMORY_PARAMETERS, ClusterMixin, wrap_output
 
 from ._inmemory import _VECTOR, _InMemory, _first_appearance
+from typing import Literal
+from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
 __all__ = ["DPMMGibbs"]
 
@@ -103,9 +105,10 @@ class DPMMGibbs(ClusterMixin, _InMemory):
     _cost_note = "a serial collapsed Gibbs sampler, O(N K D) per sweep"
 
     def __init__(
-        self, *, alpha=1.0, sigma2=1.0, rho2=100.0, mu0=None, n_iter=50, init="sequential", keep="best",
-        max_samples=20_000, random_state=None, checkpoint=None,
-    ):
+        self, *, alpha: float = 1.0, sigma2: float = 1.0, rho2: float = 100.0, mu0: ArrayLike | None = None,
+        n_iter: int = 50, init: Literal["sequential", "single"] = "sequential", keep: Literal["best", "last"] = "best",
+        max_samples: int = 20_000, random_state: SeedLike = None, checkpoint: CheckpointLike = None,
+    ) -> None:
         self.alpha = alpha
         self.sigma2 = sigma2
         self.rho2 = rho2
@@ -128,7 +131,7 @@ class DPMMGibbs(ClusterMixin, _InMemory):
             )
         return mu0
 
-    def fit(self, X, y=None) -> "DPMMGibbs":
+    def fit(self, X: ArrayLike, y: Ignored = None) -> "DPMMGibbs":
         """Run the sampler on ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
         self._validate_params()
         X, _ = self._load(X)
@@ -189,7 +192,7 @@ class DPMMGibbs(ClusterMixin, _InMemory):
         self.mu0_ = mu0
         return self._finish_sweeps(ck, kept_lj, history, ks, "n_clusters_history_", k, d)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> ArrayLike:
         """MAP cluster of every row under the posterior predictive of the kept sample (no new clusters):
         ``argmax_k log n_k + log N(x | m_k, (sigma2 + v_k) I)``.
 
@@ -200,7 +203,7 @@ class DPMMGibbs(ClusterMixin, _InMemory):
                             variances=self.cluster_variances_, sigma2=float(self.sigma2))
         return wrap_output(labels, info, "labels")
 
-    def fit_predict(self, X, y=None):
+    def fit_predict(self, X: ArrayLike, y: Ignored = None) -> ArrayLike:
         """``fit(X).labels_``: the sampled clusters of the training rows."""
         return self.fit(X).labels_
 

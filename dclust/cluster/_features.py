@@ -10,6 +10,7 @@ from .._dask.occ import keyed_prefix
 from .._validation import check_array
 from ..errors import InvalidParameterError, message
 from ._base import TransformerMixin, finite_rows, raise_if_bad_block, wrap_output
+from ..typing import ArrayLike, Ignored
 
 __all__ = ["FeatureMixin", "first_pass", "overflow_error"]
 
@@ -52,7 +53,7 @@ class FeatureMixin(TransformerMixin):
     def _check_features(self) -> None:
         self._check_fitted("features_")
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> ArrayLike:
         """Binary feature allocation of new rows, shape (n_samples, n_latent_features_), uint8.
 
         Each row starts with no feature and is swept coordinate-wise over ``features_`` (each bit set iff that
@@ -63,15 +64,15 @@ class FeatureMixin(TransformerMixin):
         arr, info = check_array(X, n_features=self.features_.shape[1])
         return wrap_output(transform_bits(finite_rows(arr, "transform"), self.features_), info, "features")
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> ArrayLike:
         """Same as :meth:`transform`: for a feature allocation the prediction is the binary row ``z``."""
         return self.transform(X)
 
-    def reconstruct(self, Z):
+    def reconstruct(self, Z: ArrayLike) -> ArrayLike:
         """``Z @ features_``: the model's reconstruction of rows with allocation ``Z``."""
         self._check_features()
         return Z.astype(np.float64) @ self.features_
 
-    def fit_transform(self, X, y=None):
+    def fit_transform(self, X: ArrayLike, y: Ignored = None) -> ArrayLike:
         """``fit(X)`` then the allocation learned for the training rows (``allocation_``)."""
         return self.fit(X).allocation_

@@ -20,6 +20,8 @@ from ._base import (
     PASS_PARAMETERS, BaseEstimator, ClusterMixin, HistoryStep, finite_rows, raise_if_bad_block, wrap_output,
 )
 from ._gmpr_init import chunklet_centers
+from typing import Literal
+from ..typing import ArrayLike, CheckpointLike, ConstraintsLike, Ignored, PersistMode, SeedLike
 
 __all__ = ["GMPR"]
 
@@ -129,10 +131,12 @@ class GMPR(ClusterMixin, BaseEstimator):
     }
 
     def __init__(
-        self, *, n_classes=2, clusters_per_class=1, covariance_type="full", reg_covar=1e-6, max_iter=200, tol=1e-6,
-        init="chunklets", init_sample_size=10_000, random_state=None, persist="auto", split_every=None,
-        checkpoint=None,
-    ):
+        self, *, n_classes: int = 2, clusters_per_class: int = 1, covariance_type: Literal["full", "diag"] = "full",
+        reg_covar: float = 1e-6, max_iter: int = 200, tol: float = 1e-6,
+        init: Literal["chunklets", "k-means++", "random"] = "chunklets", init_sample_size: int = 10_000,
+        random_state: SeedLike = None, persist: PersistMode = "auto", split_every: int | None = None,
+        checkpoint: CheckpointLike = None,
+    ) -> None:
         self.n_classes = n_classes
         self.clusters_per_class = clusters_per_class
         self.covariance_type = covariance_type
@@ -224,7 +228,7 @@ class GMPR(ClusterMixin, BaseEstimator):
             )
 
     # ------------------------------------------------------------------------------------------------------
-    def fit(self, X, y=None, constraints=None) -> "GMPR":
+    def fit(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> "GMPR":
         """Fit the mixture to ``X`` (numpy, dask, zarr or xarray; (n_samples, n_features)) with optional links.
 
         Parameters
@@ -286,7 +290,7 @@ class GMPR(ClusterMixin, BaseEstimator):
             warn_unconverged("GMPR", self.max_iter, note=f" (last relative change {change:.3g} > tol={self.tol})",
                              fix="Increase max_iter or tol.")
 
-    def predict_proba(self, X, constraints=None):
+    def predict_proba(self, X: ArrayLike, constraints: ConstraintsLike = None) -> ArrayLike:
         """Class posteriors, shape (n_samples, n_classes).
 
         Without ``constraints`` every row gets ``softmax_m(log α_m + log g(x|m))``. With a ConstraintGraph over
@@ -298,7 +302,7 @@ class GMPR(ClusterMixin, BaseEstimator):
         plan = None if constraints is None else _link_plan(constraints, arr, info.kind, self.n_classes)
         return wrap_output(_dgmpr.proba(finite_rows(arr, "predict"), params, plan), info, "proba")
 
-    def predict(self, X, constraints=None):
+    def predict(self, X: ArrayLike, constraints: ConstraintsLike = None) -> ArrayLike:
         """The most probable class of every row (see :meth:`predict_proba`; lowest index on ties)."""
         params = self._params()
         arr, info = check_array(X, n_features=self.means_.shape[2])
@@ -307,7 +311,7 @@ class GMPR(ClusterMixin, BaseEstimator):
         labels = p.map_blocks(lambda b: np.argmax(b, axis=1).astype(np.int32), dtype=np.int32, drop_axis=1)
         return wrap_output(labels, info, "labels")
 
-    def fit_predict(self, X, y=None, constraints=None):
+    def fit_predict(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> ArrayLike:
         """``fit(X, constraints=constraints)`` then ``predict(X, constraints=constraints)``."""
         return self.fit(X, constraints=constraints).predict(X, constraints=constraints)
 

@@ -14,6 +14,8 @@ from ..kernels import ibp as K
 from ._base import MEMORY_PARAMETERS, TransformerMixin, wrap_output
 
 from ._inmemory import _InMemory
+from typing import Literal
+from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
 __all__ = ["IBPGibbs"]
 
@@ -116,9 +118,11 @@ class IBPGibbs(TransformerMixin, _InMemory):
     _cost_note = "a serial collapsed Gibbs sampler, O(N K^3) per sweep"
 
     def __init__(
-        self, *, alpha=1.0, sigma_x=1.0, sigma_a=1.0, n_iter=100, max_new_features=4, max_features=100,
-        anneal_factor=1.0, keep="best", max_samples=5000, random_state=None, checkpoint=None,
-    ):
+        self, *, alpha: float = 1.0, sigma_x: float = 1.0, sigma_a: float = 1.0, n_iter: int = 100,
+        max_new_features: int = 4, max_features: int = 100, anneal_factor: float = 1.0,
+        keep: Literal["best", "last"] = "best", max_samples: int = 5000, random_state: SeedLike = None,
+        checkpoint: CheckpointLike = None,
+    ) -> None:
         self.alpha = alpha
         self.sigma_x = sigma_x
         self.sigma_a = sigma_a
@@ -131,7 +135,7 @@ class IBPGibbs(TransformerMixin, _InMemory):
         self.random_state = random_state
         self.checkpoint = checkpoint
 
-    def fit(self, X, y=None) -> "IBPGibbs":
+    def fit(self, X: ArrayLike, y: Ignored = None) -> "IBPGibbs":
         """Run the sampler on ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
         self._validate_params()
         X, _ = self._load(X)
@@ -198,7 +202,7 @@ class IBPGibbs(TransformerMixin, _InMemory):
         self.n_latent_features_ = int(Zk.shape[1])
         return self._finish_sweeps(ck, kept_lj, history, ks, "n_latent_features_history_", self.n_latent_features_, d)
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> ArrayLike:
         """Binary codes of rows with the features fixed at ``features_``: the MAP ``z`` under
         ``N(x | z A, sigma_x^2 I)`` and the IBP predictive prior ``m_k / (N + 1)`` per feature (exact enumeration
         up to 10 features, coordinate ascent beyond).
@@ -212,15 +216,15 @@ class IBPGibbs(TransformerMixin, _InMemory):
                              chunks=(arr.chunks[0], (k,)))
         return wrap_output(out, info, "codes")
 
-    def fit_transform(self, X, y=None):
+    def fit_transform(self, X: ArrayLike, y: Ignored = None) -> ArrayLike:
         """``fit(X).allocation_``: the sampled features of the training rows."""
         return self.fit(X).allocation_
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> ArrayLike:
         """Same as :meth:`transform` (as for BPMeans: the prediction of a feature model is the binary row z)."""
         return self.transform(X)
 
-    def reconstruct(self, Z):
+    def reconstruct(self, Z: ArrayLike) -> ArrayLike:
         """``Z @ features_``: the model's reconstruction of rows with allocation ``Z``."""
         self._check_fitted("features_")
         return np.asarray(Z, dtype=np.float64) @ self.features_

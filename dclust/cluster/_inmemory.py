@@ -13,6 +13,7 @@ from .._dask.passes import block_offsets
 from .._fit import ProgressEvent, emit, set_rng_state
 from .._validation import _Kind, check_array, check_constraints
 from ..errors import InvalidDataError, message
+from ..typing import ArrayLike, ConstraintsLike, Ignored
 from ._base import BaseEstimator, finite_rows
 
 
@@ -138,7 +139,7 @@ class _LinkedInMemory(_InMemory):
     reads ``X`` (at least ``n_clusters`` rows where there is such a parameter) and validates the links, then the
     estimator's :meth:`_fit_links` fits."""
 
-    def fit(self, X, y=None, constraints=None):
+    def fit(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> "_LinkedInMemory":
         """Cluster ``X`` (read into memory; at most ``max_samples`` rows) under optional links.
 
         Parameters
@@ -167,7 +168,7 @@ class _LinkedInMemory(_InMemory):
         same = self.labels_[i] == self.labels_[j]
         self.n_violated_ = np.array([int((must & ~same).sum()), int((~must & same).sum())], dtype=np.int64)
 
-    def fit_predict(self, X, y=None, constraints=None):
+    def fit_predict(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> ArrayLike:
         """``fit(X, constraints=constraints).labels_``."""
         return self.fit(X, constraints=constraints).labels_
 

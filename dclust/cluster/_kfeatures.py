@@ -19,6 +19,8 @@ from ..kernels.bpmeans import feature_means
 from ..kernels.kfeatures import MAX_EXHAUSTIVE
 from ._base import HistoryStep, PASS_PARAMETERS, BaseEstimator, wrap_output
 from ._features import FeatureMixin, first_pass
+from typing import Literal
+from ..typing import ArrayLike, CheckpointLike, Ignored, PersistMode, SeedLike
 
 __all__ = ["KFeatures", "StepwiseKFeatures"]
 
@@ -200,8 +202,11 @@ class KFeatures(FeatureMixin, BaseEstimator):
                               "n_features": [Interval("int", 1, None), Options(("deprecated",))], **_COMMON}
     _transient_attributes = ("allocation_",)
 
-    def __init__(self, *, n_components=2, n_init=1, exhaustive=False, max_iter=100, random_state=None,
-                 persist="auto", split_every=None, checkpoint=None, n_features="deprecated"):
+    def __init__(
+        self, *, n_components: int = 2, n_init: int = 1, exhaustive: bool = False, max_iter: int = 100,
+        random_state: SeedLike = None, persist: PersistMode = "auto", split_every: int | None = None,
+        checkpoint: CheckpointLike = None, n_features: int | Literal["deprecated"] = "deprecated",
+    ) -> None:
         self.n_components = n_components
         self.n_features = n_features
         self.n_init = n_init
@@ -212,7 +217,7 @@ class KFeatures(FeatureMixin, BaseEstimator):
         self.split_every = split_every
         self.checkpoint = checkpoint
 
-    def fit(self, X, y=None) -> "KFeatures":
+    def fit(self, X: ArrayLike, y: Ignored = None) -> "KFeatures":
         """Learn ``n_components`` features from ``X`` (shape (n_samples, n_features_in))."""
         k = self._n_components()
         arr, info, ck, state = _start(self, X, k)
@@ -288,8 +293,11 @@ class StepwiseKFeatures(FeatureMixin, BaseEstimator):
                               "max_features": [Interval("int", 1, None)], **_COMMON}
     _transient_attributes = ("allocation_",)
 
-    def __init__(self, *, lam=1.0, max_features=20, n_init=1, exhaustive=False, max_iter=100, random_state=None,
-                 persist="auto", split_every=None, checkpoint=None):
+    def __init__(
+        self, *, lam: float = 1.0, max_features: int = 20, n_init: int = 1, exhaustive: bool = False,
+        max_iter: int = 100, random_state: SeedLike = None, persist: PersistMode = "auto",
+        split_every: int | None = None, checkpoint: CheckpointLike = None,
+    ) -> None:
         self.lam = lam
         self.max_features = max_features
         self.n_init = n_init
@@ -300,7 +308,7 @@ class StepwiseKFeatures(FeatureMixin, BaseEstimator):
         self.split_every = split_every
         self.checkpoint = checkpoint
 
-    def fit(self, X, y=None) -> "StepwiseKFeatures":
+    def fit(self, X: ArrayLike, y: Ignored = None) -> "StepwiseKFeatures":
         """Choose K and learn the features of ``X``."""
         arr, info, ck, state = _start(self, X, self.max_features)
         if _restore(self, ck, state, info, arr.shape[0]) is not None:

@@ -13,6 +13,7 @@ from .._validation import ARRAY, SEED, Interval, Options, as_generator, check_ar
 from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
 from ._base import CHECKPOINT, BaseEstimator, CentroidMixin, raise_if_bad_block
 from ._partial import kmeans_partial_fit
+from ..typing import ArrayLike, CheckpointLike, Ignored, KMeansInit, PersistMode, SeedLike
 
 __all__ = ["KMeans", "Lloyd"]
 
@@ -168,10 +169,11 @@ class KMeans(CentroidMixin, BaseEstimator):
     }
 
     def __init__(
-        self, *, n_clusters=8, init="k-means||", n_init=1, max_iter=300, tol=1e-4, random_state=None,
-        oversampling_factor=2.0, init_rounds=1, init_sample_size=10_000, persist="auto", split_every=None,
-        checkpoint=None,
-    ):
+        self, *, n_clusters: int = 8, init: KMeansInit | ArrayLike = "k-means||", n_init: int = 1, max_iter: int = 300,
+        tol: float = 1e-4, random_state: SeedLike = None, oversampling_factor: float = 2.0, init_rounds: int = 1,
+        init_sample_size: int = 10_000, persist: PersistMode = "auto", split_every: int | None = None,
+        checkpoint: CheckpointLike = None,
+    ) -> None:
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
@@ -217,7 +219,7 @@ class KMeans(CentroidMixin, BaseEstimator):
             split_every=self.split_every,
         )
 
-    def fit(self, X, y=None, sample_weight=None) -> "KMeans":
+    def fit(self, X: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None) -> "KMeans":
         """Compute the k-means clustering of ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
         self._validate_params()
         arr, info = check_array(X)
@@ -252,7 +254,7 @@ class KMeans(CentroidMixin, BaseEstimator):
         self.n_features_in_ = d
         return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters)
 
-    def partial_fit(self, X, y=None, sample_weight=None) -> "KMeans":
+    def partial_fit(self, X: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None) -> "KMeans":
         """Update the centres with one batch of a stream (mini-batch k-means; see ``dclust.cluster._partial``).
 
         >>> import numpy as np, dclust

@@ -13,6 +13,7 @@ from ..kernels.constrained import lcvqe_assign
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import CentroidMixin
 from ._inmemory import _LinkedInMemory
+from ..typing import SeedLike
 
 __all__ = ["LCVQE"]
 
@@ -82,7 +83,10 @@ class LCVQE(CentroidMixin, _LinkedInMemory):
         "random_state": [SEED],
     }
 
-    def __init__(self, *, n_clusters=8, n_init=1, max_iter=100, max_samples=100_000, random_state=None):
+    def __init__(
+        self, *, n_clusters: int = 8, n_init: int = 1, max_iter: int = 100, max_samples: int = 100_000,
+        random_state: SeedLike = None,
+    ) -> None:
         self.n_clusters = n_clusters
         self.n_init = n_init
         self.max_iter = max_iter

@@ -15,6 +15,7 @@ from ..errors import ConvergenceWarning, InvalidDataError, message
 from ..kernels.gmpr import GaussianStats
 from ..kernels.mahalanobis import covariance_step, mahalanobis_labels, mahalanobis_stats
 from ._base import BaseEstimator, finite_rows, raise_if_bad_block, wrap_output
+from ..typing import ArrayLike, Ignored, PersistMode, SeedLike
 
 __all__ = ["MahalanobisKMeans"]
 
@@ -100,8 +101,11 @@ class MahalanobisKMeans(BaseEstimator):
         "split_every": [Interval("int", 2, None), Options((None,))],
     }
 
-    def __init__(self, *, n_clusters=8, lam=1.0, reg_covar=1e-6, n_init=1, max_iter=100, tol=1e-6,
-                 init_sample_size=10_000, random_state=None, persist="auto", split_every=None):
+    def __init__(
+        self, *, n_clusters: int = 8, lam: float = 1.0, reg_covar: float = 1e-6, n_init: int = 1, max_iter: int = 100,
+        tol: float = 1e-6, init_sample_size: int = 10_000, random_state: SeedLike = None, persist: PersistMode = "auto",
+        split_every: int | None = None,
+    ) -> None:
         self.n_clusters = n_clusters
         self.lam = lam
         self.reg_covar = reg_covar
@@ -149,7 +153,7 @@ class MahalanobisKMeans(BaseEstimator):
                 break
         return means, covs, stats.weight, history, it, converged
 
-    def fit(self, X, y=None) -> "MahalanobisKMeans":
+    def fit(self, X: ArrayLike, y: Ignored = None) -> "MahalanobisKMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
         self._validate_params()
         arr, info = check_array(X)
@@ -182,7 +186,7 @@ class MahalanobisKMeans(BaseEstimator):
         emit(ProgressEvent("MahalanobisKMeans", "done", self.n_iter_, self.objective_, self.n_clusters, 0.0))
         return self
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> ArrayLike:
         """Cluster of smallest Mahalanobis distance for every row. Returns an ndarray for numpy input, a lazy dask
         array for dask/zarr input."""
         self._check_fitted()
@@ -191,7 +195,7 @@ class MahalanobisKMeans(BaseEstimator):
         labels = map_labels(_labels, finite_rows(arr, "predict"), means=np.asarray(self.cluster_centers_), whiten=whiten)
         return wrap_output(labels, info, "labels")
 
-    def fit_predict(self, X, y=None):
+    def fit_predict(self, X: ArrayLike, y: Ignored = None) -> ArrayLike:
         """``fit(X).predict(X)``."""
         return self.fit(X).predict(X)
 

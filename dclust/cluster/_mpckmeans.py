@@ -16,6 +16,8 @@ from ..kernels.constrained import mpck_sweep, symmetric_links
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import wrap_output
 from ._inmemory import _LinkedInMemory
+from typing import Literal
+from ..typing import ArrayLike, SeedLike
 
 __all__ = ["MPCKMeans"]
 
@@ -90,7 +92,10 @@ class MPCKMeans(_LinkedInMemory):
         "random_state": [SEED],
     }
 
-    def __init__(self, *, n_clusters=8, metric="per_cluster", max_iter=100, max_samples=20_000, random_state=None):
+    def __init__(
+        self, *, n_clusters: int = 8, metric: Literal["per_cluster", "shared", "none"] = "per_cluster",
+        max_iter: int = 100, max_samples: int = 20_000, random_state: SeedLike = None,
+    ) -> None:
         self.n_clusters = n_clusters
         self.metric = metric
         self.max_iter = max_iter
@@ -166,7 +171,7 @@ class MPCKMeans(_LinkedInMemory):
         pen += np.maximum((A[li[joined]] * (range2 - diff2[joined])).sum(axis=1), 0.0).sum()
         return data + float(pen)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> ArrayLike:
         """Cluster of new rows under the learned metrics (``argmin_h ||x - mu_h||^2_{A_h} - log det A_h``; links
         are not used). Returns an ndarray for numpy input, a lazy dask array for dask/zarr input."""
         arr, info = self._new_input(X, "cluster_centers_")

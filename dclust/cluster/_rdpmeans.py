@@ -17,6 +17,8 @@ from ..kernels.divergence import divergence_nearest, neg_entropy, smooth_rows
 from ..kernels.rdpmeans import link_term
 from ._dpmeans import heuristic_lam
 from ._base import HistoryStep, OCC_PARAMETERS, BaseEstimator, CentroidMixin, raise_if_bad_block, wrap_output
+from typing import Literal
+from ..typing import ArrayLike, CheckpointLike, ConstraintsLike, Ignored, PersistMode, SeedLike
 
 __all__ = ["RDPMeans"]
 
@@ -244,10 +246,12 @@ class RDPMeans(CentroidMixin, BaseEstimator):
     _checkpoint_since = 2  # the loop state of format 1 was RDPMeans' own
 
     def __init__(
-        self, *, lam=None, n_clusters=None, xi0=0.001, xi_rate=2.0, max_xi=None, divergence="euclidean",
-        smoothing=0.3, mode="serial", max_iter=20, random_state=None, prefix_size=1000, max_proposals=4096,
-        persist="auto", split_every=None, checkpoint=None,
-    ):
+        self, *, lam: float | None = None, n_clusters: int | None = None, xi0: float = 0.001, xi_rate: float = 2.0,
+        max_xi: float | None = None, divergence: Literal["euclidean", "kl"] = "euclidean", smoothing: float = 0.3,
+        mode: Literal["serial", "jacobi"] = "serial", max_iter: int = 20, random_state: SeedLike = None,
+        prefix_size: int = 1000, max_proposals: int = 4096, persist: PersistMode = "auto",
+        split_every: int | None = None, checkpoint: CheckpointLike = None,
+    ) -> None:
         self.lam = lam
         self.n_clusters = n_clusters
         self.xi0 = xi0
@@ -281,7 +285,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
             return ConstraintGraph.from_pairs([], [], [], n_samples=n, chunks=arr.chunks[0])
         return check_constraints("RDPMeans", constraints, n, arr.chunks[0], kind)
 
-    def fit(self, X, y=None, constraints=None) -> "RDPMeans":
+    def fit(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> "RDPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features)) with side information.
 
         Parameters
@@ -352,7 +356,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         mix, n, layout, records = self._order_records
         return [r.permutation(mix, n, layout) for r in records]
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> ArrayLike:
         """Nearest centre (by the model's divergence) of every row; new rows carry no links."""
         if self.divergence == "euclidean":
             return super().predict(X)
@@ -361,6 +365,6 @@ class RDPMeans(CentroidMixin, BaseEstimator):
                             smoothing=float(self.smoothing))
         return wrap_output(labels, info, "labels")
 
-    def fit_predict(self, X, y=None, constraints=None):
+    def fit_predict(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> ArrayLike:
         """``fit(X, constraints=...)`` then ``labels_`` (which account for the links)."""
         return self.fit(X, constraints=constraints).labels_

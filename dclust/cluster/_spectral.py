@@ -14,6 +14,8 @@ from ..kernels import spectral as K
 from ._base import CHECKPOINT, ClusterMixin, wrap_output
 
 from ._inmemory import _InMemory, _first_appearance
+from typing import Literal
+from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
 __all__ = ["SpectralClustering"]
 
@@ -108,9 +110,10 @@ class SpectralClustering(ClusterMixin, _InMemory):
     _cost_note = "the affinity matrix and its eigenvectors are held in memory"
 
     def __init__(
-        self, *, n_clusters=8, affinity="rbf", gamma=1.0, n_neighbors=10, assign_labels="kmeans", n_init=10,
-        max_iter=300, max_samples=5000, random_state=None, checkpoint=None,
-    ):
+        self, *, n_clusters: int = 8, affinity: Literal["rbf", "nearest_neighbors"] = "rbf", gamma: float = 1.0,
+        n_neighbors: int = 10, assign_labels: Literal["kmeans", "sweep"] = "kmeans", n_init: int = 10,
+        max_iter: int = 300, max_samples: int = 5000, random_state: SeedLike = None, checkpoint: CheckpointLike = None,
+    ) -> None:
         self.n_clusters = n_clusters
         self.affinity = affinity
         self.gamma = gamma
@@ -122,7 +125,7 @@ class SpectralClustering(ClusterMixin, _InMemory):
         self.random_state = random_state
         self.checkpoint = checkpoint
 
-    def fit(self, X, y=None) -> "SpectralClustering":
+    def fit(self, X: ArrayLike, y: Ignored = None) -> "SpectralClustering":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
         self._validate_params()
         if self.assign_labels == "sweep" and self.n_clusters != 2:
@@ -200,7 +203,7 @@ class SpectralClustering(ClusterMixin, _InMemory):
         emit(ProgressEvent("SpectralClustering", "done", self.n_iter_, self.ncut_, self.n_clusters_, watch.lap()))
         return self
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> ArrayLike:
         """Label of the nearest training row (spectral clustering has no native out-of-sample rule; this
         extends ``labels_`` by 1-nearest-neighbour, so ``predict(X_train) == labels_``).
 
@@ -210,7 +213,7 @@ class SpectralClustering(ClusterMixin, _InMemory):
         labels = map_labels(_nn_labels, arr, train=self.fit_X_, labels=self.labels_)
         return wrap_output(labels, info, "labels")
 
-    def fit_predict(self, X, y=None):
+    def fit_predict(self, X: ArrayLike, y: Ignored = None) -> ArrayLike:
         """``fit(X).labels_``."""
         return self.fit(X).labels_
 

@@ -18,6 +18,8 @@ from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ..kernels.tvclust import Gibbs, GibbsState, LinkLists, NIWPrior, gaussian_logpdf
 from ._base import MEMORY_PARAMETERS, ClusterMixin, finite_rows, wrap_output
 from ._inmemory import _InMemory
+from typing import Any
+from ..typing import ArrayLike, CheckpointLike, ConstraintsLike, Ignored, SeedLike
 
 __all__ = ["TVClust"]
 
@@ -122,10 +124,11 @@ class TVClust(ClusterMixin, _InMemory):
     _cost_note = "an in-memory reference sampler that visits one point at a time"
 
     def __init__(
-        self, *, alpha=1.0, p=None, q=None, p_prior=(9.0, 1.0), q_prior=(9.0, 1.0), prior_kappa=0.01,
-        prior_dof=None, prior_scale=None, init_clusters=3, n_sweeps=100, max_samples=5000, random_state=None,
-        checkpoint=None,
-    ):
+        self, *, alpha: float = 1.0, p: float | None = None, q: float | None = None, p_prior: Any = (9.0, 1.0),
+        q_prior: Any = (9.0, 1.0), prior_kappa: float = 0.01, prior_dof: float | None = None,
+        prior_scale: float | None = None, init_clusters: int = 3, n_sweeps: int = 100, max_samples: int = 5000,
+        random_state: SeedLike = None, checkpoint: CheckpointLike = None,
+    ) -> None:
         self.alpha = alpha
         self.p = p
         self.q = q
@@ -170,7 +173,7 @@ class TVClust(ClusterMixin, _InMemory):
         _, z, _, _, _ = lloyd(X, None, kmeans_plusplus(X, np.ones(n), k, rng), max_iter=10)
         return _consistent(z, links, hard=self.p == 1.0 and self.q == 1.0)
 
-    def fit(self, X, y=None, constraints=None) -> "TVClust":
+    def fit(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> "TVClust":
         """Sample a clustering of ``X`` (n_samples <= max_samples) given optional links.
 
         Parameters
@@ -219,7 +222,7 @@ class TVClust(ClusterMixin, _InMemory):
         return finish(self, ck, n_iter=self.n_sweeps, objective=self.objective_history_[-1],
                       n_clusters=self.n_clusters_)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> ArrayLike:
         """Most probable cluster of new rows under the last sample (``argmax_k log n_k + log N(x|μ_k, Σ_k)``),
         without links. Returns an ndarray for numpy input, a lazy dask array for dask/zarr input."""
         self._check_fitted()
@@ -234,7 +237,7 @@ class TVClust(ClusterMixin, _InMemory):
 
         return wrap_output(finite_rows(arr, "predict").map_blocks(block, dtype=np.int32, drop_axis=1), info, "labels")
 
-    def fit_predict(self, X, y=None, constraints=None):
+    def fit_predict(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> ArrayLike:
         """``fit(X, constraints=constraints)`` and return ``labels_``."""
         return self.fit(X, constraints=constraints).labels_
 

@@ -17,6 +17,8 @@ from .._validation import SEED, Interval, as_generator
 from ..kernels.tvclust import NIWPrior
 from ._inmemory import _LinkedInMemory
 from ._tvclust import TVClust
+from typing import Any
+from ..typing import SeedLike
 
 __all__ = ["TVClustVariational"]
 
@@ -112,10 +114,11 @@ class TVClustVariational(_LinkedInMemory):
     }
 
     def __init__(
-        self, *, alpha=1.0, p=None, q=None, p_prior=(9.0, 1.0), q_prior=(9.0, 1.0), prior_kappa=0.01,
-        prior_dof=None, prior_scale=None, init_clusters=3, n_components=20, max_iter=200, tol=1e-4, damping=0.5,
-        max_samples=5000, random_state=None,
-    ):
+        self, *, alpha: float = 1.0, p: float | None = None, q: float | None = None, p_prior: Any = (9.0, 1.0),
+        q_prior: Any = (9.0, 1.0), prior_kappa: float = 0.01, prior_dof: float | None = None,
+        prior_scale: float | None = None, init_clusters: int = 3, n_components: int = 20, max_iter: int = 200,
+        tol: float = 1e-4, damping: float = 0.5, max_samples: int = 5000, random_state: SeedLike = None,
+    ) -> None:
         self.alpha = alpha
         self.p = p
         self.q = q

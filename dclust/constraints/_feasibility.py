@@ -65,7 +65,7 @@ def _show_chain(chain: list[int]) -> str:
     return " -> ".join(map(str, chain))
 
 
-def check_closure(must_i, must_j, cannot_i, cannot_j) -> None:
+def check_closure(must_i: np.ndarray, must_j: np.ndarray, cannot_i: np.ndarray, cannot_j: np.ndarray) -> None:
     """Raise :class:`InfeasibleConstraintsError` if a cannot-link joins two rows of one must-link component.
 
     The message names the first such cannot-link (lowest ``(i, j)``), the must-link chain that connects its

@@ -35,7 +35,8 @@ def normalize_chunks(chunks: Any, n_samples: int, what: str = "ConstraintGraph(c
         seq = None
     if seq is not None and seq and all(isinstance(s, tuple) for s in seq):
         seq = seq[0]  # X.chunks
-    if seq is None or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 0 for s in seq):
+    if seq is None or not all(isinstance(s, numbers.Integral) and not isinstance(s, bool)
+                              and s >= 0 for s in seq):  # type: ignore[operator]  # typeshed numbers.Integral
         raise ChunkingError(message(what, "None, an int or a tuple of row-block sizes (X.chunks[0])",
                                     repr(chunks), "Pass X.chunks[0]."))
     seq = tuple(int(s) for s in seq)
@@ -93,7 +94,8 @@ class ConstraintGraph:
     ([0, 2, 3], [1, 5, 4], [1, -1, 1])
     """
 
-    def __init__(self, n_samples: int, chunks: tuple[int, ...], blocks: dict, *, weighted: bool = False) -> None:
+    def __init__(self, n_samples: int, chunks: tuple[int, ...], blocks: dict[tuple[int, int], Any], *,
+                 weighted: bool = False) -> None:
         self.n_samples = int(n_samples)
         self.chunks = tuple(int(c) for c in chunks)
         self.offsets = _offsets(self.chunks)
@@ -269,7 +271,8 @@ class ConstraintGraph:
         return cls.from_pairs(a, b, must, n_samples=n, chunks=chunks, check_feasible=feasible)
 
     @classmethod
-    def _from_canonical(cls, n, chunks, a, b, value, *, weighted=False) -> "ConstraintGraph":
+    def _from_canonical(cls, n: int, chunks: tuple[int, ...], a: np.ndarray, b: np.ndarray, value: np.ndarray, *,
+                        weighted: bool = False) -> "ConstraintGraph":
         """From canonical sorted pairs (``a < b``, sorted by (a, b), distinct) and signed values."""
         off = _offsets(chunks)
         ba = np.searchsorted(off, a, side="right") - 1
@@ -288,7 +291,8 @@ class ConstraintGraph:
         return cls(n, chunks, blocks, weighted=weighted)
 
     @classmethod
-    def from_zarr(cls, path: str | os.PathLike, *, storage_options: dict | None = None) -> "ConstraintGraph":
+    def from_zarr(cls, path: str | os.PathLike[str], *,
+                  storage_options: dict[str, Any] | None = None) -> "ConstraintGraph":
         """Read a graph written by :meth:`to_zarr` (its row chunks included); ``storage_options`` are the fsspec
         filesystem's arguments for a URL ``path`` (``s3://...``)."""
         from .._store._constraints import read_constraints
@@ -310,8 +314,8 @@ class ConstraintGraph:
     # persistence and re-alignment
     # ------------------------------------------------------------------------------------------------------
 
-    def to_zarr(self, path: str | os.PathLike, *, overwrite: bool = False,
-                storage_options: dict | None = None) -> str:
+    def to_zarr(self, path: str | os.PathLike[str], *, overwrite: bool = False,
+                storage_options: dict[str, Any] | None = None) -> str:
         """Write the graph to a new Zarr group, atomically (temporary name, then rename; on object stores a commit
         record, see docs/object-storage.md).
 
@@ -440,7 +444,7 @@ class ConstraintGraph:
 
     def weights(self) -> np.ndarray:
         """Positive weight of every link, in the order of :meth:`pairs` (all 1 for unweighted graphs)."""
-        return np.abs(self._coo()[2])
+        return np.abs(self._coo()[2])  # type: ignore[no-any-return]  # numpy stubs: a ufunc returns Any
 
     def must_pairs(self) -> tuple[np.ndarray, np.ndarray]:
         """``(i, j)`` of the must-links (global rows, ``i < j``)."""
@@ -509,8 +513,8 @@ def _unrank(k: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     i = np.floor(((2 * n - 1) - np.sqrt((2.0 * n - 1) ** 2 - 8 * kf)) / 2).astype(np.int64)
     i = np.clip(i, 0, max(n - 2, 0))
 
-    def S(r):
-        return r * (2 * n - r - 1) // 2
+    def S(r: np.ndarray) -> np.ndarray:
+        return r * (2 * n - r - 1) // 2  # type: ignore[no-any-return]  # numpy stubs: int arithmetic is Any
 
     for _ in range(3):  # fix rounding at the boundaries
         i = np.where(S(i) > k, i - 1, i)

@@ -59,7 +59,7 @@ class BatchLabelsWriter:
     [7, 7, 8, 7, 9]
     """
 
-    def __init__(self, path: str | os.PathLike, n_samples: int, batch_rows: int, *, resume: bool = False,
+    def __init__(self, path: str | os.PathLike[str], n_samples: int, batch_rows: int, *, resume: bool = False,
                  name: str = "labels") -> None:
         import zarr
 
@@ -88,7 +88,7 @@ class BatchLabelsWriter:
                                             compressors=_compressors("auto", dtype), zarr_format=3)
 
     @staticmethod
-    def partial_path(path: str | os.PathLike) -> str:
+    def partial_path(path: str | os.PathLike[str]) -> str:
         """The hidden partial store of the labels at the local ``path``: ``.NAME.partial`` next to it."""
         local = os.path.abspath(os.fspath(path))
         return os.path.join(os.path.dirname(local), f".{os.path.basename(local.rstrip(os.sep))}.partial")

@@ -11,8 +11,8 @@ from ..errors import InvalidParameterError
 __all__ = ["check_outputs"]
 
 
-def check_outputs(outputs: Mapping[str, str | os.PathLike], inputs: Iterable[str | os.PathLike] = (), *,
-                  overwrite: bool = False, rewritten: Mapping[str, str | os.PathLike] | None = None) -> None:
+def check_outputs(outputs: Mapping[str, str | os.PathLike[str]], inputs: Iterable[str | os.PathLike[str]] = (), *,
+                  overwrite: bool = False, rewritten: Mapping[str, str | os.PathLike[str]] | None = None) -> None:
     """Check, before any pass over the data, that every output of a job can be written.
 
     The same check :func:`write_array`, :func:`write_labels` and :func:`save` run when they start, done for all

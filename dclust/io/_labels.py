@@ -16,7 +16,7 @@ __all__ = ["write_labels"]
 
 
 def write_labels(
-    labels: Any, path: str | os.PathLike, *, overwrite: bool = False, storage_options: dict[str, Any] | None = None
+    labels: Any, path: str | os.PathLike[str], *, overwrite: bool = False, storage_options: dict[str, Any] | None = None
 ) -> str:
     """Write cluster labels to a new Zarr store, streamed and atomic.
 

@@ -62,7 +62,7 @@ def _index(path: str, line: int, column: str, text: str) -> int:
                    "Row indices are 0-based integers.") from None
 
 
-def _text(path: str | os.PathLike, storage_options: dict | None) -> tuple[str, str]:
+def _text(path: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> tuple[str, str]:
     """``(shown path, the file's text)`` of a local path or fsspec URL (a BOM is dropped)."""
     url, local = _resolve(path, "read_links")
     options = check_storage_options(storage_options, "read_links")
@@ -78,7 +78,7 @@ def _text(path: str | os.PathLike, storage_options: dict | None) -> tuple[str, s
                                    "Check the path.")) from None
 
 
-def read_links(path: str | os.PathLike, *, storage_options: dict[str, Any] | None = None) -> LinkPairs:
+def read_links(path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> LinkPairs:
     """Read a links CSV (header ``i, j, type[, weight]``).
 
     Parameters

@@ -47,7 +47,7 @@ def _is_dataset(obj: Any) -> bool:
 
 def _is_count(value: Any) -> bool:
     """An int >= 1 (numpy ints too; not a bool)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
+    return bool(isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1)
 
 
 def counts(chunks: Any, length: int | None = None) -> int | tuple[int, ...] | None | bool:
@@ -247,11 +247,11 @@ def _from_numpy(arr: np.ndarray, rows: int | tuple[int, ...] | None) -> da.Array
     """A numpy array as dask, in row blocks of ``rows`` (default about 64 MiB)."""
     if arr.ndim in (1, 2):
         _check_row_sum(rows, arr.shape[0])
-        arr = da.from_array(arr, chunks=(rows or _default_rows(arr.shape, arr.dtype.itemsize),) + (-1,) * (arr.ndim - 1))
+        out = da.from_array(arr, chunks=(rows or _default_rows(arr.shape, arr.dtype.itemsize),) + (-1,) * (arr.ndim - 1))
         rows = None
     else:
-        arr = da.from_array(arr)
-    return _finish(arr, rows)
+        out = da.from_array(arr)
+    return _finish(out, rows)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -300,8 +300,9 @@ def _pick_array(group: Any, component: str | None, where: str) -> Any:
 
 
 def _open_node(url: str, shown: str, storage_options: dict | None) -> Any:
+    extra: dict[str, Any] = {"storage_options": storage_options} if storage_options else {}
     try:
-        return zarr.open(store=url, mode="r", **({"storage_options": storage_options} if storage_options else {}))
+        return zarr.open(store=url, mode="r", **extra)
     except Exception as exc:  # noqa: BLE001 - zarr raises several types for "not Zarr"
         raise StorageError(
             message("open_array", "a Zarr store (a directory with zarr.json, or .zarray/.zgroup for Zarr v2)",
@@ -418,11 +419,12 @@ def _open_xarray_path(url: str, shown: str, component: str | None, sample_dim: s
                       storage_options: dict | None) -> Any:
     import xarray as xr
 
+    extra: dict[str, Any] = {"storage_options": storage_options} if storage_options else {}
     try:
         with warnings.catch_warnings():
             # xarray warns when it falls back from consolidated metadata; that is not the user's concern.
             warnings.filterwarnings("ignore", message=".*consolidated.*", category=RuntimeWarning)
-            ds = xr.open_zarr(url, chunks={}, **({"storage_options": storage_options} if storage_options else {}))
+            ds = xr.open_zarr(url, chunks={}, **extra)
     except Exception as exc:  # noqa: BLE001 - xarray/zarr raise several types here
         raise StorageError(
             message("open_array(sample_dim=...)", "a Zarr store written by xarray (arrays with dimension names)",

@@ -306,6 +306,7 @@ class FrameSource:
 def _scan_file(path: str, index: int) -> FrameInfo:
     name = os.path.basename(path)
     ext = os.path.splitext(path)[1].lower()
+    reader: Callable[[str], tuple[int, Any]]
     if ext == ".ply":
         _import("plyfile", "reading .ply frames")
         kind, reader = "ply", _ply_header
@@ -318,9 +319,11 @@ def _scan_file(path: str, index: int) -> FrameInfo:
     elif ext == ".npy":
         kind = "npy"
 
-        def reader(p: str) -> tuple[int, Any]:
+        def npy_reader(p: str) -> tuple[int, Any]:
             a = np.load(p, mmap_mode="r", allow_pickle=False)
             return _npy_layout(a.shape, a.dtype)
+
+        reader = npy_reader
     else:
         raise _bad_frame(name, index, f"a file ending in {', '.join(EXTENSIONS)}", f"extension {ext or '(none)'!r}",
                          "Pass a directory or glob of supported frames.")
@@ -499,7 +502,7 @@ def _check_xyz(xyz: Any, what: str) -> np.ndarray:
     return xyz
 
 
-def _atomic_file(path: str, write: Callable[[str], None]) -> str:
+def _atomic_file(path: str | os.PathLike[str], write: Callable[[str], None]) -> str:
     """Write the file ``path`` atomically: ``write(tmp)`` writes a temporary sibling, renamed into place when it
     returns; on any error the temporary is removed and a previous file is left as it was. Returns the absolute path.
 

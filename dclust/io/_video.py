@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 #: Encoders tried in order for a new video (the first one the installed PyAV/FFmpeg offers), with their options.
-_ENCODERS = (
+_ENCODERS: tuple[tuple[str, dict[str, str]], ...] = (
     ("libx264", {"preset": "ultrafast", "crf": "18"}),
     ("h264", {}),
     ("libopenh264", {}),
@@ -195,8 +195,8 @@ def open_frames(path: str | os.PathLike) -> FrameSource:
         if arr.shape[0] == 0 or arr.shape[1] == 0 or arr.shape[2] == 0:
             raise InvalidDataError(message(f"input {text!r}", "at least one frame of at least 1 x 1 pixel",
                                            f"shape {tuple(arr.shape)}", "Pass a store that holds frames."))
-        fps = arr.attrs.get("fps")
-        fps = Fraction(fps).limit_denominator(1001 * 1000) if fps else _DEFAULT_ZARR_FPS
+        stored: Any = arr.attrs.get("fps")
+        fps = Fraction(stored).limit_denominator(1001 * 1000) if stored else _DEFAULT_ZARR_FPS
         return FrameSource(text, "zarr", arr.shape[2], arr.shape[1], fps, int(arr.shape[0]), arr)
     if os.path.isdir(text):
         raise _unreadable(text, None)
@@ -330,6 +330,7 @@ class _VideoSink(FrameSink):
 class _ZarrSink(FrameSink):
     def __init__(self, target: str, width: int, height: int, fps: Fraction, n_frames: int | None) -> None:
         import zarr
+        from zarr.codecs import ZstdCodec
 
         self.target = target
         parent, name = os.path.split(target.rstrip(os.sep))
@@ -339,7 +340,7 @@ class _ZarrSink(FrameSink):
         self.capacity = max(1, n_frames or 64)
         self.array = zarr.create_array(store=self.tmp, shape=(self.capacity, height, width, 3), dtype=np.uint8,
                                        chunks=(1, height, width, 3), zarr_format=3,
-                                       compressors=checksummed([zarr.codecs.ZstdCodec()]))
+                                       compressors=checksummed([ZstdCodec()]))
         self.array.attrs["fps"] = float(fps)
         self.array.attrs["fps_fraction"] = [fps.numerator, fps.denominator]
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 import dask.array as da
 import numpy as np
@@ -77,7 +77,7 @@ def _compressors(codec: Any, dtype: np.dtype) -> list | None:
         return checksummed(None)
     if codec == "zstd":
         return checksummed([ZstdCodec(level=1)])
-    shuffle = "shuffle" if dtype.kind in "fc" else "bitshuffle"
+    shuffle: Literal["shuffle", "bitshuffle"] = "shuffle" if dtype.kind in "fc" else "bitshuffle"
     return checksummed([BloscCodec(cname="lz4", clevel=5, shuffle=shuffle, typesize=dtype.itemsize)])
 
 
@@ -364,8 +364,9 @@ def _write_remote(
 
 
 def _open_remote_group(url: str, what: str, options: dict | None) -> Any:
+    extra: dict[str, Any] = {"storage_options": options} if options else {}
     try:
-        return zarr.open_group(store=url, mode="r+", **({"storage_options": options} if options else {}))
+        return zarr.open_group(store=url, mode="r+", **extra)
     except Exception as exc:  # noqa: BLE001
         raise StorageError(
             message(f"{what}(path={url!r})", "an existing Zarr group (or a new location)",

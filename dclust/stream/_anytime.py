@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Self
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from ._checkpoint import fingerprint_of, resume_state, save_state
 from ._consolidate import consolidate as consolidate_summaries
 from ._consolidate import refine_pass
 from ._dynamic import DynamicBase
+from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
 __all__ = ["AnytimeDPMeans"]
 
@@ -126,8 +127,11 @@ class AnytimeDPMeans(DynamicBase):
     max_proposals = 4096
     split_every = None
 
-    def __init__(self, *, lam=None, batch_rows=None, max_iter=100, n_restarts=1, random_state=None,
-                 checkpoint=None, summary_factor=1.0, consolidate=True, sample_rows=4096):
+    def __init__(
+        self, *, lam: float | None = None, batch_rows: int | None = None, max_iter: int = 100, n_restarts: int = 1,
+        random_state: SeedLike = None, checkpoint: CheckpointLike = None, summary_factor: float = 1.0,
+        consolidate: bool = True, sample_rows: int | None = 4096,
+    ) -> None:
         self.lam = lam
         self.sample_rows = sample_rows
         self.summary_factor = summary_factor
@@ -150,7 +154,7 @@ class AnytimeDPMeans(DynamicBase):
         self.n_seen_ = 0
         self.batch_order_ = np.zeros(0, dtype=np.int64)
 
-    def partial_fit(self, batch, y=None, sample_weight=None):
+    def partial_fit(self, batch: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None) -> Self:
         """Process one batch (see :meth:`DynamicMeans.partial_fit`)."""
         return super().partial_fit(batch, sample_weight=sample_weight)
 
@@ -186,7 +190,9 @@ class AnytimeDPMeans(DynamicBase):
             arr = arr.rechunk({0: self.batch_rows})
         return arr, check_sample_weight(sample_weight, arr)
 
-    def iter_fit(self, X, sample_weight=None, *, resume: bool = False) -> Iterator["AnytimeDPMeans"]:
+    def iter_fit(
+        self, X: ArrayLike, sample_weight: ArrayLike | None = None, *, resume: bool = False,
+    ) -> Iterator["AnytimeDPMeans"]:
         """Yield the model after each batch; stop iterating whenever it is good enough.
 
         Parameters
@@ -235,8 +241,10 @@ class AnytimeDPMeans(DynamicBase):
         finally:
             self._ck_fp = None
 
-    def fit(self, X, y=None, sample_weight=None, *, callback: Callable[["AnytimeDPMeans"], Any] | None = None,
-            resume: bool = False):
+    def fit(
+        self, X: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None, *,
+        callback: Callable[["AnytimeDPMeans"], Any] | None = None, resume: bool = False,
+    ) -> Self:
         """Run :meth:`iter_fit` to the end, or until ``callback(self)`` returns a true value.
 
         Returns
@@ -259,7 +267,7 @@ class AnytimeDPMeans(DynamicBase):
         self.cluster_centers_, self.weights_ = np.asarray(centers, np.float64), np.asarray(weights, np.float64)
         self.ages_ = np.ones(k, dtype=np.int64)
 
-    def refine(self, X, sample_weight=None, *, n_passes: int = 1) -> "AnytimeDPMeans":
+    def refine(self, X: ArrayLike, sample_weight: ArrayLike | None = None, *, n_passes: int = 1) -> "AnytimeDPMeans":
         """Extra reads of X after a fit: each is a Lloyd pass (tree-reduced) followed by a consolidation.
 
         Each pass lowers (or keeps) the DP-means objective ``SSE + lam K`` of the data; passes stop early at a

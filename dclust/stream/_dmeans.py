@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Self
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from ..cluster._base import CHECKPOINT
 from ._checkpoint import check_resumed_length as _check_resumed_length
 from ._checkpoint import fingerprint_of, resume_state
 from ._dynamic import DynamicBase, row_blocks
+from ..typing import CheckpointLike, Ignored, SeedLike
 
 __all__ = ["DynamicMeans"]
 
@@ -112,8 +113,12 @@ class DynamicMeans(DynamicBase):
         "checkpoint": [CHECKPOINT],
     }
 
-    def __init__(self, *, lam=None, T_Q=None, k_tau=None, Q=None, tau=None, max_iter=100, n_restarts=1,
-                 random_state=None, prefix_size=1000, max_proposals=4096, split_every=None, checkpoint=None):
+    def __init__(
+        self, *, lam: float | None = None, T_Q: float | None = None, k_tau: float | None = None, Q: float | None = None,
+        tau: float | None = None, max_iter: int = 100, n_restarts: int = 1, random_state: SeedLike = None,
+        prefix_size: int = 1000, max_proposals: int = 4096, split_every: int | None = None,
+        checkpoint: CheckpointLike = None,
+    ) -> None:
         self.lam = lam
         self.T_Q = T_Q
         self.k_tau = k_tau
@@ -148,7 +153,7 @@ class DynamicMeans(DynamicBase):
         mask = self.ages_ == 1
         return mask if mask.any() else np.ones_like(mask)
 
-    def fit(self, batches: Iterable[Any] | Any, y=None, sample_weight: Iterable[Any] | None = None):
+    def fit(self, batches: Iterable[Any] | Any, y: Ignored = None, sample_weight: Iterable[Any] | None = None) -> Self:
         """Process a whole stream from scratch.
 
         Parameters

@@ -23,6 +23,8 @@ from ..kernels.dynmeans import (StepResult, StepState, assign_instantiated, carr
                                 first_nonfinite_row, gammas)
 from ..kernels.kmeans import block_rng
 from ._checkpoint import resume_state, save_state
+from typing import Self
+from ..typing import ArrayLike, Ignored
 
 __all__ = ["DynamicBase"]
 
@@ -133,7 +135,7 @@ class DynamicBase(BaseEstimator):
         return w
 
     # ------------------------------------------------------------------------------------------ one step
-    def partial_fit(self, batch, y=None, sample_weight=None):
+    def partial_fit(self, batch: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None) -> Self:
         """Process one time step.
 
         Parameters
@@ -236,7 +238,7 @@ class DynamicBase(BaseEstimator):
                              {key: row[key] for key in ("births", "deaths", "revivals", "n_samples")})
 
     # ------------------------------------------------------------------------------------------ use
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> ArrayLike:
         """Persistent id of the nearest cluster (see ``_predict_mask``) for every row; lowest id on ties.
 
         Returns an ndarray for numpy input, a lazy dask array for dask/zarr input, a DataArray for xarray.

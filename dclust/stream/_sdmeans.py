@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Literal
 
 import dask.array as da
 import numpy as np
@@ -20,6 +20,7 @@ from ..kernels import sdmeans as K
 from ..kernels.dynmeans import reparameterise
 from ._checkpoint import check_resumed_length, fingerprint_of, resume_state, save_state
 from ._sdstate import OldClusters
+from ..typing import CheckpointLike, SeedLike
 
 __all__ = ["SpectralDynamicMeans"]
 
@@ -135,9 +136,12 @@ class SpectralDynamicMeans(BaseEstimator):
         "checkpoint": [CHECKPOINT],
     }
 
-    def __init__(self, *, lam=None, T_Q=None, k_tau=None, Q=None, tau=None, kernel="rbf", bandwidth=None,
-                 n_restarts=1, max_iter=100, max_support=50, max_batch=5000, random_state=None,
-                 checkpoint=None):
+    def __init__(
+        self, *, lam: float | None = None, T_Q: float | None = None, k_tau: float | None = None, Q: float | None = None,
+        tau: float | None = None, kernel: Literal["rbf", "linear", "mst", "mst-rss"] | Callable[..., Any] = "rbf",
+        bandwidth: float | None = None, n_restarts: int = 1, max_iter: int = 100, max_support: int = 50,
+        max_batch: int = 5000, random_state: SeedLike = None, checkpoint: CheckpointLike = None,
+    ) -> None:
         self.lam = lam
         self.T_Q = T_Q
         self.k_tau = k_tau
