@@ -333,14 +333,14 @@ def _row_finite(X, i):
 
 
 @numba.njit(inline="always", **_FAST)
-def _vexp(g, m, bits, poly):
-    """``g[:m] ← exp(g[:m])``, vectorised (SIMD; libm's exp does not vectorise): Cody-Waite reduction by ``ln 2``
+def _vexp(g, mx, m, bits, poly):
+    """``g[:m] ← exp(g[:m] − mx[:m])``, vectorised (SIMD; libm's exp does not vectorise): Cody-Waite reduction by ``ln 2``
     and a degree-13 Taylor polynomial (relative error < 2e-15), the power of two built from its exponent bits
     (``bits``: int64 scratch, ``poly``: float64 scratch, both at least ``m`` long); an exponent below
     ``_EXP_FLOOR``, -inf or NaN gives exactly 0."""
     scale = bits.view(np.float64)
     for j in range(m):
-        x = g[j]
+        x = g[j] - mx[j]
         x = x if x > _EXP_FLOOR else _EXP_FLOOR
         k = np.floor(x * 1.4426950408889634 + 0.5)
         r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10
@@ -385,9 +385,7 @@ def _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S):
             mx[j] = t if t > mx[j] else mx[j]
     for c in range(C):
         g = G[c]
-        for j in range(m):
-            g[j] -= mx[j]
-        _vexp(g, m, bits, poly)
+        _vexp(g, mx, m, bits, poly)
         for j in range(m):
             acc[j] += g[j]
     ll = 0.0
@@ -503,9 +501,7 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits
             mx[j] = mx[j] if mx[j] > -np.inf else 0.0
         for c in range(k * n_sub, (k + 1) * n_sub):
             r = G[c]
-            for j in range(m2):
-                r[j] -= mx[j]
-            _vexp(r, m2, bits, poly)
+            _vexp(r, mx, m2, bits, poly)
             for j in range(m2):
                 acc[j] += r[j]
         for j in range(m2):
@@ -527,9 +523,7 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits
                 mx[j] = t if t > mx[j] else mx[j]
         for k in range(M):
             pk = P[k]
-            for j in range(h):
-                pk[j] -= mx[j]
-            _vexp(pk, h, bits, poly)
+            _vexp(pk, mx, h, bits, poly)
             for j in range(h):
                 acc[j] += pk[j]
         for j in range(h):
@@ -555,9 +549,7 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits
             acc[j] = 0.0  # running prefix sum over the classes
         for k in range(M):
             pk = P[k]
-            for j in range(m2):
-                pk[j] -= mx[j]
-            _vexp(pk, m2, bits, poly)
+            _vexp(pk, mx, m2, bits, poly)
             for j in range(m2):
                 Q[k, j] = acc[j]
                 acc[j] += pk[j]
