@@ -363,6 +363,35 @@ def _vexp(g, mx, m, bits, poly):
         g[j] = poly[j] * scale[j]
 
 
+@numba.njit(inline="always", **_FAST)
+def _exp_sum(G, lo, hi, mx, m, acc, bits, poly):
+    """``G[c, :m] ← exp(G[c, :m] − mx[:m])`` for the rows ``lo <= c < hi`` (:func:`_vexp`), their column sums in
+    ``acc[:m]``."""
+    for j in range(m):
+        acc[j] = 0.0
+    for c in range(lo, hi):
+        g = G[c]
+        _vexp(g, mx, m, bits, poly)
+        for j in range(m):
+            acc[j] += g[j]
+
+
+@numba.njit(inline="always", **_FAST)
+def _fold_tile(G, W, per, m, A, part, S):
+    """``S += (G ∘ W) A``: the weights ``G[c] · W[c // per]`` (``G`` (C, T)) of the first ``m`` rows of the design
+    ``A`` (the others get weight 0) folded into the sums ``S`` (C, 2D + 1) by one BLAS product."""
+    for c in range(G.shape[0]):
+        g, w = G[c], W[c // per]
+        for j in range(m):
+            g[j] *= w[j]
+        for j in range(m, G.shape[1]):
+            g[j] = 0.0
+    np.dot(G, A, part)
+    for c in range(G.shape[0]):
+        for f in range(A.shape[1]):
+            S[c, f] += part[c, f]
+
+
 @numba.njit(**_FAST)
 def _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S):
     """One tile of :func:`_diag_kernel`: the first ``m`` rows of the design ``A`` (later rows: zero weight) to
@@ -375,7 +404,6 @@ def _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S):
     np.dot(WT, A.T, G)  # squared Mahalanobis distances, (C, T)
     for j in range(m):
         mx[j] = -np.inf
-        acc[j] = 0.0
     for c in range(C):
         b = base[c]
         g = G[c]
@@ -383,11 +411,7 @@ def _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S):
             t = b - 0.5 * g[j]
             g[j] = t
             mx[j] = t if t > mx[j] else mx[j]
-    for c in range(C):
-        g = G[c]
-        _vexp(g, mx, m, bits, poly)
-        for j in range(m):
-            acc[j] += g[j]
+    _exp_sum(G, 0, C, mx, m, acc, bits, poly)
     ll = 0.0
     prod = 1.0  # a product of row sums, each in [1, C]
     for j in range(m):
@@ -398,16 +422,7 @@ def _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S):
             prod = 1.0  # a product of row sums, each in [1, C]
         acc[j] = 1.0 / acc[j]
     ll += np.log(prod)
-    for c in range(C):
-        g = G[c]
-        for j in range(m):
-            g[j] *= acc[j]
-        for j in range(m, T):
-            g[j] = 0.0
-    np.dot(G, A, part)
-    for c in range(C):
-        for f in range(A.shape[1]):
-            S[c, f] += part[c, f]
+    _fold_tile(G, acc.reshape((1, T)), C, m, A, part, S)  # every component's row times 1 / (row sum)
     return ll
 
 
@@ -492,18 +507,13 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits
             continue
         for j in range(m2):
             mx[j] = -np.inf
-            acc[j] = 0.0
         for c in range(k * n_sub, (k + 1) * n_sub):
             r = G[c]
             for j in range(m2):
                 mx[j] = r[j] if r[j] > mx[j] else mx[j]
         for j in range(m2):
             mx[j] = mx[j] if mx[j] > -np.inf else 0.0
-        for c in range(k * n_sub, (k + 1) * n_sub):
-            r = G[c]
-            _vexp(r, mx, m2, bits, poly)
-            for j in range(m2):
-                acc[j] += r[j]
+        _exp_sum(G, k * n_sub, (k + 1) * n_sub, mx, m2, acc, bits, poly)
         for j in range(m2):
             gk[j] = mx[j] + np.log(acc[j]) if acc[j] > 0.0 else -np.inf
             acc[j] = 1.0 / acc[j] if acc[j] > 0.0 else 0.0
@@ -515,17 +525,12 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits
     if must:  # s_k ∝ α_k g_a(k) g_b(k), for both endpoints; counted once
         for j in range(h):
             mx[j] = -np.inf
-            acc[j] = 0.0
         for k in range(M):
             for j in range(h):
                 t = log_alpha[k] + g[k, j] + g[k, h + j]
                 P[k, j] = t
                 mx[j] = t if t > mx[j] else mx[j]
-        for k in range(M):
-            pk = P[k]
-            _vexp(pk, mx, h, bits, poly)
-            for j in range(h):
-                acc[j] += pk[j]
+        _exp_sum(P, 0, M, mx, h, acc, bits, poly)
         for j in range(h):
             ll += mx[j] + np.log(acc[j])
             acc[j] = 1.0 / acc[j]
@@ -597,17 +602,7 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits
         for k in range(M):
             for j in range(m2):
                 counts[k] += P[k, j]
-    for c in range(C):
-        pk = P[c // n_sub]
-        r = G[c]
-        for j in range(m2):
-            r[j] *= pk[j]
-        for j in range(m2, T):
-            r[j] = 0.0
-    np.dot(G, A, part)
-    for c in range(C):
-        for f in range(A.shape[1]):
-            S[c, f] += part[c, f]
+    _fold_tile(G, P, n_sub, m2, A, part, S)  # within-class weights times the class posteriors
     return ll
 
 
