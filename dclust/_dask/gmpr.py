@@ -203,9 +203,7 @@ def _estep_kernel(Xb, links, *, offset, block_index, params):
     own, other = links.own, links.other
     if not links.must.size or not (np.isfinite(own).all() and np.isfinite(other).all()):
         return partial  # NaN in an endpoint: the block that holds it reports it
-    sub = sub_log_density(np.concatenate([own, other]), params)
-    L = own.shape[0]
-    return GaussianStats.merge_all([partial, link_partial(own, sub[:L], other, sub[L:], links.must, params)])
+    return GaussianStats.merge_all([partial, link_partial(own, other, links.must, params)])
 
 
 def estep(X: da.Array, plan: LinkPlan, params: MixtureParams, split_every=None, links: da.Array | None = None

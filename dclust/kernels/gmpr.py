@@ -290,9 +290,9 @@ _TILE = 1024  # rows whose responsibilities are folded in by one call of _fold_r
 
 
 @numba.njit(**_FAST)
-def _fold_rows(X, lo, ks, idx, rs, means, diag, weight, sums, scat, diff, y):
+def _fold_rows(X, lo, ks, idx, rs, means, weight, sums, scat, diff, y):
     """Add the rows ``X[lo + j]`` (``j < len(ks)``), row ``j`` with the weights ``rs[j, :ks[j]]`` of the components
-    ``idx[j, :ks[j]]``, to ``weight`` and to the sums and scatter about ``means`` (``diff``, ``y``: scratch of
+    ``idx[j, :ks[j]]``, to ``weight`` and to the sums and full scatter about ``means`` (``diff``, ``y``: scratch of
     length D). One call per tile of rows: a call per row (its array arguments' reference counts) costs as much
     as the folding itself."""
     D = means.shape[1]
@@ -301,20 +301,14 @@ def _fold_rows(X, lo, ks, idx, rs, means, diag, weight, sums, scat, diff, y):
             c = idx[j, q]
             r = rs[j, q]
             weight[c] += r
-            if diag:
-                for f in range(D):
-                    d = np.float64(X[lo + j, f]) - means[c, f]
-                    sums[c, f] += r * d
-                    scat[c, f] += r * d * d
-            else:
-                for f in range(D):
-                    diff[f] = np.float64(X[lo + j, f]) - means[c, f]
-                    sums[c, f] += r * diff[f]
-                for f in range(D):
-                    y[f] = r * diff[f]
-                for f in range(D):
-                    for g in range(D):
-                        scat[c, f * D + g] += y[f] * diff[g]
+            for f in range(D):
+                diff[f] = np.float64(X[lo + j, f]) - means[c, f]
+                sums[c, f] += r * diff[f]
+            for f in range(D):
+                y[f] = r * diff[f]
+            for f in range(D):
+                for g in range(D):
+                    scat[c, f * D + g] += y[f] * diff[g]
 
 
 #: Rows per tile of the diagonal E-step kernel: its (rows, 2D + 1) design and (rows, C) responsibilities stay in
@@ -338,21 +332,78 @@ def _row_finite(X, i):
     return True
 
 
+@numba.njit(inline="always", **_FAST)
+def _vexp(g, mx, m, bits, poly):
+    """``g[:m] ← exp(g[:m] − mx[:m])``, vectorised (SIMD; libm's exp does not vectorise): Cody-Waite reduction by ``ln 2``
+    and a degree-13 Taylor polynomial (relative error < 2e-15), the power of two built from its exponent bits
+    (``bits``: int64 scratch, ``poly``: float64 scratch, both at least ``m`` long); an exponent below
+    ``_EXP_FLOOR``, -inf or NaN gives exactly 0."""
+    scale = bits.view(np.float64)
+    for j in range(m):
+        x = g[j] - mx[j]
+        x = x if x > _EXP_FLOOR else _EXP_FLOOR
+        k = np.floor(x * 1.4426950408889634 + 0.5)
+        r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10
+        p = 1.0 / 6227020800.0
+        p = p * r + 1.0 / 479001600.0
+        p = p * r + 1.0 / 39916800.0
+        p = p * r + 1.0 / 3628800.0
+        p = p * r + 1.0 / 362880.0
+        p = p * r + 1.0 / 40320.0
+        p = p * r + 1.0 / 5040.0
+        p = p * r + 1.0 / 720.0
+        p = p * r + 1.0 / 120.0
+        p = p * r + 1.0 / 24.0
+        p = p * r + 1.0 / 6.0
+        p = p * r + 0.5
+        p = p * r + 1.0
+        bits[j] = (np.int64(k) + 1023) << 52
+        poly[j] = (p * r + 1.0) if x > _EXP_FLOOR else 0.0
+    for j in range(m):
+        g[j] = poly[j] * scale[j]
+
+
+@numba.njit(inline="always", **_FAST)
+def _exp_sum(G, lo, hi, mx, m, acc, bits, poly):
+    """``G[c, :m] ← exp(G[c, :m] − mx[:m])`` for the rows ``lo <= c < hi`` (:func:`_vexp`), their column sums in
+    ``acc[:m]``."""
+    for j in range(m):
+        acc[j] = 0.0
+    for c in range(lo, hi):
+        g = G[c]
+        _vexp(g, mx, m, bits, poly)
+        for j in range(m):
+            acc[j] += g[j]
+
+
+@numba.njit(inline="always", **_FAST)
+def _fold_tile(G, W, per, m, A, part, S):
+    """``S += (G ∘ W) A``: the weights ``G[c] · W[c // per]`` (``G`` (C, T)) of the first ``m`` rows of the design
+    ``A`` (the others get weight 0) folded into the sums ``S`` (C, 2D + 1) by one BLAS product."""
+    for c in range(G.shape[0]):
+        g, w = G[c], W[c // per]
+        for j in range(m):
+            g[j] *= w[j]
+        for j in range(m, G.shape[1]):
+            g[j] = 0.0
+    np.dot(G, A, part)
+    for c in range(G.shape[0]):
+        for f in range(A.shape[1]):
+            S[c, f] += part[c, f]
+
+
 @numba.njit(**_FAST)
 def _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S):
     """One tile of :func:`_diag_kernel`: the first ``m`` rows of the design ``A`` (later rows: zero weight) to
     responsibilities ``G`` (C, T), folded into the sums ``S``; returns the tile's log-likelihood.
 
     Every loop runs over the tile's rows innermost, on one component's contiguous row of ``G``, so it vectorises
-    (SIMD), the exp included: Cody-Waite reduction by ``ln 2`` and a degree-13 Taylor polynomial (relative error
-    < 2e-15; libm's exp does not vectorise), the power of two built from its exponent bits (``bits``: int64
-    scratch, ``poly``, ``mx``, ``acc``: float64 scratch, all of length T); an exponent below ``_EXP_FLOOR`` gives
-    exactly 0. One log per many rows: the log of a product of row sums (each in [1, C])."""
+    (SIMD), the exp included (:func:`_vexp`; ``bits``: int64 scratch, ``poly``, ``mx``, ``acc``: float64 scratch,
+    all of length T). One log per many rows: the log of a product of row sums (each in [1, C])."""
     C, T = G.shape
     np.dot(WT, A.T, G)  # squared Mahalanobis distances, (C, T)
     for j in range(m):
         mx[j] = -np.inf
-        acc[j] = 0.0
     for c in range(C):
         b = base[c]
         g = G[c]
@@ -360,33 +411,7 @@ def _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S):
             t = b - 0.5 * g[j]
             g[j] = t
             mx[j] = t if t > mx[j] else mx[j]
-    scale = bits.view(np.float64)
-    for c in range(C):
-        g = G[c]
-        for j in range(m):
-            x = g[j] - mx[j]
-            x = x if x > _EXP_FLOOR else _EXP_FLOOR
-            k = np.floor(x * 1.4426950408889634 + 0.5)
-            r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10
-            p = 1.0 / 6227020800.0
-            p = p * r + 1.0 / 479001600.0
-            p = p * r + 1.0 / 39916800.0
-            p = p * r + 1.0 / 3628800.0
-            p = p * r + 1.0 / 362880.0
-            p = p * r + 1.0 / 40320.0
-            p = p * r + 1.0 / 5040.0
-            p = p * r + 1.0 / 720.0
-            p = p * r + 1.0 / 120.0
-            p = p * r + 1.0 / 24.0
-            p = p * r + 1.0 / 6.0
-            p = p * r + 0.5
-            p = p * r + 1.0
-            bits[j] = (np.int64(k) + 1023) << 52
-            poly[j] = (p * r + 1.0) if x > _EXP_FLOOR else 0.0
-        for j in range(m):
-            e = poly[j] * scale[j]
-            g[j] = e
-            acc[j] += e
+    _exp_sum(G, 0, C, mx, m, acc, bits, poly)
     ll = 0.0
     prod = 1.0  # a product of row sums, each in [1, C]
     for j in range(m):
@@ -397,16 +422,7 @@ def _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S):
             prod = 1.0  # a product of row sums, each in [1, C]
         acc[j] = 1.0 / acc[j]
     ll += np.log(prod)
-    for c in range(C):
-        g = G[c]
-        for j in range(m):
-            g[j] *= acc[j]
-        for j in range(m, T):
-            g[j] = 0.0
-    np.dot(G, A, part)
-    for c in range(C):
-        for f in range(A.shape[1]):
-            S[c, f] += part[c, f]
+    _fold_tile(G, acc.reshape((1, T)), C, m, A, part, S)  # every component's row times 1 / (row sum)
     return ll
 
 
@@ -441,11 +457,7 @@ def _diag_kernel(X, keep, o, WT, base):
         if not _row_finite(X, i):
             n_bad += 1
             continue
-        for f in range(D):
-            v = np.float64(X[i, f]) - o[f]
-            A[m, f] = v * v
-            A[m, D + f] = v
-        A[m, 2 * D] = 1.0
+        _design_row(A, m, X, i, o)
         m += 1
         if m == T:
             loglik += _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S)
@@ -453,6 +465,177 @@ def _diag_kernel(X, keep, o, WT, base):
     if m:
         loglik += _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S)
     return S, loglik, n_bad
+
+
+@numba.njit(inline="always", **_FAST)
+def _design_row(A, m, X, i, o):
+    """Row ``m`` of the diagonal design ``[(x − o)², x − o, 1]`` from ``X[i]``."""
+    D = o.shape[0]
+    for f in range(D):
+        v = np.float64(X[i, f]) - o[f]
+        A[m, f] = v * v
+        A[m, D + f] = v
+    A[m, 2 * D] = 1.0
+
+
+@numba.njit(**_FAST)
+def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits, poly, part, S, counts):
+    """One tile of :func:`_diag_link_kernel`: ``h`` links of one type, their first endpoints in rows ``[0, h)`` of
+    the design ``A`` and their second in ``[h, 2h)``; the endpoints' weights folded into ``S`` by one BLAS
+    product as in :func:`_diag_tile`, the class posteriors added to ``counts``; returns the links' log-likelihood.
+
+    Every loop but the rare log-space fallback runs over the tile's columns innermost (SIMD, :func:`_vexp`):
+    ``G`` (C, T) the sub-cluster log-densities then the endpoints' weights, ``g`` (M, T) the class
+    log-marginals ``log g(m)``, ``P`` (M, T) the pair posteriors of both endpoints, ``Q`` (M, T) sums over the
+    other classes."""
+    C, T = G.shape
+    M = g.shape[0]
+    m2 = 2 * h
+    np.dot(WT, A.T, G)  # squared Mahalanobis distances
+    for c in range(C):
+        b = bsub[c]
+        r = G[c]
+        for j in range(m2):
+            r[j] = b - 0.5 * r[j]  # log π_c + log N_c
+    for k in range(M):  # log g(k) and the within-class weights exp(sub_c − log g(k)) (0 where both are -inf)
+        gk = g[k]
+        if n_sub == 1:
+            r = G[k]
+            for j in range(m2):
+                gk[j] = r[j]
+                r[j] = 1.0 if r[j] > -np.inf else 0.0
+            continue
+        for j in range(m2):
+            mx[j] = -np.inf
+        for c in range(k * n_sub, (k + 1) * n_sub):
+            r = G[c]
+            for j in range(m2):
+                mx[j] = r[j] if r[j] > mx[j] else mx[j]
+        for j in range(m2):
+            mx[j] = mx[j] if mx[j] > -np.inf else 0.0
+        _exp_sum(G, k * n_sub, (k + 1) * n_sub, mx, m2, acc, bits, poly)
+        for j in range(m2):
+            gk[j] = mx[j] + np.log(acc[j]) if acc[j] > 0.0 else -np.inf
+            acc[j] = 1.0 / acc[j] if acc[j] > 0.0 else 0.0
+        for c in range(k * n_sub, (k + 1) * n_sub):
+            r = G[c]
+            for j in range(m2):
+                r[j] *= acc[j]
+    ll = 0.0
+    if must:  # s_k ∝ α_k g_a(k) g_b(k), for both endpoints; counted once
+        for j in range(h):
+            mx[j] = -np.inf
+        for k in range(M):
+            for j in range(h):
+                t = log_alpha[k] + g[k, j] + g[k, h + j]
+                P[k, j] = t
+                mx[j] = t if t > mx[j] else mx[j]
+        _exp_sum(P, 0, M, mx, h, acc, bits, poly)
+        for j in range(h):
+            ll += mx[j] + np.log(acc[j])
+            acc[j] = 1.0 / acc[j]
+        for k in range(M):
+            for j in range(h):
+                s = P[k, j] * acc[j]
+                P[k, j] = s
+                P[k, h + j] = s
+                counts[k] += s
+    else:  # d_a(k) ∝ a_k B_k, d_b(k) ∝ b_k A_k (a_k = α_k g_a(k), B_k = Σ_{l≠k} b_l), both counted
+        for j in range(m2):
+            mx[j] = -np.inf
+        for k in range(M):
+            for j in range(m2):
+                t = log_alpha[k] + g[k, j]
+                P[k, j] = t
+                mx[j] = t if t > mx[j] else mx[j]
+        for j in range(m2):
+            mx[j] = mx[j] if mx[j] > -np.inf else 0.0
+        for j in range(m2):
+            acc[j] = 0.0  # running prefix sum over the classes
+        for k in range(M):
+            pk = P[k]
+            _vexp(pk, mx, m2, bits, poly)
+            for j in range(m2):
+                Q[k, j] = acc[j]
+                acc[j] += pk[j]
+        for j in range(m2):
+            acc[j] = 0.0  # suffix sums: no cancellation
+        for k in range(M - 1, -1, -1):
+            for j in range(m2):
+                Q[k, j] += acc[j]
+                acc[j] += P[k, j]
+        for j in range(h):
+            acc[j] = 0.0
+        for k in range(M):
+            for j in range(h):
+                acc[j] += P[k, j] * Q[k, h + j]  # Z = Σ a_k B_k
+        for j in range(h):
+            tot = acc[j]
+            if tot > 1e-250:  # every term that counts is a normal double
+                ll += np.log(tot) + mx[j] + mx[h + j]
+                acc[j] = 1.0 / tot
+            else:
+                acc[j] = 0.0
+        for k in range(M):
+            for j in range(h):
+                a = P[k, j] * Q[k, h + j] * acc[j]
+                b = P[k, h + j] * Q[k, j] * acc[j]
+                P[k, j] = a
+                P[k, h + j] = b
+        ea, eb, oa, ob = poly[:M], poly[M : 2 * M], mx[m2 : m2 + M], mx[m2 + M : m2 + 2 * M]
+        for j in range(h):
+            if acc[j] > 0.0:
+                continue
+            for k in range(M):  # a pair deep inside one class: every a_k B_k underflows; the same in logs
+                ea[k] = log_alpha[k] + g[k, j]
+                eb[k] = log_alpha[k] + g[k, h + j]
+            _log_sum_others(ea, oa)
+            _log_sum_others(eb, ob)
+            for k in range(M):
+                ea[k] += ob[k]  # log a_k B_k
+                eb[k] += oa[k]  # log b_k A_k
+            ll += _softmax(ea)
+            _softmax(eb)
+            for k in range(M):
+                P[k, j] = ea[k]
+                P[k, h + j] = eb[k]
+        for k in range(M):
+            for j in range(m2):
+                counts[k] += P[k, j]
+    _fold_tile(G, P, n_sub, m2, A, part, S)  # within-class weights times the class posteriors
+    return ll
+
+
+@numba.njit(**_FAST)
+def _diag_link_kernel(Xa, Xb, order, n_must, o, WT, bsub, log_alpha, n_sub):
+    """Every link for diagonal covariances on the unlinked rows' BLAS tile path: the endpoints of
+    ``_DIAG_TILE // 2`` links of one type at a time (``order``: link indices, its first ``n_must`` the
+    must-links) in one design ``[(x − o)², x − o, 1]``, their sub-cluster log-densities from one product ``W A``,
+    pair posteriors by vectorised exps (:func:`_link_tile`) and the endpoints' weights folded in by a second
+    product. Returns ``(S, counts, loglik)``, ``S`` (C, 2D + 1) as :func:`_diag_kernel`'s."""
+    L, D = Xa.shape
+    C = WT.shape[0]
+    M = log_alpha.shape[0]
+    T = _DIAG_TILE
+    H = T // 2
+    A = np.zeros((T, 2 * D + 1))
+    G = np.empty((C, T))
+    g, P, Q = np.empty((M, T)), np.empty((M, T)), np.empty((M, T))
+    part = np.empty((C, 2 * D + 1))
+    S = np.zeros((C, 2 * D + 1))
+    counts = np.zeros(M)
+    mx, acc = np.empty(T + 2 * M), np.empty(T)
+    poly, bits = np.empty(max(T, 2 * M)), np.empty(T, np.int64)
+    loglik = 0.0
+    for start, stop, must in ((0, n_must, True), (n_must, L, False)):
+        for lo in range(start, stop, H):
+            h = min(H, stop - lo)
+            for j in range(h):
+                _design_row(A, j, Xa, order[lo + j], o)
+                _design_row(A, h + j, Xb, order[lo + j], o)
+            loglik += _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits, poly, part, S,
+                                 counts)
+    return S, counts, loglik
 
 
 @numba.njit(**_FAST)
@@ -526,8 +709,22 @@ def _full_kernel(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub):
             for q in range(k):
                 counts[cls[idx[j, q]]] += rs[j, q]
             ks[j] = k
-        _fold_rows(X, lo, ks[: hi - lo], idx, rs, means, False, weight, sums, scat, diff, y)
+        _fold_rows(X, lo, ks[: hi - lo], idx, rs, means, weight, sums, scat, diff, y)
     return weight, sums, scat, counts, loglik, n_bad
+
+
+def _diag_design_weights(params: MixtureParams):
+    """The diagonal tile path's ``o`` (mean of the component means), ``W`` (C, 2D + 1) with ``W [(x − o)², x − o,
+    1] = (x − μ)ᵀ Σ⁻¹ (x − μ)``, and ``log π_c − D/2 log 2π − log|Σ_c|/2`` (C,)."""
+    C, D = params.n_classes * params.n_sub, params.means.shape[2]
+    shift = params.means.reshape(C, D)
+    prec = params.prec_chol.reshape(C, D)
+    with np.errstate(divide="ignore"):
+        log_pi = np.log(params.pi).reshape(C)
+    o = shift.mean(axis=0)
+    p2 = prec * prec
+    WT = np.concatenate([p2, -2.0 * (shift - o) * p2, ((shift - o) ** 2 * p2).sum(axis=1, keepdims=True)], axis=1)
+    return o, WT, log_pi - 0.5 * D * _LOG_2PI + np.log(prec).sum(axis=1)
 
 
 def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.ndarray | None = None, *,
@@ -559,13 +756,9 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
         log_pi = np.log(params.pi).reshape(C)
     log_alpha = _log_alpha(params.alpha)
     if params.diag:
-        prec = params.prec_chol.reshape(C, D)
-        base = np.repeat(log_alpha, K) + log_pi - 0.5 * D * _LOG_2PI + np.log(prec).sum(axis=1)
-        o = shift.mean(axis=0)
-        p2 = prec * prec
-        WT = np.concatenate([p2, -2.0 * (shift - o) * p2, ((shift - o) ** 2 * p2).sum(axis=1, keepdims=True)], axis=1)
+        o, WT, bsub = _diag_design_weights(params)
         with _one_blas_thread():
-            S, loglik, n_bad = _diag_kernel(Xb, keep, o, WT, base)
+            S, loglik, n_bad = _diag_kernel(Xb, keep, o, WT, np.repeat(log_alpha, K) + bsub)
         if n_bad:
             return _bad_block_stats(C, D, M, params.diag, block_index)
         return _from_tile_sums(S, o, M, loglik, int(keep.sum()))
@@ -575,7 +768,7 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
                                                              logdet, log_pi, log_alpha, K)
     if n_bad:
         return _bad_block_stats(C, D, M, params.diag, block_index)
-    return _from_shifted(weight, sums, scat, shift, params.diag, counts, loglik, int(keep.sum()))
+    return _from_shifted(weight, sums, scat, shift, counts, loglik, int(keep.sum()))
 
 
 def _bad_block_stats(C: int, D: int, M: int, diag: bool, block_index: int) -> GaussianStats:
@@ -584,12 +777,14 @@ def _bad_block_stats(C: int, D: int, M: int, diag: bool, block_index: int) -> Ga
     return out
 
 
-def _from_tile_sums(S: np.ndarray, o: np.ndarray, n_classes: int, loglik: float, n_rows: int) -> GaussianStats:
+def _from_tile_sums(S: np.ndarray, o: np.ndarray, n_classes: int, loglik: float, n_rows: int, counts=None
+                    ) -> GaussianStats:
     """Diagonal statistics from :func:`_diag_kernel`'s sums ``[Σ r (x − o)², Σ r (x − o), Σ r]`` per component.
 
     The scatter about the component's mean, ``Σ r (x − o)² − N (mean − o)²``, loses about
     ``(|mean − o| / σ)²`` ulps to cancellation: ``o`` is the mean of the current component means, so this stays
-    small unless components lie thousands of their standard deviations from the others.
+    small unless components lie thousands of their standard deviations from the others. ``counts``: the class
+    counts when they are not the weights summed per class (links).
     """
     C = S.shape[0]
     D = (S.shape[1] - 1) // 2
@@ -598,7 +793,8 @@ def _from_tile_sums(S: np.ndarray, o: np.ndarray, n_classes: int, loglik: float,
     delta = np.divide(S[:, D:2 * D], weight[:, None], out=np.zeros((C, D)), where=live[:, None])
     mean = np.where(live[:, None], o + delta, 0.0)
     scatter = np.where(live[:, None], np.maximum(S[:, :D] - weight[:, None] * delta * delta, 0.0), 0.0)
-    counts = weight.reshape(n_classes, C // n_classes).sum(axis=1)  # c_m = Σ_n post_m = Σ_k N_mk
+    if counts is None:  # unlinked rows: c_m = Σ_n post_m = Σ_k N_mk
+        counts = weight.reshape(n_classes, C // n_classes).sum(axis=1)
     return GaussianStats(weight, mean, scatter, counts, float(loglik), n_rows)
 
 
@@ -708,8 +904,8 @@ def _endpoint_weights(sub, g, post, n_sub, idx, rs):
 
 
 @numba.njit(cache=True, nogil=True)
-def _link_kernel(Xa, sub_a, Xb, sub_b, must, log_alpha, shift, n_sub, diag):
-    """All links in one pass: class log-marginals, the pair posterior (``s`` or ``d_a, d_b``), counts, the link
+def _link_kernel(Xa, sub_a, Xb, sub_b, must, log_alpha, shift, n_sub):
+    """All links in one pass, full covariances: class log-marginals, the pair posterior (``s`` or ``d_a, d_b``), counts, the link
     log-likelihood and the endpoints' weighted sums and scatter about ``shift``.
 
     O(M) per link: with ``a_m = α_m g_a(m)`` (``b`` likewise) a must-link has ``s ∝ a_m b_m / α_m``; a cannot-link
@@ -721,7 +917,7 @@ def _link_kernel(Xa, sub_a, Xb, sub_b, must, log_alpha, shift, n_sub, diag):
     M = C // n_sub
     weight = np.zeros(C)
     sums = np.zeros((C, D))
-    scat = np.zeros((C, D)) if diag else np.zeros((C, D * D))
+    scat = np.zeros((C, D * D))
     counts = np.zeros(M)
     loglik = 0.0
     g_a = np.empty(M)
@@ -794,32 +990,31 @@ def _link_kernel(Xa, sub_a, Xb, sub_b, must, log_alpha, shift, n_sub, diag):
             loglik += z
             ks_a[l - lo] = _endpoint_weights(sub_a[l], g_a, pa, n_sub, idx_a[l - lo], rs_a[l - lo])
             ks_b[l - lo] = _endpoint_weights(sub_b[l], g_b, pb, n_sub, idx_b[l - lo], rs_b[l - lo])
-        _fold_rows(Xa, lo, ks_a[: hi - lo], idx_a, rs_a, shift, diag, weight, sums, scat, diff, y)
-        _fold_rows(Xb, lo, ks_b[: hi - lo], idx_b, rs_b, shift, diag, weight, sums, scat, diff, y)
+        _fold_rows(Xa, lo, ks_a[: hi - lo], idx_a, rs_a, shift, weight, sums, scat, diff, y)
+        _fold_rows(Xb, lo, ks_b[: hi - lo], idx_b, rs_b, shift, weight, sums, scat, diff, y)
     return weight, sums, scat, counts, loglik
 
 
-def _from_shifted(weight, sums, scat, shift, diag, counts, loglik, n_rows) -> GaussianStats:
-    """Statistics from weights, sums and scatter accumulated about ``shift`` (the current means)."""
+def _from_shifted(weight, sums, scat, shift, counts, loglik, n_rows) -> GaussianStats:
+    """Full-covariance statistics from weights, sums and scatter (C, D * D) accumulated about ``shift`` (the
+    current means)."""
     C, D = shift.shape
     safe = np.where(weight > 0, weight, 1.0)
     delta = sums / safe[:, None]
     mean = np.where(weight[:, None] > 0, shift + delta, 0.0)
-    if diag:
-        scatter = scat - weight[:, None] * delta * delta
-    else:
-        scatter = scat.reshape(C, D, D) - weight[:, None, None] * delta[:, :, None] * delta[:, None, :]
-        scatter = 0.5 * (scatter + scatter.transpose(0, 2, 1))
+    scatter = scat.reshape(C, D, D) - weight[:, None, None] * delta[:, :, None] * delta[:, None, :]
+    scatter = 0.5 * (scatter + scatter.transpose(0, 2, 1))
     scatter[weight <= 0] = 0.0
     return GaussianStats(weight, mean, scatter, counts, float(loglik), int(n_rows))
 
 
-def link_partial(Xa: np.ndarray, sub_a: np.ndarray, Xb: np.ndarray, sub_b: np.ndarray, must: np.ndarray,
-                 params: MixtureParams) -> GaussianStats:
-    """E-step partial of a set of links, given their endpoints' rows and sub-cluster log-densities.
+def link_partial(Xa: np.ndarray, Xb: np.ndarray, must: np.ndarray, params: MixtureParams) -> GaussianStats:
+    """E-step partial of a set of links, given their endpoints' rows.
 
-    One numba pass (:func:`_link_kernel`); equal to :func:`link_partial_numpy` up to rounding. Parameters and
-    return value as there.
+    Diagonal covariances: the unlinked rows' BLAS tile path (:func:`_diag_link_kernel`: densities and the fold of
+    the endpoints' weights by two matrix products per tile, vectorised exps); full: the endpoints' densities
+    (:func:`sub_log_density`) and one numba pass (:func:`_link_kernel`). Equal to :func:`link_partial_numpy` up
+    to rounding; parameters and return value as there.
     """
     M, K = params.n_classes, params.n_sub
     D = params.means.shape[2]
@@ -827,25 +1022,31 @@ def link_partial(Xa: np.ndarray, sub_a: np.ndarray, Xb: np.ndarray, sub_b: np.nd
     L = must.shape[0]
     if L == 0:
         return GaussianStats.identity(M * K, D, M, params.diag)
-    shift = np.ascontiguousarray(params.means.reshape(M * K, D))
     f64 = lambda a, shape: np.ascontiguousarray(np.asarray(a, dtype=np.float64).reshape(shape))  # noqa: E731
+    Xa, Xb = f64(Xa, (L, D)), f64(Xb, (L, D))
+    if params.diag:
+        o, WT, bsub = _diag_design_weights(params)
+        order = np.concatenate([np.flatnonzero(must), np.flatnonzero(~must)])
+        with _one_blas_thread():
+            S, counts, loglik = _diag_link_kernel(Xa, Xb, order, int(must.sum()), o, WT, bsub,
+                                                  _log_alpha(params.alpha), K)
+        return _from_tile_sums(S, o, M, loglik, 2 * L, counts)
+    shift = np.ascontiguousarray(params.means.reshape(M * K, D))
+    sub = sub_log_density(np.concatenate([Xa, Xb]), params).reshape(2 * L, M * K)
     weight, sums, scat, counts, loglik = _link_kernel(
-        f64(Xa, (L, D)), f64(sub_a, (L, M * K)), f64(Xb, (L, D)), f64(sub_b, (L, M * K)), must,
-        _log_alpha(params.alpha), shift, K, params.diag)
-    return _from_shifted(weight, sums, scat, shift, params.diag, counts, loglik, 2 * L)
+        Xa, np.ascontiguousarray(sub[:L]), Xb, np.ascontiguousarray(sub[L:]), must, _log_alpha(params.alpha), shift,
+        K)
+    return _from_shifted(weight, sums, scat, shift, counts, loglik, 2 * L)
 
 
-def link_partial_numpy(Xa: np.ndarray, sub_a: np.ndarray, Xb: np.ndarray, sub_b: np.ndarray, must: np.ndarray,
-                       params: MixtureParams) -> GaussianStats:
-    """E-step partial of a set of links, given their endpoints' rows and sub-cluster log-densities (plain numpy,
-    the test oracle of :func:`link_partial`).
+def link_partial_numpy(Xa: np.ndarray, Xb: np.ndarray, must: np.ndarray, params: MixtureParams) -> GaussianStats:
+    """E-step partial of a set of links, given their endpoints' rows (plain numpy, the test oracle of
+    :func:`link_partial`).
 
     Parameters
     ----------
     Xa, Xb : (L, D) arrays
         Rows of the first and second endpoint of every link.
-    sub_a, sub_b : (L, M, K) arrays
-        ``log π_mk + log N(x | mk)`` of those rows (:func:`sub_log_density`).
     must : (L,) bool array
         True for a must-link, False for a cannot-link.
     params : MixtureParams
@@ -857,8 +1058,10 @@ def link_partial_numpy(Xa: np.ndarray, sub_a: np.ndarray, Xb: np.ndarray, sub_b:
         cannot-link ``d_a + d_b``) and the link log-likelihood terms (cannot-link normaliser excluded).
     """
     M, K = params.n_classes, params.n_sub
-    D = Xa.shape[1] if np.ndim(Xa) == 2 else params.means.shape[2]
+    D = params.means.shape[2]
     must = np.asarray(must, dtype=bool)
+    Xa, Xb = np.asarray(Xa, dtype=np.float64).reshape(-1, D), np.asarray(Xb, dtype=np.float64).reshape(-1, D)
+    sub_a, sub_b = sub_log_density(Xa, params), sub_log_density(Xb, params)
     log_a = _log_alpha(params.alpha)
     rows, weights = [], []
     counts = np.zeros(M)

@@ -184,7 +184,7 @@ def test_cannot_link_posteriors():
     np.testing.assert_allclose(d_a.sum(axis=1), 1.0)
     np.testing.assert_allclose(d_b.sum(axis=1), 1.0)
     assert (d_a + d_b <= 1.0 + 1e-12).all()  # because P(m, m) = 0
-    part = link_partial(Xa, sa, Xb, sb, np.zeros(21, bool), params)
+    part = link_partial(Xa, Xb, np.zeros(21, bool), params)
     np.testing.assert_allclose(part.class_counts, d_a.sum(axis=0) + d_b.sum(axis=0))
     np.testing.assert_allclose(part.weight.sum(), 42.0)
 
@@ -195,7 +195,7 @@ def test_must_link_of_two_identical_points():
     params = _params(rng, 3, 2, 2, False)
     x = rng.normal(size=(1, 2))
     sub = sub_log_density(x, params)
-    part = link_partial(x, sub, x, sub, np.ones(1, bool), params)
+    part = link_partial(x, x, np.ones(1, bool), params)
     log_g = logsumexp(sub[0], axis=1)
     expected = params.alpha * np.exp(2 * log_g)
     np.testing.assert_allclose(part.class_counts, expected / expected.sum(), rtol=1e-12)
@@ -338,28 +338,27 @@ def test_predict_with_a_block_pair_holding_only_must_links():
 
 @pytest.mark.parametrize("diag,K", [(True, 2), (False, 2), (True, 1)])
 def test_numba_link_kernel_equals_the_numpy_twin(diag, K):
-    """The numba link pass (pair posteriors and endpoint sums about the current means in one loop) against plain
-    numpy, with must- and cannot-links, a zero sub-cluster weight (K = 2), one sub-cluster per class (its fast
-    path) and far-away endpoints."""
-    from dclust.kernels.gmpr import link_partial_numpy
+    """The numba link pass (diagonal: BLAS tiles of one link type, several tiles and a ragged last one of each;
+    full: one scalar loop) against plain numpy, with must- and cannot-links, a zero sub-cluster weight (K = 2),
+    one sub-cluster per class (its fast path) and far-away endpoints."""
+    from dclust.kernels.gmpr import _DIAG_TILE, link_partial_numpy
 
     rng = np.random.default_rng(6)
-    M, D, L = 3, 4, 300
+    M, D, L = 3, 4, 2 * _DIAG_TILE + 37
     p = _params(rng, M, K, D, diag)
     if K == 2:
         p = MixtureParams.build(p.alpha, np.array([[0.4, 0.6], [1.0, 0.0], [0.5, 0.5]]), p.means, p.covariances)
     Xa = np.concatenate([rng.normal(size=(L - 3, D)) * 3, rng.normal(size=(3, D)) + 40.0])
     Xb = rng.normal(size=(L, D)) * 3
     must = rng.random(L) < 0.6
-    sa, sb = sub_log_density(Xa, p), sub_log_density(Xb, p)
-    a, b = link_partial(Xa, sa, Xb, sb, must, p), link_partial_numpy(Xa, sa, Xb, sb, must, p)
+    a, b = link_partial(Xa, Xb, must, p), link_partial_numpy(Xa, Xb, must, p)
     np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10, atol=1e-10 * np.abs(b.scatter).max())
     np.testing.assert_allclose(a.class_counts, b.class_counts, rtol=1e-10)
     assert a.loglik == pytest.approx(b.loglik, rel=1e-12) and a.n_rows == b.n_rows == 2 * L
     assert K == 1 or a.weight[3] == 0.0  # pi = 0
-    empty = link_partial(Xa[:0], sa[:0], Xb[:0], sb[:0], must[:0], p)
+    empty = link_partial(Xa[:0], Xb[:0], must[:0], p)
     assert empty.n_rows == 0 and not empty.weight.any()
 
 
@@ -405,12 +404,11 @@ def test_cannot_link_inside_one_far_class_has_a_posterior(diag):
     p = MixtureParams.build(p.alpha, p.pi, np.stack([X[:200].mean(0), X[200:].mean(0)])[:, None], p.covariances)
     i, j = np.array([0, 1, 210, 3]), np.array([5, 250, 260, 4])
     must = np.array([False, False, False, True])
-    sub = sub_log_density(X, p)
     Xa, Xb = X[i], X[j]
-    a = link_partial(Xa, sub[i], Xb, sub[j], must, p)
+    a = link_partial(Xa, Xb, must, p)
     from dclust.kernels.gmpr import link_partial_numpy
 
-    b = link_partial_numpy(Xa, sub[i], Xb, sub[j], must, p)
+    b = link_partial_numpy(Xa, Xb, must, p)
     assert np.isfinite(a.loglik) and np.isfinite(a.weight).all()
     np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(a.class_counts, b.class_counts, rtol=1e-10, atol=1e-12)
