@@ -157,7 +157,12 @@ def test_make_image_builds_the_image_every_manifest_runs():
     import subprocess
 
     version = _version()
-    dry = subprocess.run(["make", "-n", "image"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    import os
+
+    # under `make test` the outer make's MAKELEVEL/MAKEFLAGS would make this one print "make[1]: Entering ..."
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "image"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env=env)
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.split() == ["docker", "build", "-f", "deploy/Dockerfile", "-t", f"dclust:{version}", "."]
     images = {(name, c["image"]) for name, doc in _kubernetes_docs() if "kind" in doc for c in _containers(doc)}
