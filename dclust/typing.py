@@ -24,7 +24,7 @@ CheckpointLike = Union[str, os.PathLike[str], Any, None]
 #: None (spelled Any: this module is the foundation layer and may not import dclust.constraints)
 ConstraintsLike = Optional[Any]
 #: ``y`` of scikit-learn's API, accepted and ignored by unsupervised estimators
-Ignored = Any
+Ignored = Optional[Any]  # (Optional: a bare Any would document as the class typing.Any)
 
 __all__ = [
     "ArrayLike", "SeedLike", "KMeansInit", "DPMeansInit", "PersistMode", "CheckpointLike", "ConstraintsLike",
