@@ -25,13 +25,12 @@ import shutil
 import sys
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HERE, fmt_s, machine_info, print_table, timed, write_json  # noqa: E402
+from _common import HERE, fmt_s, machine_info, print_table, timed, write_json, zarr_read  # noqa: E402
 
 T_ANYTIME = 4.0
 PATHS = ("threads", "processes")
@@ -80,15 +79,6 @@ def ensure_store(args, n: int, d: int, rows: int) -> str:
         side.write_text(json.dumps(params))
     return str(path)
 
-
-def zarr_read(path: str) -> int:
-    """Every chunk of the store read once with plain zarr in 2 threads (no Dask); the rows read."""
-    import zarr
-
-    z = zarr.open_array(path, mode="r")
-    rows = z.chunks[0]
-    with ThreadPoolExecutor(2) as pool:
-        return sum(pool.map(lambda a: z[a: a + rows].shape[0], range(0, z.shape[0], rows)))
 
 
 def choose_lam(X, k: int, seed: int) -> float:

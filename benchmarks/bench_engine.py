@@ -63,6 +63,7 @@ from _common import (  # noqa: E402
     print_table,
     timed,
     write_json,
+    zarr_read,
 )
 from bench_constraints import _warm_gmpr_kernels, make_links  # noqa: E402
 from bench_kmeans import _warm_worker, choose_init, choose_lam, daskml_fit, marginal, sklearn_fit  # noqa: E402
@@ -214,15 +215,6 @@ def codec_store(base: str, codec: str) -> str:
         list(pool.map(lambda a: dst.__setitem__(slice(a, a + rows), src[a: a + rows]), range(0, src.shape[0], rows)))
     return out
 
-
-def zarr_read(path: str) -> int:
-    """Read every chunk of the store at ``path`` with 2 threads (plain zarr, no Dask); returns the rows read."""
-    import zarr
-
-    z = zarr.open_array(path, mode="r")
-    rows = z.chunks[0]
-    with ThreadPoolExecutor(2) as pool:
-        return sum(pool.map(lambda a: z[a: a + rows].shape[0], range(0, z.shape[0], rows)))
 
 
 def read_floor(path: str, repeats: int) -> dict:

@@ -37,13 +37,12 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HERE, fmt_ratio, fmt_s, machine_info, median, print_table, timed, write_json  # noqa: E402
+from _common import HERE, fmt_ratio, fmt_s, machine_info, median, print_table, timed, write_json, zarr_read  # noqa: E402
 from bench_kmeans import _warm_worker, choose_init, sklearn_fit  # noqa: E402
 
 TARGETS = {"threads": 1.3, "processes": 1.3, "persisted": 1.5}
@@ -87,15 +86,6 @@ def ensure_store(args, data_dir: Path) -> str:
         dclust.write_array(b.X, path, codec="auto")
     return str(path)
 
-
-def zarr_read(path: str) -> int:
-    """Every chunk of the store read with plain zarr in 2 threads (no Dask); returns the rows read."""
-    import zarr
-
-    z = zarr.open_array(path, mode="r")
-    rows = z.chunks[0]
-    with ThreadPoolExecutor(2) as pool:
-        return sum(pool.map(lambda a: z[a: a + rows].shape[0], range(0, z.shape[0], rows)))
 
 
 def kmeans_fit(X, k: int, C0: np.ndarray, m: int, persist: bool) -> tuple[int, list[float]]:
