@@ -190,6 +190,9 @@ def _command(json_out: bool, quiet: bool, debug: bool, **options: Any) -> Iterat
     try:
         with library_logs(session.verbose), warnings.catch_warnings(record=True) as recorded:
             warnings.simplefilter("default")
+            # Python ignores ResourceWarning by default: they come from the garbage collector finalizing objects of
+            # other code (an aiohttp session of fsspec, say), not from this command's work.
+            warnings.simplefilter("ignore", ResourceWarning)
             session.recorded = recorded
             try:
                 yield session

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -183,6 +184,19 @@ def test_stream_dmeans_human_output(stream_store, address, tmp_path):
     assert "DynamicMeans" in r.stdout and "births" in r.stdout and "points / s" in r.stdout
     assert f"Dask cluster at {address}" in r.stderr and "points/s" in r.stderr and "batch 2/2" in r.stderr
     assert read(tmp_path / "l.zarr").shape == (T * BATCH,)
+
+
+def test_warnings_report_the_job_not_the_garbage_collector(stream_store, address, tmp_path):
+    """A ResourceWarning raised while the command runs (the garbage collector finalizing an unclosed aiohttp session
+    of an earlier S3 read, say) is not the job's warning; a UserWarning raised inside it is reported."""
+    def noise(event):
+        if event.phase == "iter" and event.iteration == 1:
+            warnings.warn("Unclosed client session", ResourceWarning)
+            warnings.warn("a warning of the job", UserWarning)
+
+    with dclust.on_progress(noise):
+        out = ok_json(run(dmeans_args(stream_store, tmp_path / "l.zarr", "--json", "--scheduler", address)))
+    assert out["warnings"] == ["UserWarning: a warning of the job"]
 
 
 # -------------------------------------------------------------------------------------- stream anytime-dpmeans
