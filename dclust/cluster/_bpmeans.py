@@ -266,18 +266,10 @@ class BPMeans(FeatureMixin, BaseEstimator):
         prefix_size: int = 1000, max_proposals: int = 4096, persist: PersistMode = "auto",
         split_every: int | None = None, checkpoint: CheckpointLike = None,
     ) -> None:
-        self.lam = lam
-        self.init = init
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.max_features = max_features
-        self.capped = capped
-        self.random_state = random_state
-        self.prefix_size = prefix_size
-        self.max_proposals = max_proposals
-        self.persist = persist
-        self.split_every = split_every
-        self.checkpoint = checkpoint
+        self.lam, self.init, self.n_init, self.max_iter = lam, init, n_init, max_iter
+        self.max_features, self.capped, self.random_state = max_features, capped, random_state
+        self.prefix_size, self.max_proposals, self.persist = prefix_size, max_proposals, persist
+        self.split_every, self.checkpoint = split_every, checkpoint
 
     def fit(self, X: ArrayLike, y: Ignored = None) -> "BPMeans":
         """Learn features from ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""

@@ -251,13 +251,8 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
         self, *, lam: float = 1.0, init: DPMeansInit = "mean", max_iter: int = 100, shuffle: bool = True,
         random_state: SeedLike = None, max_samples: int = 100_000, checkpoint: CheckpointLike = None,
     ) -> None:
-        self.lam = lam
-        self.init = init
-        self.max_iter = max_iter
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.max_samples = max_samples
-        self.checkpoint = checkpoint
+        self.lam, self.init, self.max_iter, self.shuffle = lam, init, max_iter, shuffle
+        self.random_state, self.max_samples, self.checkpoint = random_state, max_samples, checkpoint
 
     def fit(self, X: ArrayLike, y: Ignored = None) -> "CollapsedDPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
@@ -342,13 +337,8 @@ class CappedDPMeans(CentroidMixin, _InMemory):
         shuffle: bool = True, random_state: SeedLike = None, max_samples: int = 100_000,
         checkpoint: CheckpointLike = None,
     ) -> None:
-        self.lam = lam
-        self.max_clusters = max_clusters
-        self.init = init
-        self.max_iter = max_iter
-        self.shuffle = shuffle
-        self.random_state = random_state
-        self.max_samples = max_samples
+        self.lam, self.max_clusters, self.init, self.max_iter = lam, max_clusters, init, max_iter
+        self.shuffle, self.random_state, self.max_samples = shuffle, random_state, max_samples
         self.checkpoint = checkpoint
 
     def fit(self, X: ArrayLike, y: Ignored = None) -> "CappedDPMeans":
@@ -432,13 +422,8 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
         self, *, lam: float = 1.0, max_iter: int = 100, shuffle: bool = True, n_init: int = 1,
         random_state: SeedLike = None, max_samples: int = 5000, checkpoint: CheckpointLike = None,
     ) -> None:
-        self.lam = lam
-        self.max_iter = max_iter
-        self.shuffle = shuffle
-        self.n_init = n_init
-        self.random_state = random_state
-        self.max_samples = max_samples
-        self.checkpoint = checkpoint
+        self.lam, self.max_iter, self.shuffle, self.n_init = lam, max_iter, shuffle, n_init
+        self.random_state, self.max_samples, self.checkpoint = random_state, max_samples, checkpoint
 
     def fit(self, X: ArrayLike, y: Ignored = None) -> "CollapsedBPMeans":
         """Learn a binary feature allocation of ``X`` (numpy, dask, zarr or xarray)."""

@@ -124,12 +124,8 @@ class COPKMeans(CentroidMixin, _InMemory):
         on_infeasible: Literal["nearest", "raise"] = "nearest", max_samples: int = 100_000,
         random_state: SeedLike = None, checkpoint: CheckpointLike = None,
     ) -> None:
-        self.n_clusters = n_clusters
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.on_infeasible = on_infeasible
-        self.max_samples = max_samples
-        self.random_state = random_state
+        self.n_clusters, self.n_init, self.max_iter = n_clusters, n_init, max_iter
+        self.on_infeasible, self.max_samples, self.random_state = on_infeasible, max_samples, random_state
         self.checkpoint = checkpoint
 
     def _links(self, constraints, n):

@@ -200,16 +200,9 @@ class DPMeans(CentroidMixin, BaseEstimator):
         max_iter: int = 100, random_state: SeedLike = None, prefix_size: int = 1000, max_proposals: int = 4096,
         persist: PersistMode = "auto", split_every: int | None = None, checkpoint: CheckpointLike = None,
     ) -> None:
-        self.lam = lam
-        self.n_clusters = n_clusters
-        self.init = init
-        self.max_iter = max_iter
-        self.random_state = random_state
-        self.prefix_size = prefix_size
-        self.max_proposals = max_proposals
-        self.persist = persist
-        self.split_every = split_every
-        self.checkpoint = checkpoint
+        self.lam, self.n_clusters, self.init, self.max_iter = lam, n_clusters, init, max_iter
+        self.random_state, self.prefix_size, self.max_proposals = random_state, prefix_size, max_proposals
+        self.persist, self.split_every, self.checkpoint = persist, split_every, checkpoint
 
     def fit(self, X: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None) -> "DPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""

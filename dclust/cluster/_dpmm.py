@@ -109,15 +109,8 @@ class DPMMGibbs(ClusterMixin, _InMemory):
         n_iter: int = 50, init: Literal["sequential", "single"] = "sequential", keep: Literal["best", "last"] = "best",
         max_samples: int = 20_000, random_state: SeedLike = None, checkpoint: CheckpointLike = None,
     ) -> None:
-        self.alpha = alpha
-        self.sigma2 = sigma2
-        self.rho2 = rho2
-        self.mu0 = mu0
-        self.n_iter = n_iter
-        self.init = init
-        self.keep = keep
-        self.max_samples = max_samples
-        self.random_state = random_state
+        self.alpha, self.sigma2, self.rho2, self.mu0, self.n_iter = alpha, sigma2, rho2, mu0, n_iter
+        self.init, self.keep, self.max_samples, self.random_state = init, keep, max_samples, random_state
         self.checkpoint = checkpoint
 
     def _prior_mean(self, X: np.ndarray) -> np.ndarray:

@@ -137,18 +137,10 @@ class GMPR(ClusterMixin, BaseEstimator):
         random_state: SeedLike = None, persist: PersistMode = "auto", split_every: int | None = None,
         checkpoint: CheckpointLike = None,
     ) -> None:
-        self.n_classes = n_classes
-        self.clusters_per_class = clusters_per_class
-        self.covariance_type = covariance_type
-        self.reg_covar = reg_covar
-        self.max_iter = max_iter
-        self.tol = tol
-        self.init = init
-        self.init_sample_size = init_sample_size
-        self.random_state = random_state
-        self.persist = persist
-        self.split_every = split_every
-        self.checkpoint = checkpoint
+        self.n_classes, self.clusters_per_class = n_classes, clusters_per_class
+        self.covariance_type, self.reg_covar, self.max_iter, self.tol = covariance_type, reg_covar, max_iter, tol
+        self.init, self.init_sample_size, self.random_state = init, init_sample_size, random_state
+        self.persist, self.split_every, self.checkpoint = persist, split_every, checkpoint
 
     # ------------------------------------------------------------------------------------------------------
     def _params(self) -> MixtureParams:

@@ -123,16 +123,9 @@ class IBPGibbs(TransformerMixin, _InMemory):
         keep: Literal["best", "last"] = "best", max_samples: int = 5000, random_state: SeedLike = None,
         checkpoint: CheckpointLike = None,
     ) -> None:
-        self.alpha = alpha
-        self.sigma_x = sigma_x
-        self.sigma_a = sigma_a
-        self.n_iter = n_iter
-        self.max_new_features = max_new_features
-        self.max_features = max_features
-        self.anneal_factor = anneal_factor
-        self.keep = keep
-        self.max_samples = max_samples
-        self.random_state = random_state
+        self.alpha, self.sigma_x, self.sigma_a, self.n_iter = alpha, sigma_x, sigma_a, n_iter
+        self.max_new_features, self.max_features, self.anneal_factor = max_new_features, max_features, anneal_factor
+        self.keep, self.max_samples, self.random_state = keep, max_samples, random_state
         self.checkpoint = checkpoint
 
     def fit(self, X: ArrayLike, y: Ignored = None) -> "IBPGibbs":

@@ -207,15 +207,9 @@ class KFeatures(FeatureMixin, BaseEstimator):
         random_state: SeedLike = None, persist: PersistMode = "auto", split_every: int | None = None,
         checkpoint: CheckpointLike = None, n_features: int | Literal["deprecated"] = "deprecated",
     ) -> None:
-        self.n_components = n_components
-        self.n_features = n_features
-        self.n_init = n_init
-        self.exhaustive = exhaustive
-        self.max_iter = max_iter
-        self.random_state = random_state
-        self.persist = persist
-        self.split_every = split_every
-        self.checkpoint = checkpoint
+        self.n_components, self.n_features, self.n_init = n_components, n_features, n_init
+        self.exhaustive, self.max_iter, self.random_state = exhaustive, max_iter, random_state
+        self.persist, self.split_every, self.checkpoint = persist, split_every, checkpoint
 
     def fit(self, X: ArrayLike, y: Ignored = None) -> "KFeatures":
         """Learn ``n_components`` features from ``X`` (shape (n_samples, n_features_in))."""
@@ -298,15 +292,9 @@ class StepwiseKFeatures(FeatureMixin, BaseEstimator):
         max_iter: int = 100, random_state: SeedLike = None, persist: PersistMode = "auto",
         split_every: int | None = None, checkpoint: CheckpointLike = None,
     ) -> None:
-        self.lam = lam
-        self.max_features = max_features
-        self.n_init = n_init
-        self.exhaustive = exhaustive
-        self.max_iter = max_iter
-        self.random_state = random_state
-        self.persist = persist
-        self.split_every = split_every
-        self.checkpoint = checkpoint
+        self.lam, self.max_features, self.n_init, self.exhaustive = lam, max_features, n_init, exhaustive
+        self.max_iter, self.random_state, self.persist = max_iter, random_state, persist
+        self.split_every, self.checkpoint = split_every, checkpoint
 
     def fit(self, X: ArrayLike, y: Ignored = None) -> "StepwiseKFeatures":
         """Choose K and learn the features of ``X``."""

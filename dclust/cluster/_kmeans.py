@@ -174,18 +174,10 @@ class KMeans(CentroidMixin, BaseEstimator):
         init_sample_size: int = 10_000, persist: PersistMode = "auto", split_every: int | None = None,
         checkpoint: CheckpointLike = None,
     ) -> None:
-        self.n_clusters = n_clusters
-        self.init = init
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.tol = tol
-        self.random_state = random_state
-        self.oversampling_factor = oversampling_factor
-        self.init_rounds = init_rounds
-        self.init_sample_size = init_sample_size
-        self.persist = persist
-        self.split_every = split_every
-        self.checkpoint = checkpoint
+        self.n_clusters, self.init, self.n_init, self.max_iter, self.tol = n_clusters, init, n_init, max_iter, tol
+        self.random_state, self.oversampling_factor = random_state, oversampling_factor
+        self.init_rounds, self.init_sample_size, self.persist = init_rounds, init_sample_size, persist
+        self.split_every, self.checkpoint = split_every, checkpoint
 
     def _check_init(self, n_features: int) -> None:
         if isinstance(self.init, str):

@@ -87,10 +87,7 @@ class LCVQE(CentroidMixin, _LinkedInMemory):
         self, *, n_clusters: int = 8, n_init: int = 1, max_iter: int = 100, max_samples: int = 100_000,
         random_state: SeedLike = None,
     ) -> None:
-        self.n_clusters = n_clusters
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.max_samples = max_samples
+        self.n_clusters, self.n_init, self.max_iter, self.max_samples = n_clusters, n_init, max_iter, max_samples
         self.random_state = random_state
 
     def _fit_links(self, Xn, i, j, must, constraints) -> None:

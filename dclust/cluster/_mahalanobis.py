@@ -106,16 +106,9 @@ class MahalanobisKMeans(BaseEstimator):
         tol: float = 1e-6, init_sample_size: int = 10_000, random_state: SeedLike = None, persist: PersistMode = "auto",
         split_every: int | None = None,
     ) -> None:
-        self.n_clusters = n_clusters
-        self.lam = lam
-        self.reg_covar = reg_covar
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.tol = tol
-        self.init_sample_size = init_sample_size
-        self.random_state = random_state
-        self.persist = persist
-        self.split_every = split_every
+        self.n_clusters, self.lam, self.reg_covar, self.n_init = n_clusters, lam, reg_covar, n_init
+        self.max_iter, self.tol, self.init_sample_size = max_iter, tol, init_sample_size
+        self.random_state, self.persist, self.split_every = random_state, persist, split_every
 
     def _pass(self, arr, means, covs) -> GaussianStats:
         whiten = np.array([np.linalg.inv(np.linalg.cholesky(c)) for c in covs])

@@ -96,10 +96,7 @@ class MPCKMeans(_LinkedInMemory):
         self, *, n_clusters: int = 8, metric: Literal["per_cluster", "shared", "none"] = "per_cluster",
         max_iter: int = 100, max_samples: int = 20_000, random_state: SeedLike = None,
     ) -> None:
-        self.n_clusters = n_clusters
-        self.metric = metric
-        self.max_iter = max_iter
-        self.max_samples = max_samples
+        self.n_clusters, self.metric, self.max_iter, self.max_samples = n_clusters, metric, max_iter, max_samples
         self.random_state = random_state
 
     def _fit_links(self, Xn, i, j, must, constraints) -> None:

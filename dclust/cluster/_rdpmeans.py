@@ -252,21 +252,10 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         prefix_size: int = 1000, max_proposals: int = 4096, persist: PersistMode = "auto",
         split_every: int | None = None, checkpoint: CheckpointLike = None,
     ) -> None:
-        self.lam = lam
-        self.n_clusters = n_clusters
-        self.xi0 = xi0
-        self.xi_rate = xi_rate
-        self.max_xi = max_xi
-        self.divergence = divergence
-        self.smoothing = smoothing
-        self.mode = mode
-        self.max_iter = max_iter
-        self.random_state = random_state
-        self.prefix_size = prefix_size
-        self.max_proposals = max_proposals
-        self.persist = persist
-        self.split_every = split_every
-        self.checkpoint = checkpoint
+        self.lam, self.n_clusters, self.xi0, self.xi_rate, self.max_xi = lam, n_clusters, xi0, xi_rate, max_xi
+        self.divergence, self.smoothing, self.mode, self.max_iter = divergence, smoothing, mode, max_iter
+        self.random_state, self.prefix_size, self.max_proposals = random_state, prefix_size, max_proposals
+        self.persist, self.split_every, self.checkpoint = persist, split_every, checkpoint
 
     # ------------------------------------------------------------------------------------------------------
 

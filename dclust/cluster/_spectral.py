@@ -114,16 +114,9 @@ class SpectralClustering(ClusterMixin, _InMemory):
         n_neighbors: int = 10, assign_labels: Literal["kmeans", "sweep"] = "kmeans", n_init: int = 10,
         max_iter: int = 300, max_samples: int = 5000, random_state: SeedLike = None, checkpoint: CheckpointLike = None,
     ) -> None:
-        self.n_clusters = n_clusters
-        self.affinity = affinity
-        self.gamma = gamma
-        self.n_neighbors = n_neighbors
-        self.assign_labels = assign_labels
-        self.n_init = n_init
-        self.max_iter = max_iter
-        self.max_samples = max_samples
-        self.random_state = random_state
-        self.checkpoint = checkpoint
+        self.n_clusters, self.affinity, self.gamma, self.n_neighbors = n_clusters, affinity, gamma, n_neighbors
+        self.assign_labels, self.n_init, self.max_iter = assign_labels, n_init, max_iter
+        self.max_samples, self.random_state, self.checkpoint = max_samples, random_state, checkpoint
 
     def fit(self, X: ArrayLike, y: Ignored = None) -> "SpectralClustering":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""

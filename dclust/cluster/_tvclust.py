@@ -129,19 +129,10 @@ class TVClust(ClusterMixin, _InMemory):
         prior_scale: float | None = None, init_clusters: int = 3, n_sweeps: int = 100, max_samples: int = 5000,
         random_state: SeedLike = None, checkpoint: CheckpointLike = None,
     ) -> None:
-        self.alpha = alpha
-        self.p = p
-        self.q = q
-        self.p_prior = p_prior
-        self.q_prior = q_prior
-        self.prior_kappa = prior_kappa
-        self.prior_dof = prior_dof
-        self.prior_scale = prior_scale
-        self.init_clusters = init_clusters
-        self.n_sweeps = n_sweeps
-        self.max_samples = max_samples
-        self.random_state = random_state
-        self.checkpoint = checkpoint
+        self.alpha, self.p, self.q, self.p_prior, self.q_prior = alpha, p, q, p_prior, q_prior
+        self.prior_kappa, self.prior_dof, self.prior_scale = prior_kappa, prior_dof, prior_scale
+        self.init_clusters, self.n_sweeps, self.max_samples = init_clusters, n_sweeps, max_samples
+        self.random_state, self.checkpoint = random_state, checkpoint
 
     # ------------------------------------------------------------------------------------------------------
     def _prior(self, X: np.ndarray) -> NIWPrior:

@@ -119,21 +119,10 @@ class TVClustVariational(_LinkedInMemory):
         prior_scale: float | None = None, init_clusters: int = 3, n_components: int = 20, max_iter: int = 200,
         tol: float = 1e-4, damping: float = 0.5, max_samples: int = 5000, random_state: SeedLike = None,
     ) -> None:
-        self.alpha = alpha
-        self.p = p
-        self.q = q
-        self.p_prior = p_prior
-        self.q_prior = q_prior
-        self.prior_kappa = prior_kappa
-        self.prior_dof = prior_dof
-        self.prior_scale = prior_scale
-        self.init_clusters = init_clusters
-        self.n_components = n_components
-        self.max_iter = max_iter
-        self.tol = tol
-        self.damping = damping
-        self.max_samples = max_samples
-        self.random_state = random_state
+        self.alpha, self.p, self.q, self.p_prior, self.q_prior = alpha, p, q, p_prior, q_prior
+        self.prior_kappa, self.prior_dof, self.prior_scale = prior_kappa, prior_dof, prior_scale
+        self.init_clusters, self.n_components, self.max_iter, self.tol = init_clusters, n_components, max_iter, tol
+        self.damping, self.max_samples, self.random_state = damping, max_samples, random_state
 
     def _fit_links(self, Xn, i, j, must, constraints) -> None:
         n, d = Xn.shape

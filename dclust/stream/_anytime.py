@@ -132,15 +132,9 @@ class AnytimeDPMeans(DynamicBase):
         random_state: SeedLike = None, checkpoint: CheckpointLike = None, summary_factor: float = 1.0,
         consolidate: bool = True, sample_rows: int | None = 4096,
     ) -> None:
-        self.lam = lam
-        self.sample_rows = sample_rows
-        self.summary_factor = summary_factor
-        self.consolidate = consolidate
-        self.batch_rows = batch_rows
-        self.max_iter = max_iter
-        self.n_restarts = n_restarts
-        self.random_state = random_state
-        self.checkpoint = checkpoint
+        self.lam, self.sample_rows, self.summary_factor = lam, sample_rows, summary_factor
+        self.consolidate, self.batch_rows, self.max_iter = consolidate, batch_rows, max_iter
+        self.n_restarts, self.random_state, self.checkpoint = n_restarts, random_state, checkpoint
 
     def _rates(self) -> tuple[float, float, float]:
         self.lam_ = float(self.lam)

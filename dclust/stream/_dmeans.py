@@ -119,18 +119,9 @@ class DynamicMeans(DynamicBase):
         prefix_size: int = 1000, max_proposals: int = 4096, split_every: int | None = None,
         checkpoint: CheckpointLike = None,
     ) -> None:
-        self.lam = lam
-        self.T_Q = T_Q
-        self.k_tau = k_tau
-        self.Q = Q
-        self.tau = tau
-        self.max_iter = max_iter
-        self.n_restarts = n_restarts
-        self.random_state = random_state
-        self.prefix_size = prefix_size
-        self.max_proposals = max_proposals
-        self.split_every = split_every
-        self.checkpoint = checkpoint
+        self.lam, self.T_Q, self.k_tau, self.Q, self.tau, self.max_iter = lam, T_Q, k_tau, Q, tau, max_iter
+        self.n_restarts, self.random_state, self.prefix_size = n_restarts, random_state, prefix_size
+        self.max_proposals, self.split_every, self.checkpoint = max_proposals, split_every, checkpoint
 
     def _rates(self) -> tuple[float, float, float]:
         check_temporal_pair(type(self).__name__, self.T_Q, self.k_tau, self.Q, self.tau)

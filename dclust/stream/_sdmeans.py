@@ -142,18 +142,9 @@ class SpectralDynamicMeans(BaseEstimator):
         bandwidth: float | None = None, n_restarts: int = 1, max_iter: int = 100, max_support: int = 50,
         max_batch: int = 5000, random_state: SeedLike = None, checkpoint: CheckpointLike = None,
     ) -> None:
-        self.lam = lam
-        self.T_Q = T_Q
-        self.k_tau = k_tau
-        self.Q = Q
-        self.tau = tau
-        self.kernel = kernel
-        self.bandwidth = bandwidth
-        self.n_restarts = n_restarts
-        self.max_iter = max_iter
-        self.max_support = max_support
-        self.max_batch = max_batch
-        self.random_state = random_state
+        self.lam, self.T_Q, self.k_tau, self.Q, self.tau, self.kernel = lam, T_Q, k_tau, Q, tau, kernel
+        self.bandwidth, self.n_restarts, self.max_iter = bandwidth, n_restarts, max_iter
+        self.max_support, self.max_batch, self.random_state = max_support, max_batch, random_state
         self.checkpoint = checkpoint
 
     # ----------------------------------------------------------------------------------------------------------
