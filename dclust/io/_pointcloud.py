@@ -531,7 +531,8 @@ def _atomic_file(path: str | os.PathLike[str], write: Callable[[str], None]) -> 
 atomic_file = _atomic_file
 
 
-def write_ply(path: str | os.PathLike, xyz: Any, rgb: Any = None, normals: Any = None, *, binary: bool = True) -> str:
+def write_ply(path: str | os.PathLike[str], xyz: Any, rgb: Any = None, normals: Any = None, *,
+              binary: bool = True) -> str:
     """Write one frame as a PLY file (float32 x, y, z; uchar colours from ``rgb`` in [0, 1]; float32 normals).
 
     Examples
@@ -556,7 +557,7 @@ def write_ply(path: str | os.PathLike, xyz: Any, rgb: Any = None, normals: Any =
     return _atomic_file(path, lambda tmp: data.write(tmp))
 
 
-def write_las(path: str | os.PathLike, xyz: Any, rgb: Any = None, *, scale: float = 1e-4) -> str:
+def write_las(path: str | os.PathLike[str], xyz: Any, rgb: Any = None, *, scale: float = 1e-4) -> str:
     """Write one frame as LAS 1.4 (``.las``) or compressed LAZ (``.laz``, lazrs): point format 7 with colour
     (16-bit, from ``rgb`` in [0, 1]) or 6 without.
 
@@ -591,7 +592,7 @@ def write_las(path: str | os.PathLike, xyz: Any, rgb: Any = None, *, scale: floa
     return _atomic_file(path, write)
 
 
-def write_npy(path: str | os.PathLike, xyz: Any, rgb: Any = None, normals: Any = None) -> str:
+def write_npy(path: str | os.PathLike[str], xyz: Any, rgb: Any = None, normals: Any = None) -> str:
     """Write one frame as a plain ``.npy`` array: (n, 3), (n, 6) with rgb, or (n, 9) with rgb and normals.
 
     Examples
@@ -691,7 +692,7 @@ class FrameLabelsWriter:
         self.group.attrs.update(attrs)
 
 
-def check_new_store(path: str | os.PathLike, overwrite: bool, option: str = "OUT.zarr") -> str:
+def check_new_store(path: str | os.PathLike[str], overwrite: bool, option: str = "OUT.zarr") -> str:
     """Absolute local path of a new Zarr store; raises StorageError (before anything is written) for a remote URL,
     an existing store without ``overwrite``, or an existing path that is not a Zarr store.
 

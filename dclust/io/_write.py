@@ -151,7 +151,7 @@ def _check_component(component: Any, what: str) -> str | None:
 
 def write_array(
     x: Any,
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     component: str | None = None,
     overwrite: bool = False,
