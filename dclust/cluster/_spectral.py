@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import numpy as np
+import numpy.typing as npt
 
 from .._dask.passes import map_labels
 from .._fit import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
@@ -14,13 +17,13 @@ from ..kernels import spectral as K
 from ._base import CHECKPOINT, ClusterMixin, wrap_output
 
 from ._inmemory import _InMemory, _first_appearance
-from typing import Literal
 from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
 __all__ = ["SpectralClustering"]
 
 
-def _nn_labels(Xb, *, offset, block_index, train, labels):
+def _nn_labels(Xb: npt.NDArray[Any], *, offset: int, block_index: int, train: np.ndarray, labels: np.ndarray
+               ) -> np.ndarray:
     from scipy.spatial import cKDTree
 
     _, idx = cKDTree(train).query(np.asarray(Xb, dtype=np.float64), k=1)
@@ -28,7 +31,7 @@ def _nn_labels(Xb, *, offset, block_index, train, labels):
 
 
 @register
-class SpectralClustering(ClusterMixin, _InMemory):
+class SpectralClustering(ClusterMixin, _InMemory):  # type: ignore[misc]  # scikit-learn ships no type hints
     """Spectral clustering by normalized cut (Shi & Malik; Ng, Jordan & Weiss), in memory (docs/algorithms.md 7).
 
     Builds the affinity W (RBF ``exp(-gamma ||x_i - x_j||^2)``, dense, or the symmetrised kNN connectivity,
@@ -175,7 +178,7 @@ class SpectralClustering(ClusterMixin, _InMemory):
             E = U / np.maximum(np.linalg.norm(U, axis=1), np.finfo(float).tiny)[:, None]
             count = [passes]
 
-            def step(s, inertia):  # after every Lloyd pass: save (when the run goes on), then announce it
+            def step(s: dict[str, Any] | None, inertia: float) -> None:  # after every Lloyd pass: save (when the run goes on), then announce it
                 count[0] += 1
                 if s is not None and ck.active:
                     ck.save({"phase": "kmeans", "rng": rng_state(rng), **emb, "n_passes": count[0], "lloyd": s})
