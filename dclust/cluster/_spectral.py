@@ -27,7 +27,8 @@ def _nn_labels(Xb: npt.NDArray[Any], *, offset: int, block_index: int, train: np
     from scipy.spatial import cKDTree
 
     _, idx = cKDTree(train).query(np.asarray(Xb, dtype=np.float64), k=1)
-    return labels[idx].astype(np.int32)
+    nearest: np.ndarray = labels[idx].astype(np.int32)  # (scipy has no stubs)
+    return nearest
 
 
 @register
