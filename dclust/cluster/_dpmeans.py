@@ -57,7 +57,8 @@ class _Passes(HistoryStep):
 
     def __init__(self, est: "DPMeans", X: da.Array, w: da.Array | None, ck: Any) -> None:
         self.est, self.X, self.w, self.ck = est, X, w, ck
-        self.prefix: tuple[ClusterStats, int, float] | None = None  # (statistics, end key, opening rate) of the serial prefix: the first pass only
+        #: (statistics, end key, opening rate) of the serial prefix: the first pass only
+        self.prefix: tuple[ClusterStats, int, float] | None = None
         self.check_content = False  # the first pass after a resume compares the data with the interrupted run's
 
     def start(self) -> dict[str, Any]:

@@ -50,7 +50,8 @@ class _Passes(HistoryStep):
     def __init__(self, est: "RDPMeans", X: da.Array, layout: LinkLayout, ck: Any) -> None:
         self.est, self.X, self.layout, self.ck, self.kind = est, X, layout, ck, est.divergence
         self.max_xi = est.xi0 * est.xi_rate ** (est.max_iter - 1) if est.max_xi is None else float(est.max_xi)
-        self.prefix: tuple[Any, Any, Any] | None = None  # (end key, rows, their index) of the serial prefix: the first pass only
+        #: (end key, rows, their index) of the serial prefix: the first pass only
+        self.prefix: tuple[Any, Any, Any] | None = None
         self.lparts: Any = None  # the persisted linked rows
         self.check_content = False  # the first pass after a resume compares the data with the interrupted run's
 
