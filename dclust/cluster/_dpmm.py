@@ -95,6 +95,13 @@ class DPMMGibbs(ClusterMixin, _InMemory):  # type: ignore[misc]  # scikit-learn 
     (2, [0, 0, 0], [1, 1, 1])
     """
 
+    labels_: npt.NDArray[np.int64]
+    cluster_centers_: npt.NDArray[np.float64]
+    cluster_sizes_: npt.NDArray[np.int64]
+    cluster_variances_: npt.NDArray[np.float64]
+    n_clusters_: int
+    mu0_: npt.NDArray[np.float64]
+
     _parameter_constraints = {
         "alpha": [Interval("real", 0, None, "neither")],
         "sigma2": [Interval("real", 0, None, "neither")],

@@ -107,6 +107,11 @@ class IBPGibbs(TransformerMixin, _InMemory):
     (2, [[4.0, 0.0, 0.1, 0.0], [-0.0, -0.0, 3.9, 4.0]])
     """
 
+    allocation_: np.ndarray  # uint8
+    features_: npt.NDArray[np.float64]
+    feature_counts_: npt.NDArray[np.int64]
+    n_latent_features_: int
+
     _parameter_constraints = {
         "alpha": [Interval("real", 0, None, "neither")],
         "sigma_x": [Interval("real", 0, None, "neither")],

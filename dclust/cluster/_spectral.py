@@ -99,6 +99,16 @@ class SpectralClustering(ClusterMixin, _InMemory):  # type: ignore[misc]  # scik
     ([60, 60], 1)
     """
 
+    labels_: npt.NDArray[np.int64]
+    n_clusters_: int
+    embedding_: npt.NDArray[np.float64]
+    eigenvalues_: npt.NDArray[np.float64]
+    ncut_: float
+    objective_history_: list[float]
+    fit_X_: npt.NDArray[np.float64]
+    n_iter_: int
+    n_features_in_: int
+
     _parameter_constraints = {
         "n_clusters": [Interval("int", 1, None)],
         "affinity": [Options(("rbf", "nearest_neighbors"))],
