@@ -23,8 +23,8 @@ from ._copkmeans import _sweep
 __all__ = ["chunklet_centers"]
 
 
-def chunklet_centers(arr: da.Array, constraints: ConstraintGraph, sample: np.ndarray, n_classes: int, rng: np.random.Generator,
-                     n_sweeps: int = 10) -> np.ndarray:
+def chunklet_centers(arr: da.Array, constraints: ConstraintGraph, sample: np.ndarray, n_classes: int,
+                     rng: np.random.Generator, n_sweeps: int = 10) -> np.ndarray:
     """Class centres (n_classes, n_features) seeded from the chunklets of ``constraints`` and the row ``sample``.
 
     Parameters

@@ -4,7 +4,7 @@ features, every row optimised independently (fully parallel), with greedy initia
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, TypeAlias
 
 import dask.array as da
 import numpy as np
@@ -25,6 +25,8 @@ from ._features import FeatureMixin, first_pass
 from ..typing import ArrayLike, CheckpointLike, Ignored, PersistMode, SeedLike
 
 __all__ = ["KFeatures", "StepwiseKFeatures"]
+
+_Estimator: TypeAlias = "KFeatures | StepwiseKFeatures"  # what the shared helpers below take
 
 _COMMON = {
     "n_init": [Interval("int", 1, None)],
@@ -53,7 +55,7 @@ class _Run(HistoryStep):
 
     unit = "passes"
 
-    def __init__(self, est: KFeatures | StepwiseKFeatures, arr: da.Array, k: int, mean: npt.NDArray[np.float64], sq_norm: float,
+    def __init__(self, est: _Estimator, arr: da.Array, k: int, mean: npt.NDArray[np.float64], sq_norm: float,
                  rng: np.random.Generator) -> None:
         self.name = type(est).__name__
         self.est, self.arr, self.k, self.mean, self.sq_norm, self.rng = est, arr, k, mean, sq_norm, rng
@@ -109,7 +111,7 @@ class _Run(HistoryStep):
         return out
 
 
-def _best_run(est: KFeatures | StepwiseKFeatures, arr: da.Array, k: int, mean: npt.NDArray[np.float64], sq_norm: float,
+def _best_run(est: _Estimator, arr: da.Array, k: int, mean: npt.NDArray[np.float64], sq_norm: float,
               rng: np.random.Generator, ck: Any, resume: dict[str, Any] | None,
               context: Callable[[], dict[str, Any]] | None = None, announce: bool = True) -> dict[str, Any]:
     """The best of ``est.n_init`` K-features runs with ``k`` features (lowest ``||X - ZA||^2``)."""
@@ -118,7 +120,7 @@ def _best_run(est: KFeatures | StepwiseKFeatures, arr: da.Array, k: int, mean: n
                    announce=announce)
 
 
-def _start(est: KFeatures | StepwiseKFeatures, X: ArrayLike, max_k: int) -> tuple[da.Array, InputInfo, Any, dict[str, Any] | None]:
+def _start(est: _Estimator, X: ArrayLike, max_k: int) -> tuple[da.Array, InputInfo, Any, dict[str, Any] | None]:
     """The start of a fit: ``(data, input info, checkpointer, checkpoint state or None)`` after the checks of the
     parameters (``max_k``: the largest K, for the ``exhaustive`` bound)."""
     est._validate_params()
@@ -128,7 +130,7 @@ def _start(est: KFeatures | StepwiseKFeatures, X: ArrayLike, max_k: int) -> tupl
     return arr, info, ck, ck.resume()
 
 
-def _first_pass(est: KFeatures | StepwiseKFeatures, arr: da.Array, info: InputInfo, ck: Any
+def _first_pass(est: _Estimator, arr: da.Array, info: InputInfo, ck: Any
                 ) -> tuple[da.Array, npt.NDArray[np.float64], float]:
     """``(data, mean, squared norm)``: the data persisted when they fit (dask input), and their mean and squared
     norm from one pass (which also checks that a resumed checkpoint's data are these)."""
@@ -138,7 +140,7 @@ def _first_pass(est: KFeatures | StepwiseKFeatures, arr: da.Array, info: InputIn
     return arr, mean, sq_norm
 
 
-def _restore(est: KFeatures | StepwiseKFeatures, ck: Any, state: dict[str, Any] | None, info: InputInfo, n: int) -> KFeatures | StepwiseKFeatures | None:
+def _restore(est: _Estimator, ck: Any, state: dict[str, Any] | None, info: InputInfo, n: int) -> _Estimator | None:
     """The model of a finished fit's checkpoint (with its allocation Z) on ``est``, or None (no finished fit)."""
     extra = restore_finished(est, ck, state)
     if extra is None:
@@ -238,7 +240,7 @@ class KFeatures(FeatureMixin, BaseEstimator):
         return self.n_features
 
 
-def _store(est: KFeatures | StepwiseKFeatures, best: dict[str, Any], info: InputInfo, d: int, lam_k: float) -> None:
+def _store(est: _Estimator, best: dict[str, Any], info: InputInfo, d: int, lam_k: float) -> None:
     if not best["converged"]:
         warn_unconverged(type(est).__name__, est.max_iter, unit="passes", fix="Increase max_iter.")
     est.features_ = best["A"]

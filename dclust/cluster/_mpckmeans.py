@@ -139,8 +139,9 @@ class MPCKMeans(_LinkedInMemory):
         self.n_features_in_ = d
         emit(ProgressEvent("MPCKMeans", "done", n_iter, self.objective_, k, 0.0))
 
-    def _metric(self, X: np.ndarray, labels: np.ndarray, centers: np.ndarray, counts: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, range2: np.ndarray,
-                scale: np.ndarray, A_old: np.ndarray) -> np.ndarray:
+    def _metric(self, X: np.ndarray, labels: np.ndarray, centers: np.ndarray, counts: np.ndarray, i: np.ndarray,
+                j: np.ndarray, must: np.ndarray, range2: np.ndarray, scale: np.ndarray, A_old: np.ndarray
+                ) -> np.ndarray:
         """The diagonal metrics of the M-step (denominators floored at 1e-6 of each feature's variance)."""
         k, d = centers.shape
         den = np.zeros((k, d))
@@ -161,7 +162,8 @@ class MPCKMeans(_LinkedInMemory):
         return A
 
     @staticmethod
-    def _objective(X: np.ndarray, labels: np.ndarray, centers: np.ndarray, A: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, range2: np.ndarray) -> float:
+    def _objective(X: np.ndarray, labels: np.ndarray, centers: np.ndarray, A: np.ndarray, i: np.ndarray,
+                   j: np.ndarray, must: np.ndarray, range2: np.ndarray) -> float:
         data = float((A[labels] * (X - centers[labels]) ** 2).sum() - np.log(A[labels]).sum())
         diff2 = (X[i] - X[j]) ** 2
         li, lj = labels[i], labels[j]
@@ -179,7 +181,8 @@ class MPCKMeans(_LinkedInMemory):
         return wrap_output(labels, info, "labels")
 
 
-def _metric_labels(Xb: npt.NDArray[Any], *, offset: int, block_index: int, centers: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def _metric_labels(Xb: npt.NDArray[Any], *, offset: int, block_index: int, centers: np.ndarray, weights: np.ndarray
+                   ) -> np.ndarray:
     Xb = np.asarray(Xb, dtype=np.float64)
     cost = np.stack([(w * (Xb - c) ** 2).sum(axis=1) - np.log(w).sum() for c, w in zip(centers, weights)], axis=1)
     labels: np.ndarray = cost.argmin(axis=1).astype(np.int32)

@@ -189,7 +189,8 @@ class SpectralClustering(ClusterMixin, _InMemory):  # type: ignore[misc]  # scik
             E = U / np.maximum(np.linalg.norm(U, axis=1), np.finfo(float).tiny)[:, None]
             count = [passes]
 
-            def step(s: dict[str, Any] | None, inertia: float) -> None:  # after every Lloyd pass: save (when the run goes on), then announce it
+            # after every Lloyd pass: save (when the run goes on), then announce it
+            def step(s: dict[str, Any] | None, inertia: float) -> None:
                 count[0] += 1
                 if s is not None and ck.active:
                     ck.save({"phase": "kmeans", "rng": rng_state(rng), **emb, "n_passes": count[0], "lloyd": s})

@@ -29,8 +29,9 @@ __all__ = ["TVClust"]
 def _beta_pair(v: Any) -> bool:
     return (
         isinstance(v, tuple) and len(v) == 2
-        and all(isinstance(x, numbers.Real) and not isinstance(x, bool) and np.isfinite(x) and x > 0  # type: ignore[call-overload, operator]
-            for x in v)  # (typeshed: numbers.Real supports neither numpy ufuncs nor comparisons)
+        and all(isinstance(x, numbers.Real) and not isinstance(x, bool)
+                and np.isfinite(x) and x > 0  # type: ignore[call-overload, operator]  # typeshed's numbers.Real
+                for x in v)
     )
 
 

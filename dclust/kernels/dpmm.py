@@ -130,8 +130,8 @@ def dpmm_posterior(counts: npt.ArrayLike, sums: npt.ArrayLike, sigma2: float, rh
     return v, m
 
 
-def dpmm_log_joint(counts: npt.ArrayLike, sums: npt.ArrayLike, sq_total: float, n_samples: int, alpha: float, sigma2: float,
-                   rho2: float, mu0: npt.ArrayLike) -> float:
+def dpmm_log_joint(counts: npt.ArrayLike, sums: npt.ArrayLike, sq_total: float, n_samples: int, alpha: float,
+                   sigma2: float, rho2: float, mu0: npt.ArrayLike) -> float:
     """``log p(X, z)`` of the DP mixture: the CRP EPPF times the per-cluster marginal likelihoods.
 
     Parameters
@@ -166,7 +166,8 @@ def dpmm_log_joint(counts: npt.ArrayLike, sums: npt.ArrayLike, sq_total: float, 
     return float(crp + lik)
 
 
-def dpmm_predict(Xb: npt.ArrayLike, counts: npt.ArrayLike, means: np.ndarray, variances: npt.ArrayLike, sigma2: float) -> np.ndarray:
+def dpmm_predict(Xb: npt.ArrayLike, counts: npt.ArrayLike, means: np.ndarray, variances: npt.ArrayLike, sigma2: float
+                 ) -> np.ndarray:
     """MAP cluster of every row under the posterior predictive: ``argmax_k log n_k + log N(x | m_k, (sigma2+v_k)I)``.
 
     Returns int32 labels (lowest index on ties).

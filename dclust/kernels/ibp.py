@@ -231,8 +231,8 @@ def ibp_log_joint(Z: np.ndarray, G: np.ndarray, B: np.ndarray, sq_total: float, 
     return float(lik + prior)
 
 
-def ibp_map_codes(Xb: npt.ArrayLike, features: npt.ArrayLike, feature_probs: npt.ArrayLike, sigma_x: float, *, exhaustive_max: int = 10
-                  ) -> np.ndarray:
+def ibp_map_codes(Xb: npt.ArrayLike, features: npt.ArrayLike, feature_probs: npt.ArrayLike, sigma_x: float, *,
+                  exhaustive_max: int = 10) -> np.ndarray:
     """Binary codes of new rows with the features fixed: ``argmax_z log N(x | z A, sigma_x^2 I) + log prior(z)``.
 
     The prior is independent Bernoulli with ``feature_probs`` (the IBP predictive ``m_k / (N + 1)``). Exact
