@@ -490,8 +490,9 @@ def map_labels(fn: Callable[..., np.ndarray], X: da.Array, dtype=np.int32, **kwa
 
 
 # Typed entry points to dask's array API for the strictly typed modules above this layer: dask annotates neither
-# compute, persist nor from_array, and types the method Array.map_blocks by functools.wraps as the module-level
-# da.map_blocks (whose first parameter is the function), so a type checker rejects every method call.
+# compute, persist, from_array, asarray, from_delayed, concatenate nor the methods rechunk, astype and
+# compute_chunk_sizes, and types the method Array.map_blocks by functools.wraps as the module-level da.map_blocks
+# (whose first parameter is the function), so a type checker rejects every method call.
 
 
 def compute(*collections: Any) -> tuple[Any, ...]:
@@ -512,6 +513,36 @@ def map_blocks(X: da.Array, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
 def from_array(x: Any, chunks: Any) -> da.Array:
     """``da.from_array(x, chunks=chunks)``."""
     return da.from_array(x, chunks=chunks)
+
+
+def rechunk(X: da.Array, chunks: Any) -> da.Array:
+    """``X.rechunk(chunks)``."""
+    return X.rechunk(chunks)
+
+
+def astype(X: da.Array, dtype: Any) -> da.Array:
+    """``X.astype(dtype)``."""
+    return X.astype(dtype)
+
+
+def compute_chunk_sizes(X: da.Array) -> da.Array:
+    """``X.compute_chunk_sizes()``: unknown (NaN) chunk sizes resolved by one pass over the blocks' lengths."""
+    return X.compute_chunk_sizes()
+
+
+def asarray(x: Any) -> da.Array:
+    """``da.asarray(x)``."""
+    return da.asarray(x)
+
+
+def from_delayed(value: Any, shape: tuple[int, ...], dtype: Any) -> da.Array:
+    """``da.from_delayed(value, shape=shape, dtype=dtype)``."""
+    return da.from_delayed(value, shape=shape, dtype=dtype)
+
+
+def concatenate(arrays: Sequence[da.Array], axis: int = 0) -> da.Array:
+    """``da.concatenate(arrays, axis=axis)``."""
+    return da.concatenate(arrays, axis=axis)
 
 
 def persist_if_fits(X: da.Array, persist, logger) -> da.Array:
@@ -577,37 +608,3 @@ def _memory_budget() -> float | None:
         return psutil.virtual_memory().total / 4
     except ImportError:  # pragma: no cover - psutil ships with distributed
         return None
-
-
-# More typed entry points (see compute, map_blocks above): the dask.array functions and Array methods the strictly
-# typed io/, stream/ and validation modules call, which dask leaves unannotated.
-
-
-def rechunk(X: da.Array, chunks: Any) -> da.Array:
-    """``X.rechunk(chunks)``."""
-    return X.rechunk(chunks)
-
-
-def astype(X: da.Array, dtype: Any) -> da.Array:
-    """``X.astype(dtype)``."""
-    return X.astype(dtype)
-
-
-def compute_chunk_sizes(X: da.Array) -> da.Array:
-    """``X.compute_chunk_sizes()``: unknown (NaN) chunk sizes resolved by one pass over the blocks' lengths."""
-    return X.compute_chunk_sizes()
-
-
-def asarray(x: Any) -> da.Array:
-    """``da.asarray(x)``."""
-    return da.asarray(x)
-
-
-def from_delayed(value: Any, shape: tuple[int, ...], dtype: Any) -> da.Array:
-    """``da.from_delayed(value, shape=shape, dtype=dtype)``."""
-    return da.from_delayed(value, shape=shape, dtype=dtype)
-
-
-def concatenate(arrays: Sequence[da.Array], axis: int = 0) -> da.Array:
-    """``da.concatenate(arrays, axis=axis)``."""
-    return da.concatenate(arrays, axis=axis)
