@@ -21,12 +21,12 @@ from ._checkpoint import fingerprint_of, resume_state, save_state
 from ._consolidate import consolidate as consolidate_summaries
 from ._consolidate import refine_pass
 from ._dynamic import DynamicBase
-from ..kernels.dynmeans import StepResult, StepState
 from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
 if TYPE_CHECKING:
     from .._dask.occ import KeyedPass
     from .._store._checkpoint import Checkpointer
+    from ..kernels.dynmeans import StepResult, StepState
 
 __all__ = ["AnytimeDPMeans"]
 
