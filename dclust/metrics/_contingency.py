@@ -13,7 +13,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import dask.array as da
 import numpy as np
 
-from .._dask.passes import compute, from_array, map_reduce
+from .._dask.passes import compute, from_array, map_reduce, rechunk
 from ..errors import InvalidDataError, InvalidParameterError, message
 
 __all__ = ["contingency_table"]
@@ -87,12 +87,12 @@ def _aligned(ys: Sequence[tuple[Any, str]]) -> list[np.ndarray | da.Array]:
     if not dask_arrs:
         return arrs
     chunks = dask_arrs[0].chunks[0]
-    out = []
+    out: list[np.ndarray | da.Array] = []
     for a in arrs:
         if not isinstance(a, da.Array):
             a = from_array(a, (chunks,))
         elif a.chunks[0] != chunks:
-            a = a.rechunk((chunks,))  # type: ignore[no-untyped-call]  # dask: Array.rechunk is unannotated
+            a = rechunk(a, (chunks,))
         out.append(a)
     return out
 

@@ -17,7 +17,7 @@ import dask.array as da
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .._dask.passes import compute, from_array, map_reduce
+from .._dask.passes import compute, from_array, map_reduce, rechunk
 from .._validation import as_generator, check_array
 from ..errors import InvalidDataError, InvalidParameterError, message
 from ..kernels.stats import ClusterStats
@@ -88,7 +88,7 @@ def _checked(X: Any, labels: Any) -> tuple[da.Array | np.ndarray, np.ndarray | d
         )
     lazy = info.kind != "numpy" or isinstance(y, da.Array)
     if lazy and isinstance(y, da.Array) and y.chunks[0] != arr.chunks[0]:
-        y = y.rechunk((arr.chunks[0],))  # type: ignore[no-untyped-call]  # dask: Array.rechunk is unannotated
+        y = rechunk(y, (arr.chunks[0],))
     elif lazy and not isinstance(y, da.Array):
         y = from_array(np.asarray(y), (arr.chunks[0],))
     return arr, y, lazy

@@ -13,7 +13,7 @@ import dask.array as da
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .._dask.passes import compute
+from .._dask.passes import asarray, astype, compute
 from ..errors import InvalidDataError, InvalidParameterError, message
 from ._contingency import check_split_every, compute_table
 
@@ -420,7 +420,7 @@ def _dask_series(q: da.Array, o: da.Array) -> tuple[np.ndarray, np.ndarray]:
     axes = tuple(range(1, q.ndim))
 
     def series(x: da.Array) -> da.Array:
-        x = x.astype(np.float64)  # type: ignore[no-untyped-call]  # dask: Array.astype is unannotated
+        x = astype(x, np.float64)
         diffs: da.Array = da.abs(x[1:] - x[:-1]).mean(axis=axes)
         return diffs
 
@@ -455,8 +455,8 @@ def flicker(quantized_frames: Any, original_frames: Any) -> np.ndarray:
     array([0.5, nan, 0. ])
     """
     if isinstance(quantized_frames, da.Array) or isinstance(original_frames, da.Array):
-        num, den = _dask_series(da.asarray(quantized_frames),  # type: ignore[no-untyped-call]  # dask: unannotated
-                                da.asarray(original_frames))  # type: ignore[no-untyped-call]
+        num, den = _dask_series(asarray(quantized_frames),
+                                asarray(original_frames))
     else:
         num, den = _mean_abs_diff_series(quantized_frames, original_frames)
     with np.errstate(divide="ignore", invalid="ignore"):
