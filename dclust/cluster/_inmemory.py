@@ -11,7 +11,7 @@ import numpy as np
 
 from .._dask.passes import block_offsets
 from .._fit import ProgressEvent, emit, set_rng_state
-from .._validation import _Kind, check_array, check_constraints
+from .._validation import _Kind, as_generator, check_array, check_constraints
 from ..errors import InvalidDataError, message
 from ..typing import ArrayLike, ConstraintsLike, Ignored
 from ._base import BaseEstimator, finite_rows
@@ -156,11 +156,13 @@ class _LinkedInMemory(_InMemory):
         self._validate_params()
         Xn, _ = self._load(X, min_samples=getattr(self, "n_clusters", 1))
         i, j, must = link_arrays(type(self).__name__, constraints, Xn.shape[0])
-        self._fit_links(Xn, i, j, must, constraints)
+        self._fit_links(Xn, i, j, must, constraints, as_generator(self.random_state))
         return self
 
-    def _fit_links(self, X: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, constraints) -> None:
-        """Fit the rows ``X`` (float64, finite) under the links ``(i[t], j[t])``, must-links where ``must[t]``."""
+    def _fit_links(self, X: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, constraints,
+                   rng: np.random.Generator) -> None:
+        """Fit the rows ``X`` (float64, finite) under the links ``(i[t], j[t])``, must-links where ``must[t]``, with
+        the fit's one generator ``rng`` (from ``random_state``)."""
         raise NotImplementedError
 
     def _set_violations(self, i: np.ndarray, j: np.ndarray, must: np.ndarray) -> None:

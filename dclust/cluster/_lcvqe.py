@@ -8,7 +8,7 @@ import numpy as np
 
 from .._fit import ProgressEvent, Stopwatch, emit
 from .._registry import register
-from .._validation import SEED, Interval, as_generator
+from .._validation import SEED, Interval
 from ..kernels.constrained import lcvqe_assign
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import CentroidMixin
@@ -90,9 +90,8 @@ class LCVQE(CentroidMixin, _LinkedInMemory):
         self.n_clusters, self.n_init, self.max_iter, self.max_samples = n_clusters, n_init, max_iter, max_samples
         self.random_state = random_state
 
-    def _fit_links(self, Xn, i, j, must, constraints) -> None:
+    def _fit_links(self, Xn, i, j, must, constraints, rng) -> None:
         n, d = Xn.shape
-        rng = as_generator(self.random_state)
         k = self.n_clusters
         watch = Stopwatch()
         best = None

@@ -11,7 +11,7 @@ from scipy.sparse.csgraph import connected_components
 from .._fit import ProgressEvent, Stopwatch, emit
 from .._dask.passes import map_labels
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator
+from .._validation import SEED, Interval, Options
 from ..kernels.constrained import mpck_sweep, symmetric_links
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import wrap_output
@@ -99,9 +99,8 @@ class MPCKMeans(_LinkedInMemory):
         self.n_clusters, self.metric, self.max_iter, self.max_samples = n_clusters, metric, max_iter, max_samples
         self.random_state = random_state
 
-    def _fit_links(self, Xn, i, j, must, constraints) -> None:
+    def _fit_links(self, Xn, i, j, must, constraints, rng) -> None:
         n, d = Xn.shape
-        rng = as_generator(self.random_state)
         k = self.n_clusters
         centers = _initial_centers(Xn, i[must], j[must], k, rng)
         A = np.ones((k, d))

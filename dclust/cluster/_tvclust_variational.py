@@ -13,7 +13,7 @@ from scipy.special import digamma, logsumexp
 
 from .._fit import ProgressEvent, Stopwatch, emit
 from .._registry import register
-from .._validation import SEED, Interval, as_generator
+from .._validation import SEED, Interval
 from ..kernels.tvclust import NIWPrior
 from ._inmemory import _LinkedInMemory
 from ._tvclust import TVClust
@@ -124,7 +124,7 @@ class TVClustVariational(_LinkedInMemory):
         self.init_clusters, self.n_components, self.max_iter, self.tol = init_clusters, n_components, max_iter, tol
         self.damping, self.max_samples, self.random_state = damping, max_samples, random_state
 
-    def _fit_links(self, Xn, i, j, must, constraints) -> None:
+    def _fit_links(self, Xn, i, j, must, constraints, rng) -> None:
         n, d = Xn.shape
         T = max(self.n_components, min(self.init_clusters, n))
         prior = TVClust._prior(self, Xn)  # the Gibbs reference's NIW prior (same parameters) ...
@@ -132,7 +132,6 @@ class TVClustVariational(_LinkedInMemory):
             var = np.where(Xn.var(axis=0) > 0, Xn.var(axis=0), 1.0) if n > 1 else np.ones(d)
             factor = prior.dof - d - 1 if prior.dof > d + 1 else 1.0
             prior = NIWPrior(prior.mean, prior.kappa, prior.dof, np.diag(0.1 * var * factor))
-        rng = as_generator(self.random_state)
         z0 = TVClust._initial_labels(self, Xn, TVClust._links(self, constraints, n), rng)
         _, z0 = np.unique(z0, return_inverse=True)
         R = np.zeros((n, T))
