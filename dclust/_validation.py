@@ -377,37 +377,6 @@ def check_temporal_pair(name: str, T_Q: Any, k_tau: Any, Q: Any, tau: Any) -> No
         )
 
 
-def check_constraints(name: str, constraints: Any, n_samples: int, row_chunks: tuple[int, ...] | None = None,
-                      kind: str = "dask") -> Any:
-    """``constraints`` of ``fit``: None or a :class:`dclust.ConstraintGraph` over the ``n_samples`` rows.
-
-    With ``row_chunks`` the graph must be aligned to them; for numpy input (``kind="numpy"``, whose blocks dclust
-    chose) a graph over the right rows is re-aligned. Returns the (aligned) graph or None.
-    """
-    if constraints is None:
-        return None
-    from .constraints import ConstraintGraph
-
-    if not isinstance(constraints, ConstraintGraph):
-        raise InvalidParameterError(
-            message(f"{name}.fit(constraints=...)", "None or a dclust.ConstraintGraph",
-                    f"a {type(constraints).__name__}",
-                    "Build one with dclust.ConstraintGraph.from_pairs(i, j, must_link, n_samples=X.shape[0], "
-                    "chunks=X.chunks[0]).")
-        )
-    if constraints.n_samples != n_samples:
-        raise InvalidDataError(
-            message(f"{name}.fit(constraints=...)", f"a graph over the {n_samples} rows of X",
-                    f"a graph over {constraints.n_samples} rows", "Build the constraints for this data.")
-        )
-    if row_chunks is None:
-        return constraints
-    if kind == "numpy":
-        return constraints.rechunk(row_chunks)
-    constraints.check_aligned(row_chunks, n_samples)
-    return constraints
-
-
 # ------------------------------------------------------------------------------------------------------------------
 # Feature names: kept at fit from the columns of a pandas or dask DataFrame (or the feature coordinate of a 2-D
 # xarray DataArray) and checked at predict / transform / score / partial_fit.

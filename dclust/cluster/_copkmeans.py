@@ -22,7 +22,8 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .._fit import Step, best_of, finish, restore_finished
-from .._validation import Interval, Options, as_generator, check_constraints
+from .._validation import Interval, Options, as_generator
+from ..constraints._check import check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.constrained import cop_sweep
 from ..kernels.kmeans import kmeans_plusplus

@@ -11,7 +11,8 @@ import numpy as np
 
 from .._dask.passes import block_offsets
 from .._fit import ProgressEvent, emit, set_rng_state
-from .._validation import _Kind, as_generator, check_array, check_constraints
+from .._validation import _Kind, as_generator, check_array
+from ..constraints._check import check_constraints
 from ..errors import InvalidDataError, message
 from ..typing import ArrayLike, ConstraintsLike, Ignored
 from ._base import BaseEstimator, finite_rows

@@ -12,7 +12,8 @@ import numpy as np
 
 from .._fit import Step, finish, fit_loop, restore_finished, restore_rng, rng_state
 from .._registry import register
-from .._validation import Interval, Options, _Kind, as_generator, check_array, check_constraints
+from .._validation import Interval, Options, _Kind, as_generator, check_array
+from ..constraints._check import check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ..kernels.tvclust import Gibbs, GibbsState, LinkLists, NIWPrior, gaussian_logpdf
