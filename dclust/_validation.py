@@ -109,6 +109,15 @@ SEED = _Kind(
     or (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0),  # type: ignore[operator]
 )
 CALLABLE = _Kind("a callable", callable)
+#: The two commonest constraints: a real number > 0 (penalties, scales, variances) and a count >= 1.
+POSITIVE = Interval("real", 0, None, "neither")
+COUNT = Interval("int", 1, None)
+
+
+def constrain(kind: Any, *names: str) -> dict[str, list]:
+    """``{name: [kind]}`` for every name: the entries of a ``_parameter_constraints`` that share one constraint,
+    written once (``{**constrain(POSITIVE, "lam", "tol"), ...}``)."""
+    return {name: [kind] for name in names}
 
 
 def validate_params(estimator: Any) -> None:
