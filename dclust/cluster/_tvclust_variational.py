@@ -87,12 +87,11 @@ class TVClustVariational(_LinkedInMemory):
 
     Examples
     --------
-    >>> import numpy as np, dclust
-    >>> rng = np.random.default_rng(0)
-    >>> X = np.concatenate([rng.normal(0, 0.5, (30, 2)), rng.normal(6, 0.5, (30, 2))])
+    >>> import dclust
+    >>> X, y, _ = dclust.make_blobs(60, 2, centers=[[0, 0], [6, 6]], cluster_std=0.5, random_state=0)
     >>> tv = dclust.TVClustVariational(init_clusters=2, random_state=0).fit(X)
-    >>> tv.n_clusters_, bool(tv.labels_[0] != tv.labels_[30])
-    (2, True)
+    >>> tv.n_clusters_, dclust.metrics.adjusted_rand_score(y, tv.labels_)
+    (2, 1.0)
 
     References
     ----------
