@@ -10,6 +10,7 @@ import inspect
 import json
 import math
 import os
+from enum import Enum
 from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
@@ -171,9 +172,22 @@ ModelOpt = Annotated[
 SeedOpt = Annotated[Optional[int], typer.Option("--seed", min=0, help="random_state (reproducible runs).")]
 
 
+def sub_app(help: str) -> typer.Typer:
+    """A command family's typer app (``dclust fit``, ``dclust plot``, ...): ``help`` is its one-line description;
+    called without a command, it shows its help."""
+    return typer.Typer(help=help, no_args_is_help=True)
+
+
+def choices(name: str, *values: str) -> Any:
+    """The choice type of an option: the ``str`` Enum ``name`` with one member per value (named as the value)."""
+    return Enum(name, {v: v for v in values}, type=str)
+
+
+
 def max_iter_option(what: str) -> Any:
     """The ``--max-iter`` option type (optional, >= 1): the maximum ``what`` (default: the estimator's)."""
-    return Annotated[Optional[int], typer.Option("--max-iter", min=1, help=f"Maximum {what} (default: the estimator's).")]
+    return Annotated[Optional[int],
+                     typer.Option("--max-iter", min=1, help=f"Maximum {what} (default: the estimator's).")]
 
 
 def checkpoint_option(state: str, step: str, resume: str) -> Any:

@@ -27,13 +27,12 @@ import typer
 
 import dclust
 
-from ._options import ConstraintsOpt, InputArg, SeedOpt, _location, example, shared_options
+from ._options import ConstraintsOpt, InputArg, SeedOpt, _location, example, shared_options, sub_app
 from ._session import _Session, _usage
 
 __all__ = ["plot_app"]
 
-plot_app = typer.Typer(help="Figures: clusters, fit history, lam sweep, video palette, stream tracks, links.",
-                       no_args_is_help=True)
+plot_app = sub_app("Figures: clusters, fit history, lam sweep, video palette, stream tracks, links.")
 
 OutOpt = Annotated[str, typer.Option("--out", metavar="PNG", help="The image to write (.png, .svg or .pdf).")]
 ModelArg = Annotated[str, typer.Argument(metavar="MODEL.zarr", help="A model saved by 'dclust fit' or 'dclust stream'.")]

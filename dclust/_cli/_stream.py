@@ -48,14 +48,14 @@ from ._options import (
     example,
     max_iter_option,
     shared_options,
+    sub_app,
 )
 from ._session import _Session, _usage
 
 __all__ = ["stream_app"]
 
-stream_app = typer.Typer(
-    help="Online clustering over the row batches of a store: labels streamed out batch by batch, resumable.",
-    no_args_is_help=True,
+stream_app = sub_app(
+    "Online clustering over the row batches of a store: labels streamed out batch by batch, resumable."
 )
 
 

@@ -158,12 +158,13 @@ class _LinkedInMemory(_InMemory):
         Xn, _ = self._load(X, min_samples=getattr(self, "n_clusters", 1))
         i, j, must = link_arrays(type(self).__name__, constraints, Xn.shape[0])
         self._fit_links(Xn, i, j, must, constraints, as_generator(self.random_state))
+        self.n_features_in_ = Xn.shape[1]
         return self
 
     def _fit_links(self, X: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, constraints,
                    rng: np.random.Generator) -> None:
         """Fit the rows ``X`` (float64, finite) under the links ``(i[t], j[t])``, must-links where ``must[t]``, with
-        the fit's one generator ``rng`` (from ``random_state``)."""
+        the fit's one generator ``rng`` (from ``random_state``); :meth:`fit` then sets ``n_features_in_``."""
         raise NotImplementedError
 
     def _set_violations(self, i: np.ndarray, j: np.ndarray, must: np.ndarray) -> None:

@@ -91,14 +91,14 @@ class LCVQE(CentroidMixin, _LinkedInMemory):
         self.random_state = random_state
 
     def _fit_links(self, Xn, i, j, must, constraints, rng) -> None:
-        n, d = Xn.shape
+        n = Xn.shape[0]
         k = self.n_clusters
         watch = Stopwatch()
         best = None
         for run in range(self.n_init):
             centers = kmeans_plusplus(Xn, np.ones(n), k, rng)
             labels = np.empty(n, dtype=np.int64)
-            sums, counts = np.zeros((k, d)), np.zeros(k)
+            sums, counts = np.zeros((k, Xn.shape[1])), np.zeros(k)
             prev, cost, it, trace = None, np.inf, 0, []
             for it in range(self.max_iter):
                 cost = lcvqe_assign(Xn, centers, i, j, must, labels, sums, counts)
@@ -118,7 +118,6 @@ class LCVQE(CentroidMixin, _LinkedInMemory):
         self._set_violations(i, j, must)
         self.n_iter_ = int(n_iter)
         self.objective_history_ = trace
-        self.n_features_in_ = d
         emit(ProgressEvent("LCVQE", "done", self.n_iter_, self.objective_, k, 0.0))
 
     fit_predict = _LinkedInMemory.fit_predict  # with constraints=, not ClusterMixin's

@@ -133,7 +133,6 @@ class MPCKMeans(_LinkedInMemory):
         self._set_violations(i, j, must)
         self.n_iter_ = n_iter
         self.objective_history_ = trace
-        self.n_features_in_ = d
         emit(ProgressEvent("MPCKMeans", "done", n_iter, self.objective_, k, 0.0))
 
     def _metric(self, X, labels, centers, counts, i, j, must, range2, scale, A_old):

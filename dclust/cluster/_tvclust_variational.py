@@ -182,7 +182,6 @@ class TVClustVariational(_LinkedInMemory):
         self.p_, self.q_ = float(p), float(q)
         self.n_iter_ = n_iter
         self.objective_history_ = trace
-        self.n_features_in_ = d
         emit(ProgressEvent("TVClustVariational", "done", n_iter, 0.0, self.n_clusters_, 0.0))
 
     predict = TVClust.predict
