@@ -478,7 +478,7 @@ class BPRule(OCCRule):
         self.features = np.vstack([self.features, new])
         return int(new.shape[0])
 
-    def result(self):
+    def result(self) -> tuple[da.Array, Gram]:
         """``(Z, gram)``: the bits after the pass (lazy over persisted pieces; pending patches applied) and the
         Gram of every row accepted (padded to the number of features)."""
         K, d = self.features.shape

@@ -10,19 +10,21 @@ the linked rows (O(links) of them) and the sample reach the driver.
 
 from __future__ import annotations
 
+import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .._dask.init import take_rows
+from ..constraints import ConstraintGraph
 from ..kernels.kmeans import kmeans_plusplus
 from ..kernels.constrained import cop_sweep
 
 __all__ = ["chunklet_centers"]
 
 
-def chunklet_centers(arr, constraints, sample: np.ndarray, n_classes: int, rng: np.random.Generator,
-                     n_sweeps: int = 10) -> np.ndarray:
+def chunklet_centers(arr: da.Array, constraints: ConstraintGraph, sample: np.ndarray, n_classes: int,
+                     rng: np.random.Generator, n_sweeps: int = 10) -> np.ndarray:
     """Class centres (n_classes, n_features) seeded from the chunklets of ``constraints`` and the row ``sample``.
 
     Parameters

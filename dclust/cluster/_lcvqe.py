@@ -4,6 +4,8 @@ tables (docs/algorithms.md 10.3). An in-memory reference, size-guarded; not a sc
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .._fit import ProgressEvent, Stopwatch, emit
@@ -90,7 +92,8 @@ class LCVQE(CentroidMixin, _LinkedInMemory):
         self.n_clusters, self.n_init, self.max_iter, self.max_samples = n_clusters, n_init, max_iter, max_samples
         self.random_state = random_state
 
-    def _fit_links(self, Xn, i, j, must, constraints, rng) -> None:
+    def _fit_links(self, Xn: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, constraints: Any,
+                   rng: np.random.Generator) -> None:
         n = Xn.shape[0]
         k = self.n_clusters
         watch = Stopwatch()
@@ -111,6 +114,7 @@ class LCVQE(CentroidMixin, _LinkedInMemory):
                 prev = labels.copy()
             if best is None or cost < best[0]:
                 best = (cost, labels.copy(), centers.copy(), it + 1, trace)
+        assert best is not None  # n_init >= 1
         cost, labels, centers, n_iter, trace = best
         self.labels_ = labels
         self.cluster_centers_ = centers

@@ -123,7 +123,8 @@ class TVClustVariational(_LinkedInMemory):
         self.init_clusters, self.n_components, self.max_iter, self.tol = init_clusters, n_components, max_iter, tol
         self.damping, self.max_samples, self.random_state = damping, max_samples, random_state
 
-    def _fit_links(self, Xn, i, j, must, constraints, rng) -> None:
+    def _fit_links(self, Xn: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, constraints: Any,
+                   rng: np.random.Generator) -> None:
         n, d = Xn.shape
         T = max(self.n_components, min(self.init_clusters, n))
         prior = TVClust._prior(self, Xn)  # the Gibbs reference's NIW prior (same parameters) ...
@@ -211,7 +212,8 @@ def _expected_log_weights(Nk: np.ndarray, alpha: float) -> np.ndarray:
     g1, g2 = 1.0 + Nk, alpha + tail
     dsum = digamma(g1 + g2)
     elog_v, elog_1mv = digamma(g1) - dsum, digamma(g2) - dsum
-    return elog_v + np.concatenate([[0.0], np.cumsum(elog_1mv)[:-1]])
+    elog_pi: np.ndarray = elog_v + np.concatenate([[0.0], np.cumsum(elog_1mv)[:-1]])  # (scipy has no stubs)
+    return elog_pi
 
 
 def _expected_loglik(X: np.ndarray, posts: list[NIWPrior]) -> np.ndarray:
