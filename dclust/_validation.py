@@ -111,6 +111,15 @@ SEED = _Kind(
     or (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0),  # type: ignore[operator]
 )
 CALLABLE = _Kind("a callable", callable)
+#: The two commonest constraints: a real number > 0 (penalties, scales, variances) and a count >= 1.
+POSITIVE = Interval("real", 0, None, "neither")
+COUNT = Interval("int", 1, None)
+
+
+def constrain(kind: Any, *names: str) -> dict[str, list]:
+    """``{name: [kind]}`` for every name: the entries of a ``_parameter_constraints`` that share one constraint,
+    written once (``{**constrain(POSITIVE, "lam", "tol"), ...}``)."""
+    return {name: [kind] for name in names}
 
 
 def validate_params(estimator: Any) -> None:
@@ -377,37 +386,6 @@ def check_temporal_pair(name: str, T_Q: Any, k_tau: Any, Q: Any, tau: Any) -> No
                     ", ".join(given) or "none",
                     "Give T_Q and k_tau (the paper's eq. 30 turns them into Q and tau), or Q and tau directly.")
         )
-
-
-def check_constraints(name: str, constraints: Any, n_samples: int, row_chunks: tuple[int, ...] | None = None,
-                      kind: str = "dask") -> Any:
-    """``constraints`` of ``fit``: None or a :class:`dclust.ConstraintGraph` over the ``n_samples`` rows.
-
-    With ``row_chunks`` the graph must be aligned to them; for numpy input (``kind="numpy"``, whose blocks dclust
-    chose) a graph over the right rows is re-aligned. Returns the (aligned) graph or None.
-    """
-    if constraints is None:
-        return None
-    from .constraints import ConstraintGraph
-
-    if not isinstance(constraints, ConstraintGraph):
-        raise InvalidParameterError(
-            message(f"{name}.fit(constraints=...)", "None or a dclust.ConstraintGraph",
-                    f"a {type(constraints).__name__}",
-                    "Build one with dclust.ConstraintGraph.from_pairs(i, j, must_link, n_samples=X.shape[0], "
-                    "chunks=X.chunks[0]).")
-        )
-    if constraints.n_samples != n_samples:
-        raise InvalidDataError(
-            message(f"{name}.fit(constraints=...)", f"a graph over the {n_samples} rows of X",
-                    f"a graph over {constraints.n_samples} rows", "Build the constraints for this data.")
-        )
-    if row_chunks is None:
-        return constraints
-    if kind == "numpy":
-        return constraints.rechunk(row_chunks)
-    constraints.check_aligned(row_chunks, n_samples)
-    return constraints
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
@@ -25,8 +24,10 @@ from scipy.sparse.csgraph import connected_components
 
 from .._dask.passes import from_array
 from .._fit import LoopResult, Step, best_of, finish, restore_finished
-from .._validation import Interval, Options, as_generator, check_constraints
+from .._validation import Interval, Options, as_generator
+from ..constraints._check import check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
+from ..kernels.constrained import cop_sweep
 from ..kernels.kmeans import kmeans_plusplus
 from .._registry import register
 from ._base import MEMORY_PARAMETERS, CentroidMixin
@@ -35,41 +36,6 @@ from typing import Literal
 from ..typing import ArrayLike, CheckpointLike, ConstraintsLike, Ignored, SeedLike
 
 __all__ = ["COPKMeans"]
-
-
-@numba.njit(cache=True, nogil=True)
-def _sweep(P: npt.NDArray[np.float64], w: npt.NDArray[np.float64], centers: npt.NDArray[np.float64],
-           order: npt.NDArray[np.int64], indptr: npt.NDArray[np.int64], indices: npt.NDArray[np.int64],
-           labels: npt.NDArray[np.int64]) -> int:
-    """One constrained assignment sweep over the components in ``order``; returns the number of components that
-    had no feasible cluster (placed in their nearest one). ``labels`` is overwritten."""
-    m, d = P.shape
-    k = centers.shape[0]
-    for t in range(m):
-        labels[t] = -1
-    forbidden = np.full(k, -1, dtype=np.int64)
-    n_bad = 0
-    for t in range(order.size):
-        c = order[t]
-        for p in range(indptr[c], indptr[c + 1]):
-            lab = labels[indices[p]]
-            if lab >= 0:
-                forbidden[lab] = c
-        best, best_d, near, near_d = -1, np.inf, 0, np.inf
-        for j in range(k):
-            dist = 0.0
-            for f in range(d):
-                diff = P[c, f] - centers[j, f]
-                dist += diff * diff
-            if dist < near_d:
-                near, near_d = j, dist
-            if forbidden[j] != c and dist < best_d:
-                best, best_d = j, dist
-        if best < 0:
-            n_bad += 1
-            best = near
-        labels[c] = best
-    return n_bad
 
 
 @register
@@ -237,7 +203,7 @@ class _Sweeps(Step):
         pb, k = self.pb, self.k
         m = pb.P.shape[0]
         lab = np.empty(m, dtype=np.int64)
-        n_bad = _sweep(pb.P, pb.w, s["centres"], self.rng.permutation(m).astype(np.int64), pb.indptr, pb.indices,
+        n_bad = cop_sweep(pb.P, pb.w, s["centres"], self.rng.permutation(m).astype(np.int64), pb.indptr, pb.indices,
                        lab)
         if n_bad and self.est.on_infeasible == "raise":
             raise InfeasibleConstraintsError(

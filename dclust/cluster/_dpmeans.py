@@ -259,9 +259,10 @@ class DPMeans(CentroidMixin, BaseEstimator):
     def partial_fit(self, X: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None) -> "DPMeans":
         """Update the model with one batch of a stream (the any-time DP-means step of :class:`AnytimeDPMeans`).
 
-        >>> import numpy as np, dclust
+        >>> import dclust
+        >>> stream = dclust.make_blobs(300, 2, centers=[[0, 0], [10, 0]], cluster_std=0.3, chunk_rows=100).X
         >>> dp = dclust.DPMeans(lam=4.0, random_state=0)
-        >>> for batch in np.array_split(np.array([[0.0, 0], [10, 0], [0, 1], [10, 1]] * 3), 3):
+        >>> for batch in stream.blocks:  # three batches of 100 rows
         ...     dp = dp.partial_fit(batch)
         >>> dp.n_clusters_
         2

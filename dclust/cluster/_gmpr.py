@@ -14,7 +14,8 @@ from .._dask.init import take_rows
 from .._dask.passes import map_blocks, persist
 from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints
+from .._validation import SEED, Interval, Options, as_generator, check_array
+from ..constraints._check import check_constraints
 from ..errors import (
     InfeasibleConstraintsError, InvalidDataError, message,
 )

@@ -18,7 +18,7 @@ from scipy.sparse.csgraph import connected_components
 from .._dask.init import take_rows
 from ..constraints import ConstraintGraph
 from ..kernels.kmeans import kmeans_plusplus
-from ._copkmeans import _sweep
+from ..kernels.constrained import cop_sweep
 
 __all__ = ["chunklet_centers"]
 
@@ -64,7 +64,7 @@ def chunklet_centers(arr: da.Array, constraints: ConstraintGraph, sample: np.nda
     labels = np.empty(units.shape[0], dtype=np.int64)
     prev = None
     for _ in range(n_sweeps):
-        _sweep(units, w, centers, order, indptr, indices, labels)
+        cop_sweep(units, w, centers, order, indptr, indices, labels)
         sums = np.zeros_like(centers)
         np.add.at(sums, labels, units * w[:, None])
         cnt = np.bincount(labels, weights=w, minlength=n_classes)

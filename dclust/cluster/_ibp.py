@@ -12,7 +12,7 @@ import numpy.typing as npt
 from .._dask.passes import map_blocks
 from .._fit import ProgressEvent, Stopwatch, emit, rng_state
 from .._registry import register
-from .._validation import Interval, Options, as_generator
+from .._validation import COUNT, POSITIVE, Interval, Options, as_generator, constrain
 from ..errors import DclustError, message
 from ..kernels import ibp as K
 from ._base import MEMORY_PARAMETERS, TransformerMixin, wrap_output
@@ -113,12 +113,8 @@ class IBPGibbs(TransformerMixin, _InMemory):
     n_latent_features_: int
 
     _parameter_constraints = {
-        "alpha": [Interval("real", 0, None, "neither")],
-        "sigma_x": [Interval("real", 0, None, "neither")],
-        "sigma_a": [Interval("real", 0, None, "neither")],
-        "n_iter": [Interval("int", 1, None)],
-        "max_new_features": [Interval("int", 1, None)],
-        "max_features": [Interval("int", 1, None)],
+        **constrain(POSITIVE, "alpha", "sigma_x", "sigma_a"),
+        **constrain(COUNT, "n_iter", "max_new_features", "max_features"),
         "anneal_factor": [Interval("real", 1, None)],
         "keep": [Options(("best", "last"))],
         **MEMORY_PARAMETERS,

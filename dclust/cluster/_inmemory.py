@@ -13,7 +13,8 @@ import numpy.typing as npt
 
 from .._dask.passes import block_offsets, compute, from_array
 from .._fit import ProgressEvent, emit, set_rng_state
-from .._validation import InputInfo, _Kind, check_array, check_constraints
+from .._validation import InputInfo, _Kind, as_generator, check_array
+from ..constraints._check import check_constraints
 from ..errors import InvalidDataError, message
 from ..typing import ArrayLike, ConstraintsLike, Ignored
 from ._base import BaseEstimator, finite_rows
@@ -159,12 +160,14 @@ class _LinkedInMemory(_InMemory):
         self._validate_params()
         Xn, _ = self._load(X, min_samples=getattr(self, "n_clusters", 1))
         i, j, must = link_arrays(type(self).__name__, constraints, Xn.shape[0])
-        self._fit_links(Xn, i, j, must, constraints)
+        self._fit_links(Xn, i, j, must, constraints, as_generator(self.random_state))
+        self.n_features_in_ = Xn.shape[1]
         return self
 
     def _fit_links(self, X: npt.NDArray[np.float64], i: npt.NDArray[np.int64], j: npt.NDArray[np.int64],
-                   must: npt.NDArray[np.bool_], constraints: ConstraintsLike) -> None:
-        """Fit the rows ``X`` (float64, finite) under the links ``(i[t], j[t])``, must-links where ``must[t]``."""
+                   must: npt.NDArray[np.bool_], constraints: ConstraintsLike, rng: np.random.Generator) -> None:
+        """Fit the rows ``X`` (float64, finite) under the links ``(i[t], j[t])``, must-links where ``must[t]``, with
+        the fit's one generator ``rng`` (from ``random_state``); :meth:`fit` then sets ``n_features_in_``."""
         raise NotImplementedError
 
     def _set_violations(self, i: npt.NDArray[np.int64], j: npt.NDArray[np.int64], must: npt.NDArray[np.bool_]) -> None:

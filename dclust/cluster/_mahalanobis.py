@@ -13,7 +13,7 @@ from .._dask.init import kmeans_plusplus_sample
 from .._fit import ProgressEvent, Stopwatch, emit, logger
 from .._dask.passes import compute, map_labels, map_reduce, persist_if_fits
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator, check_array
+from .._validation import COUNT, POSITIVE, SEED, Interval, Options, as_generator, check_array, constrain
 from ..errors import ConvergenceWarning, InvalidDataError, message
 from ..kernels.gmpr import GaussianStats
 from ..kernels.mahalanobis import covariance_step, mahalanobis_labels, mahalanobis_stats
@@ -92,13 +92,9 @@ class MahalanobisKMeans(BaseEstimator):
     """
 
     _parameter_constraints = {
-        "n_clusters": [Interval("int", 1, None)],
-        "lam": [Interval("real", 0, None, "neither")],
-        "reg_covar": [Interval("real", 0, None, "neither")],
-        "n_init": [Interval("int", 1, None)],
-        "max_iter": [Interval("int", 1, None)],
+        **constrain(COUNT, "n_clusters", "n_init", "max_iter", "init_sample_size"),
+        **constrain(POSITIVE, "lam", "reg_covar"),
         "tol": [Interval("real", 0, None)],
-        "init_sample_size": [Interval("int", 1, None)],
         "random_state": [SEED],
         "persist": [Options(("auto", True, False))],
         "split_every": [Interval("int", 2, None), Options((None,))],

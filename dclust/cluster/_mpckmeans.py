@@ -14,7 +14,7 @@ from scipy.sparse.csgraph import connected_components
 from .._fit import ProgressEvent, Stopwatch, emit
 from .._dask.passes import map_labels
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator
+from .._validation import SEED, Interval, Options
 from ..kernels.constrained import mpck_sweep, symmetric_links
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import wrap_output
@@ -101,9 +101,9 @@ class MPCKMeans(_LinkedInMemory):
         self.n_clusters, self.metric, self.max_iter, self.max_samples = n_clusters, metric, max_iter, max_samples
         self.random_state = random_state
 
-    def _fit_links(self, Xn: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, constraints: Any) -> None:
+    def _fit_links(self, Xn: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, constraints: Any,
+                   rng: np.random.Generator) -> None:
         n, d = Xn.shape
-        rng = as_generator(self.random_state)
         k = self.n_clusters
         centers = _initial_centers(Xn, i[must], j[must], k, rng)
         A = np.ones((k, d))
@@ -136,7 +136,6 @@ class MPCKMeans(_LinkedInMemory):
         self._set_violations(i, j, must)
         self.n_iter_ = n_iter
         self.objective_history_ = trace
-        self.n_features_in_ = d
         emit(ProgressEvent("MPCKMeans", "done", n_iter, self.objective_, k, 0.0))
 
     def _metric(self, X: np.ndarray, labels: np.ndarray, centers: np.ndarray, counts: np.ndarray, i: np.ndarray,

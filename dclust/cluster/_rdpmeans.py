@@ -13,7 +13,8 @@ from .._dask.links import LinkLayout, build_layout
 from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._dask.rdp import extract_linked, final_labels, init_pass, rdp_pass, records_from, records_state
 from .._registry import register
-from .._validation import Interval, Options, as_generator, check_array, check_constraints, check_lam_or_n_clusters
+from .._validation import Interval, Options, as_generator, check_array, check_lam_or_n_clusters
+from ..constraints._check import check_constraints
 from ..constraints import ConstraintGraph
 from ..errors import InvalidParameterError, message
 from ..kernels.distances import seed_mix

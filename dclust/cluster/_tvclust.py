@@ -15,7 +15,8 @@ import numpy.typing as npt
 from .._dask.passes import map_blocks
 from .._fit import Step, finish, fit_loop, restore_finished, restore_rng, rng_state
 from .._registry import register
-from .._validation import Interval, Options, _Kind, as_generator, check_array, check_constraints
+from .._validation import Interval, Options, _Kind, as_generator, check_array
+from ..constraints._check import check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ..kernels.tvclust import Gibbs, GibbsState, LinkLists, NIWPrior, gaussian_logpdf
@@ -104,12 +105,13 @@ class TVClust(ClusterMixin, _InMemory):  # type: ignore[misc]  # scikit-learn sh
     Examples
     --------
     >>> import numpy as np, dclust
-    >>> rng = np.random.default_rng(0)
-    >>> X = np.concatenate([rng.normal(0, 0.5, (30, 2)), rng.normal(6, 0.5, (30, 2))])
-    >>> G = dclust.ConstraintGraph.from_pairs([0, 30], [1, 31], [True, True], n_samples=60)
-    >>> tv = dclust.TVClust(init_clusters=2, n_sweeps=20, random_state=0).fit(X, constraints=G)
-    >>> tv.n_clusters_, bool(tv.labels_[0] != tv.labels_[30])
-    (2, True)
+    >>> b = dclust.make_blobs(60, 2, centers=[[0, 0], [6, 6]], cluster_std=0.5, random_state=0)
+    >>> y = b.labels.compute()
+    >>> i, j = np.arange(0, 10), np.arange(10, 20)  # ten links: must-link where the true blobs agree
+    >>> G = dclust.ConstraintGraph.from_pairs(i, j, y[i] == y[j], n_samples=60)
+    >>> tv = dclust.TVClust(init_clusters=2, n_sweeps=20, random_state=0).fit(b.X, constraints=G)
+    >>> tv.n_clusters_, dclust.metrics.adjusted_rand_score(y, tv.labels_)
+    (2, 1.0)
     """
 
     labels_: npt.NDArray[np.int64]
