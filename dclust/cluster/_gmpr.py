@@ -246,6 +246,7 @@ class GMPR(ClusterMixin, BaseEstimator):  # type: ignore[misc]  # scikit-learn s
         Parameters
         ----------
         X : array-like (n_samples, n_features)
+            Read chunk by chunk on every EM pass (never whole); at least ``n_classes * clusters_per_class`` rows.
         y : ignored
         constraints : ConstraintGraph, optional
             Must-link / cannot-link pairs over the rows of X, aligned to ``X.chunks[0]`` (for numpy input dclust

@@ -198,6 +198,8 @@ def pairwise_f_measure(y_true: Any, y_pred: Any, *, split_every: int | None = No
     --------
     >>> pairwise_f_measure([0, 0, 0, 1], [0, 0, 1, 1])
     0.4
+    >>> pairwise_f_measure([0, 0, 1], [5, 5, 2])  # the same partition under other label names
+    1.0
     """
     tp, pt, pp, _ = _pair_counts(y_true, y_pred, split_every)
     return 2 * tp / (pt + pp) if tp else 0.0
@@ -218,6 +220,8 @@ def purity_score(y_true: Any, y_pred: Any, *, split_every: int | None = None) ->
     --------
     >>> purity_score([0, 0, 1, 1, 1], [0, 0, 0, 1, 1])
     0.8
+    >>> purity_score([0, 0, 1, 1], [0, 1, 2, 3])  # one cluster per point is pure: purity rewards over-splitting
+    1.0
     """
     table = compute_table(y_true, y_pred, split_every=split_every)
     col_max = np.maximum.reduceat(table.values[table.order_by_col], table.col_starts)
