@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numba
 import numpy as np
 import scipy.sparse as sp
@@ -9,7 +11,15 @@ import scipy.sparse as sp
 __all__ = ["greedy_coloring", "link_adjacency"]
 
 
-def link_adjacency(graph) -> tuple[np.ndarray, sp.csr_matrix]:
+class LinkedRows(Protocol):
+    """What the coloring reads of a constraint graph (a :class:`dclust.ConstraintGraph`): its link pairs."""
+
+    def pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def _coo(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+
+def link_adjacency(graph: LinkedRows) -> tuple[np.ndarray, sp.csr_matrix]:
     """``(nodes, A)``: the sorted linked rows and the symmetric CSR adjacency between them (values = signed
     link weights), of shape ``(n_nodes, n_nodes)``. O(links) memory."""
     a, b, _ = graph.pairs()
@@ -47,7 +57,7 @@ def _greedy(indptr, indices, order):
     return color
 
 
-def greedy_coloring(graph) -> tuple[np.ndarray, np.ndarray]:
+def greedy_coloring(graph: LinkedRows) -> tuple[np.ndarray, np.ndarray]:
     """Colour the linked rows so that no link joins two rows of one colour.
 
     Greedy, largest degree first (ties: lowest row), each row taking the smallest colour unused by its
