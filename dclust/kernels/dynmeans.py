@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from .distances import _FAST, _TILE, _float_block, _key, _one_blas_thread, order_keys, stats_from_assignment
+from .distances import _FAST, _NARROW, _TILE, _float_block, _key, _one_blas_thread, order_keys, stats_from_assignment
 from .stats import ClusterStats
 
 __all__ = [
@@ -274,82 +274,103 @@ def dm_propose(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: 
 
 
 @numba.njit(**_FAST)
-def _dm_block(X, o, CT, cc, C, scale, base, slot, n_inst, w, has_w, offset, ranged, mix, lo, hi, lam, weight,
+def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, ranged, mix, lo, hi, lam, weight,
               delta, cost_k, fp, proposals):
     """One read of the block: the best eq. 28 option of every row in the key range, folded at once into per-slot
     accumulators when it is an instantiated slot (and no dearer than ``lam``), proposed otherwise.
 
     Candidates ``C`` are the instantiated centres (the first ``n_inst``), then the old uninstantiated ones (cost
     ``base + scale * d``); ``slot`` maps candidates to slots. Candidate distances come from one BLAS product per
-    tile of rows in the block's dtype, about the point ``o`` (as :func:`dclust.kernels.distances._lloyd_block`);
-    the costs the decision compares are then recomputed exactly in float64. ``delta``/``cost_k`` accumulate
-    ``w (x - c)`` and ``w ||x - c||^2`` per slot. Returns ``(n_bad, n_taken, n_proposed)``; only the first
-    ``len(proposals)`` proposals are written (the count goes on).
+    tile of rows in the block's dtype, about the point ``o``, laid out candidate by candidate as in
+    :func:`dclust.kernels.distances._lloyd_block` (``Ck`` is ``-2 (C - o)``), so that both argmins (instantiated,
+    revived) run branch-free over contiguous rows; the costs the decision compares are then recomputed exactly in
+    float64. ``delta``/``cost_k`` accumulate ``w (x - c)`` and ``w ||x - c||^2`` per slot. Returns ``(n_bad,
+    n_taken, n_proposed)``; only the first ``len(proposals)`` proposals are written (the count goes on).
     """
     n, d = X.shape
-    k = CT.shape[1]
-    G = np.empty((min(n, _TILE), k), dtype=X.dtype)
-    T = np.empty((min(n, _TILE), d), dtype=X.dtype)
+    k = Ck.shape[0]
+    tile = min(n, _TILE)
+    narrow = d <= _NARROW
+    G = np.empty((k, tile), dtype=X.dtype)
+    T = np.empty((d, tile) if narrow else (tile, d), dtype=X.dtype)
+    bv = np.empty(tile, dtype=X.dtype)
+    bi = np.empty(tile, dtype=np.int64)
+    brv = np.empty(tile)
+    br = np.empty(tile, dtype=np.int64)
     t = np.empty(d)
     n_bad = 0
     n_taken = 0
     n_prop = 0
     for s in range(0, n, _TILE):
-        e = min(n, s + _TILE)
-        g, xt = G[: e - s], T[: e - s]
-        for r in range(e - s):
-            for j in range(d):
-                xt[r, j] = X[s + r, j] - o[j]
+        m = min(n, s + _TILE) - s
+        if m < tile:  # the last, short tile (np.dot wants contiguous operands)
+            G = np.empty((k, m), dtype=X.dtype)
+            T = np.empty((d, m) if narrow else (m, d), dtype=X.dtype)
         if k > 0:
-            np.dot(xt, CT, g)
-        for r in range(e - s):
+            if narrow:
+                for r in range(m):
+                    for j in range(d):
+                        T[j, r] = X[s + r, j] - o[j]
+                np.dot(Ck, T, G)
+            else:
+                for r in range(m):
+                    for j in range(d):
+                        T[r, j] = X[s + r, j] - o[j]
+                np.dot(Ck, T.T, G)
+        for r in range(m):
+            bv[r] = np.inf
+            bi[r] = -1
+            brv[r] = np.inf
+            br[r] = -1
+        for c in range(n_inst):  # lowest candidate on ties
+            cv = cc[c]
+            for r in range(m):
+                v = G[c, r] + cv
+                closer = v < bv[r]
+                bi[r] = c if closer else bi[r]
+                bv[r] = v if closer else bv[r]
+        for c in range(n_inst, k):
+            cv, sc, b0 = cc[c], scale[c], base[c]
+            for r in range(m):
+                v = b0 + sc * (G[c, r] + cv)
+                closer = v < brv[r]
+                br[r] = c if closer else br[r]
+                brv[r] = v if closer else brv[r]
+        for r in range(m):
             i = s + r
             if ranged:
                 key = _key(np.uint64(offset + i) ^ mix)
                 if key < lo or key > hi:
                     continue
             n_taken += 1
-            bi = -1
-            bv = np.inf
-            for c in range(n_inst):
-                v = g[r, c] + cc[c]
-                if v < bv:
-                    bv = v
-                    bi = c
-            br = -1
-            brv = np.inf
-            for c in range(n_inst, k):
-                v = base[c] + scale[c] * (g[r, c] + cc[c])
-                if v < brv:
-                    brv = v
-                    br = c
+            b, c = bi[r], br[r]
             q = np.inf
-            if bi >= 0:
+            if b >= 0:
                 q = 0.0
                 for j in range(d):
-                    t[j] = np.float64(X[i, j]) - C[bi, j]
+                    t[j] = np.float64(X[i, j]) - C[b, j]
                     q += t[j] * t[j]
             rv = np.inf
-            if br >= 0:
+            if c >= 0:
                 rv = 0.0
                 for j in range(d):
-                    u = np.float64(X[i, j]) - C[br, j]
+                    u = np.float64(X[i, j]) - C[c, j]
                     rv += u * u
-                rv = base[br] + scale[br] * rv
-            finite = np.isfinite(q) if bi >= 0 else True
-            if bi < 0:
+                rv = base[c] + scale[c] * rv
+            finite = np.isfinite(q) if b >= 0 else True
+            if b < 0:
                 for j in range(d):
                     if not np.isfinite(X[i, j]):
                         finite = False
             if not finite:
                 n_bad += 1
                 continue
-            if bi < 0 or q > rv or q > lam:  # T2: instantiated before revived; T3: new only when strictly better
+            if b < 0 or q > rv or q > lam:  # T2: instantiated before revived; T3: new only when strictly better
                 if n_prop < proposals.shape[0]:
                     proposals[n_prop] = i
                 n_prop += 1
                 continue
-            sl = slot[bi]
+            sl = slot[b]
             wi = w[i] if has_w else 1.0
             weight[sl] += wi
             cost_k[sl] += wi * q
@@ -378,7 +399,7 @@ def dm_assign(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: i
     slot = np.concatenate([inst, rev]).astype(np.int64)
     o = C.mean(axis=0) if C.shape[0] else np.zeros(d)
     Co = C - o
-    CT = np.ascontiguousarray(-2.0 * Co.T, dtype=X.dtype)
+    Ck = np.ascontiguousarray(-2.0 * Co, dtype=X.dtype)
     cc = (Co * Co).sum(axis=1).astype(X.dtype)
     has_w = wb is not None
     w = np.ascontiguousarray(wb, dtype=np.float64).reshape(n) if has_w else np.empty(0)
@@ -388,7 +409,7 @@ def dm_assign(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: i
         proposals = np.empty(room, dtype=np.int64)
         weight, delta, cost_k, fp = np.zeros(ks), np.zeros((ks, d)), np.zeros(ks), np.zeros(ks, dtype=np.uint64)
         with _one_blas_thread():
-            n_bad, n_taken, n_prop = _dm_block(X, o.astype(X.dtype), CT, cc, C, scale, base, slot, inst.size, w,
+            n_bad, n_taken, n_prop = _dm_block(X, o.astype(X.dtype), Ck, cc, C, scale, base, slot, inst.size, w,
                                                has_w, np.uint64(offset), ranged, np.uint64(mix), np.uint64(lo),
                                                np.uint64(hi), float(state.lam), weight, delta, cost_k, fp, proposals)
         if n_prop <= room:
