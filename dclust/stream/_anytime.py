@@ -17,7 +17,7 @@ from ._anytime_step import sampled_step
 from ._checkpoint import fingerprint_of, resume_state, save_state
 from ._consolidate import consolidate as consolidate_summaries
 from ._consolidate import refine_pass
-from ._dynamic import DynamicBase
+from ._dynamic import DynamicBase, load_block
 from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
 __all__ = ["AnytimeDPMeans"]
@@ -26,18 +26,22 @@ _BATCH_STREAM = 0xA7
 
 
 def _prefetched(arr, w, order, start: int):
-    """``(j, (batch, weights))`` for the batches ``order[start:]`` of ``arr`` (and ``w``), each loaded (persisted)
-    in a background thread while the one before it is processed."""
+    """``(j, batch, weights, loaded)`` for the batches ``order[start:]`` of ``arr`` (and ``w``): each batch (and its
+    weights) as a dask array of one block, and ``loaded`` the same in memory (:func:`~dclust.stream._dynamic.load_block`),
+    read (on a cluster: fetched to the driver) in a background thread while the batch before it is processed."""
+
+    def block(a, j):
+        return None if a is None else a.blocks[int(order[j])]
 
     def load(j):
-        return tuple(None if a is None else a.blocks[int(order[j])].persist() for a in (arr, w))
+        return load_block(block(arr, j), block(w, j))
 
     with ThreadPoolExecutor(1) as pool:
         nxt = pool.submit(load, start) if start < len(order) else None
         for j in range(start, len(order)):
             current = nxt.result()
             nxt = pool.submit(load, j + 1) if j + 1 < len(order) else None
-            yield j, current
+            yield j, block(arr, j), block(w, j), current
 
 
 @register
@@ -226,8 +230,8 @@ class AnytimeDPMeans(DynamicBase):
             self.batch_order_ = block_rng(self.seed_, _BATCH_STREAM).permutation(n_blocks).astype(np.int64)
         self._ck_fp = fp
         try:
-            for j, (batch, wb) in _prefetched(arr, w, self.batch_order_, int(self.n_batches_)):
-                self.partial_fit(batch, sample_weight=wb)
+            for j, batch, wb, loaded in _prefetched(arr, w, self.batch_order_, int(self.n_batches_)):
+                self._fit_batch(batch, wb, loaded)  # partial_fit with the batch in memory
                 if j == n_blocks - 1 and self.consolidate:
                     self._set_summaries(*consolidate_summaries(self.cluster_centers_, self.weights_, self.lam_)[:2])
                     save_state(self, fp)  # a rerun after the read resumes the consolidated model
