@@ -350,13 +350,6 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
                 for j in range(d):
                     t[j] = np.float64(X[i, j]) - C[b, j]
                     q += t[j] * t[j]
-            rv = np.inf
-            if c >= 0:
-                rv = 0.0
-                for j in range(d):
-                    u = np.float64(X[i, j]) - C[c, j]
-                    rv += u * u
-                rv = base[c] + scale[c] * rv
             finite = np.isfinite(q) if b >= 0 else True
             if b < 0:
                 for j in range(d):
@@ -365,6 +358,13 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
             if not finite:
                 n_bad += 1
                 continue
+            rv = np.inf
+            if c >= 0 and b >= 0 and q <= lam:  # the exact revival cost decides only then
+                rv = 0.0
+                for j in range(d):
+                    u = np.float64(X[i, j]) - C[c, j]
+                    rv += u * u
+                rv = base[c] + scale[c] * rv
             if b < 0 or q > rv or q > lam:  # T2: instantiated before revived; T3: new only when strictly better
                 if n_prop < proposals.shape[0]:
                     proposals[n_prop] = i
@@ -404,17 +404,12 @@ def dm_assign(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: i
     has_w = wb is not None
     w = np.ascontiguousarray(wb, dtype=np.float64).reshape(n) if has_w else np.empty(0)
     ranged = (lo, hi) != (0, 2**64 - 1)
-    room = min(n, 1024)
-    while True:
-        proposals = np.empty(room, dtype=np.int64)
-        weight, delta, cost_k, fp = np.zeros(ks), np.zeros((ks, d)), np.zeros(ks), np.zeros(ks, dtype=np.uint64)
-        with _one_blas_thread():
-            n_bad, n_taken, n_prop = _dm_block(X, o.astype(X.dtype), Ck, cc, C, scale, base, slot, inst.size, w,
-                                               has_w, np.uint64(offset), ranged, np.uint64(mix), np.uint64(lo),
-                                               np.uint64(hi), float(state.lam), weight, delta, cost_k, fp, proposals)
-        if n_prop <= room:
-            break
-        room = n  # more proposals than expected: once more with room for every row
+    proposals = np.empty(n, dtype=np.int64)  # room for every row (pages are touched only by the proposals)
+    weight, delta, cost_k, fp = np.zeros(ks), np.zeros((ks, d)), np.zeros(ks), np.zeros(ks, dtype=np.uint64)
+    with _one_blas_thread():
+        n_bad, n_taken, n_prop = _dm_block(X, o.astype(X.dtype), Ck, cc, C, scale, base, slot, inst.size, w, has_w,
+                                           np.uint64(offset), ranged, np.uint64(mix), np.uint64(lo), np.uint64(hi),
+                                           float(state.lam), weight, delta, cost_k, fp, proposals)
     center = np.zeros((ks, d))
     center[slot] = C
     safe = np.where(weight > 0, weight, 1.0)
