@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from .distances import _FAST, _NARROW, _TILE, _float_block, _key, _one_blas_thread, order_keys, stats_from_assignment
+from .distances import (_FAST, _TILE, _float_block, _key, _one_blas_thread, _tile_argmin, _tile_buffers,
+                        _tile_products, order_keys, stats_from_assignment)
 from .stats import ClusterStats
 
 __all__ = [
@@ -290,9 +291,7 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
     n, d = X.shape
     k = Ck.shape[0]
     tile = min(n, _TILE)
-    narrow = d <= _NARROW
-    G = np.empty((k, tile), dtype=X.dtype)
-    T = np.empty((d, tile) if narrow else (tile, d), dtype=X.dtype)
+    G, T = _tile_buffers(X, k, tile)
     bv = np.empty(tile, dtype=X.dtype)
     bi = np.empty(tile, dtype=np.int64)
     brv = np.empty(tile)
@@ -304,32 +303,14 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
     for s in range(0, n, _TILE):
         m = min(n, s + _TILE) - s
         if m < tile:  # the last, short tile (np.dot wants contiguous operands)
-            G = np.empty((k, m), dtype=X.dtype)
-            T = np.empty((d, m) if narrow else (m, d), dtype=X.dtype)
+            G, T = _tile_buffers(X, k, m)
         if k > 0:
-            if narrow:
-                for r in range(m):
-                    for j in range(d):
-                        T[j, r] = X[s + r, j] - o[j]
-                np.dot(Ck, T, G)
-            else:
-                for r in range(m):
-                    for j in range(d):
-                        T[r, j] = X[s + r, j] - o[j]
-                np.dot(Ck, T.T, G)
+            _tile_products(X, s, m, o, Ck, T, G)
+        _tile_argmin(G, cc, 0, n_inst, m, bv, bi)
         for r in range(m):
-            bv[r] = np.inf
-            bi[r] = -1
             brv[r] = np.inf
             br[r] = -1
-        for c in range(n_inst):  # lowest candidate on ties
-            cv = cc[c]
-            for r in range(m):
-                v = G[c, r] + cv
-                closer = v < bv[r]
-                bi[r] = c if closer else bi[r]
-                bv[r] = v if closer else bv[r]
-        for c in range(n_inst, k):
+        for c in range(n_inst, k):  # the revivals' costs are affine in the distance: lowest candidate on ties
             cv, sc, b0 = cc[c], scale[c], base[c]
             for r in range(m):
                 v = b0 + sc * (G[c, r] + cv)
