@@ -27,8 +27,9 @@ _BATCH_STREAM = 0xA7
 
 def _prefetched(arr, w, order, start: int):
     """``(j, batch, weights, loaded)`` for the batches ``order[start:]`` of ``arr`` (and ``w``): each batch (and its
-    weights) as a dask array of one block, and ``loaded`` the same in memory (:func:`~dclust.stream._dynamic.load_block`),
-    read (on a cluster: fetched to the driver) in a background thread while the batch before it is processed."""
+    weights) as a dask array of one block, and ``loaded`` the same in driver memory
+    (:func:`~dclust.stream._dynamic.load_block`), read in a background thread while the batch before it is
+    processed."""
 
     def block(a, j):
         return None if a is None else a.blocks[int(order[j])]
@@ -52,7 +53,8 @@ class AnytimeDPMeans(DynamicBase):
     cluster's centre is the running mean of every point it ever received). With ``lam`` the DP-means penalty,
     after a full pass the clusters approximate batch :class:`dclust.DPMeans` ([DM] 4.1; docs/algorithms.md DM4).
 
-    Each batch is read into memory once (the next one is read while this one is processed). D-Means' iterations
+    Each batch is read once into the driver's memory, by the driver itself unless a ``distributed`` cluster holds
+    the data (persisted), and the next one is read while this one is processed. D-Means' iterations
     run on a keyed sample of ``sample_rows`` rows of the batch; one labelling pass over every row (two threads, a
     fused kernel with no per-row output) then gives the centres, the weights and the objective of the whole
     batch; the batch that starts the read first has one full D-Means pass, so that its clusters open as in
