@@ -276,8 +276,14 @@ def load_block(arr: da.Array, w: da.Array | None) -> tuple[np.ndarray, np.ndarra
     read and the transfer of every row to the driver (at 8 features that transfer, not the read, bounds a stream
     over a ``LocalCluster``: about 5 x the read itself); data persisted on a cluster is fetched from it.
     """
-    Y, wn = dask.compute(arr, w, scheduler=None if _on_cluster(arr, w) else "threads")
+    Y, wn = dask.compute(_chunk(arr), _chunk(w), scheduler=None if _on_cluster(arr, w) else "threads")
     return _finite(np.asarray(Y)), None if wn is None else np.asarray(wn, dtype=np.float64)
+
+
+def _chunk(a):
+    """The single chunk of ``a`` as a Delayed (so that computing it skips the copy of Dask's concatenation), or
+    ``a`` itself when it has several chunks (or is None)."""
+    return a.to_delayed().ravel()[0] if a is not None and all(n == 1 for n in a.numblocks) else a
 
 
 def _on_cluster(*arrays) -> bool:
