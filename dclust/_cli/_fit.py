@@ -27,7 +27,6 @@ a fit saves its state in CK after every iteration and, when CK exists, resumes f
 from __future__ import annotations
 
 import time
-from enum import Enum
 from typing import Annotated, Any, Optional
 
 import numpy as np
@@ -52,15 +51,16 @@ from ._options import (
     _exactly_one_of_k_and_lam,
     _location,
     _positive,
+    choices,
     example,
     shared_options,
+    sub_app,
 )
 from ._session import _Session, _usage
 
 __all__ = ["fit_app"]
 
-fit_app = typer.Typer(help="Fit a clustering model; write its labels and (with --model) the model.",
-                      no_args_is_help=True)
+fit_app = sub_app("Fit a clustering model; write its labels and (with --model) the model.")
 
 
 def _outputs(labels: str, model: str | None) -> dict[str, str]:
@@ -142,10 +142,7 @@ def fit_dpmeans(
     _fit(s, dclust.DPMeans(**params), input_path, labels, model, checkpoint)
 
 
-class BPInit(str, Enum):
-    sample = "sample"
-    greedy = "greedy"
-    empty = "empty"
+BPInit = choices("BPInit", "sample", "greedy", "empty")
 
 
 @fit_app.command(
@@ -273,9 +270,7 @@ def fit_rdpmeans(
     s.report(result, "fit RDPMeans", rows)
 
 
-class Covariance(str, Enum):
-    full = "full"
-    diag = "diag"
+Covariance = choices("Covariance", "full", "diag")
 
 
 @fit_app.command(

@@ -20,7 +20,7 @@ import numba
 import numpy as np
 
 from .distances import (_FAST, _TILE, _float_block, _key, _one_blas_thread, _tile_argmin, _tile_buffers,
-                        _tile_products, order_keys, stats_from_assignment)
+                        _tile_products, fold_row, order_keys, row_diff_sq, row_sq_dist, stats_from_assignment)
 from .stats import ClusterStats
 
 __all__ = [
@@ -108,17 +108,8 @@ class StepState:
 
 
 @numba.njit(inline="always", **_JIT)
-def _sqdist(Y, i, C, k):
-    s = 0.0
-    for j in range(Y.shape[1]):
-        t = Y[i, j] - C[k, j]
-        s += t * t
-    return s
-
-
-@numba.njit(inline="always", **_JIT)
 def _row_dists(Y, i, CT, n, out):
-    """``out[k] = ||Y[i] - C[k]||^2`` for the first ``n`` columns of ``CT = C.T``, terms summed as in _sqdist."""
+    """``out[k] = ||Y[i] - C[k]||^2`` for the first ``n`` columns of ``CT = C.T``, terms summed as in row_sq_dist."""
     for k in range(n):
         out[k] = 0.0
     for j in range(Y.shape[1]):
@@ -133,7 +124,7 @@ def _label_pass(Y, order, z, cost, theta, inst, phi, gamma, revc, revb, n_slots,
     n_old = phi.shape[0]
     d = Y.shape[1]
     # Centres transposed (D, slots) so that a row's distances to every slot run along contiguous memory; each
-    # distance sums its D terms in the order of _sqdist, so the arithmetic (and every decision) is the same.
+    # distance sums its D terms in the order of row_sq_dist, so the arithmetic (and every decision) is the same.
     thT = np.empty((d, theta.shape[0]))
     for k in range(n_slots):
         for j in range(d):
@@ -223,13 +214,13 @@ def _best_options(Y, theta, inst, phi, revc, revb):
     for i in range(n):
         for k in range(inst.shape[0]):
             if inst[k]:
-                c = _sqdist(Y, i, theta, k)
+                c = row_sq_dist(Y, i, theta, k)
                 if c < icost[i]:
                     icost[i] = c
                     islot[i] = k
         for k in range(n_old):
             if not inst[k]:
-                c = revb[k] + revc[k] * _sqdist(Y, i, phi, k)
+                c = revb[k] + revc[k] * row_sq_dist(Y, i, phi, k)
                 if c < rcost[i]:
                     rcost[i] = c
                     rslot[i] = k
@@ -325,12 +316,7 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
                     continue
             n_taken += 1
             b, c = bi[r], br[r]
-            q = np.inf
-            if b >= 0:
-                q = 0.0
-                for j in range(d):
-                    t[j] = np.float64(X[i, j]) - C[b, j]
-                    q += t[j] * t[j]
+            q = row_diff_sq(X, i, C, b, t) if b >= 0 else np.inf
             finite = np.isfinite(q) if b >= 0 else True
             if b < 0:
                 for j in range(d):
@@ -339,25 +325,14 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
             if not finite:
                 n_bad += 1
                 continue
-            rv = np.inf
-            if c >= 0 and b >= 0 and q <= lam:  # the exact revival cost decides only then
-                rv = 0.0
-                for j in range(d):
-                    u = np.float64(X[i, j]) - C[c, j]
-                    rv += u * u
-                rv = base[c] + scale[c] * rv
+            # the exact revival cost decides only for a finite instantiated option within lam
+            rv = base[c] + scale[c] * row_sq_dist(X, i, C, c) if c >= 0 and b >= 0 and q <= lam else np.inf
             if b < 0 or q > rv or q > lam:  # T2: instantiated before revived; T3: new only when strictly better
                 if n_prop < proposals.shape[0]:
                     proposals[n_prop] = i
                 n_prop += 1
                 continue
-            sl = slot[b]
-            wi = w[i] if has_w else 1.0
-            weight[sl] += wi
-            cost_k[sl] += wi * q
-            fp[sl] += _key(offset + i)
-            for j in range(d):
-                delta[sl, j] += wi * t[j]
+            fold_row(weight, cost_k, fp, delta, slot[b], w[i] if has_w else 1.0, q, _key(offset + i), t)
     return n_bad, n_taken, n_prop
 
 

@@ -113,6 +113,10 @@ class DynamicMeans(DynamicBase):
         "checkpoint": [CHECKPOINT],
     }
 
+    lam_: float
+    Q_: float
+    tau_: float
+
     def __init__(
         self, *, lam: float | None = None, T_Q: float | None = None, k_tau: float | None = None, Q: float | None = None,
         tau: float | None = None, max_iter: int = 100, n_restarts: int = 1, random_state: SeedLike = None,
@@ -125,10 +129,13 @@ class DynamicMeans(DynamicBase):
 
     def _rates(self) -> tuple[float, float, float]:
         check_temporal_pair(type(self).__name__, self.T_Q, self.k_tau, self.Q, self.tau)
+        assert self.lam is not None  # lam=None is refused by _validate_params
         lam = float(self.lam)
         if self.T_Q is not None:
+            assert self.k_tau is not None  # check_temporal_pair: T_Q comes with k_tau
             Q, tau = reparameterise(lam, float(self.T_Q), float(self.k_tau))
         else:
+            assert self.Q is not None and self.tau is not None  # check_temporal_pair: else Q and tau
             Q, tau = float(self.Q), float(self.tau)
         self.lam_, self.Q_, self.tau_ = lam, Q, tau
         return lam, Q, tau
