@@ -18,6 +18,7 @@ import numpy as np
 
 from ._dask.passes import asarray, astype, compute, compute_chunk_sizes, from_array, rechunk
 from ._feature_names import registered_feature_names
+from .kernels.dynmeans import reparameterise
 from .errors import ChunkingError, InvalidDataError, InvalidParameterError, message
 from .typing import SeedLike
 
@@ -116,7 +117,7 @@ POSITIVE = Interval("real", 0, None, "neither")
 COUNT = Interval("int", 1, None)
 
 
-def constrain(kind: Any, *names: str) -> dict[str, list]:
+def constrain(kind: Any, *names: str) -> dict[str, list[Any]]:
     """``{name: [kind]}`` for every name: the entries of a ``_parameter_constraints`` that share one constraint,
     written once (``{**constrain(POSITIVE, "lam", "tol"), ...}``)."""
     return {name: [kind] for name in names}
@@ -386,6 +387,15 @@ def check_temporal_pair(name: str, T_Q: Any, k_tau: Any, Q: Any, tau: Any) -> No
                     ", ".join(given) or "none",
                     "Give T_Q and k_tau (the paper's eq. 30 turns them into Q and tau), or Q and tau directly.")
         )
+
+
+def temporal_rates(name: str, lam: float, T_Q: Any, k_tau: Any, Q: Any, tau: Any) -> tuple[float, float]:
+    """D-Means' ``(Q, tau)`` from whichever pair was given (:func:`check_temporal_pair`): ``(Q, tau)`` as they are,
+    ``(T_Q, k_tau)`` through the paper's eq. 30 at this ``lam``."""
+    check_temporal_pair(name, T_Q, k_tau, Q, tau)
+    if T_Q is not None:
+        return reparameterise(lam, float(T_Q), float(k_tau))
+    return float(Q), float(tau)
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -14,11 +14,12 @@ from .._dask.gram import pairwise_matrix
 from .._dask.passes import compute
 from .._fit import ProgressEvent, emit
 from .._registry import register
-from .._validation import CALLABLE, SEED, Interval, Options, check_array, check_temporal_pair, validate_params
+from .._validation import (
+    CALLABLE, SEED, Interval, Options, check_array, check_temporal_pair, temporal_rates, validate_params,
+)
 from ..cluster._base import CHECKPOINT, BaseEstimator
 from ..errors import DclustError, InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels import sdmeans as K
-from ..kernels.dynmeans import reparameterise
 from ._checkpoint import check_resumed_length, fingerprint_of, resume_state, save_state
 from ._sdstate import OldClusters
 from ..typing import CheckpointLike, SeedLike
@@ -193,13 +194,7 @@ class SpectralDynamicMeans(BaseEstimator):
                         f"bandwidth={self.bandwidth!r} with kernel {kname!r}",
                         "Pass bandwidth=omega for 'rbf'/'mst' (e.g. 0.07 for the rings), and leave it None otherwise."))
         lam = float(self.lam)
-        if self.T_Q is not None:
-            assert self.k_tau is not None  # check_temporal_pair: T_Q comes with k_tau
-            Q, tau = reparameterise(lam, float(self.T_Q), float(self.k_tau))
-        else:
-            assert self.Q is not None and self.tau is not None  # check_temporal_pair: else Q and tau
-            Q, tau = float(self.Q), float(self.tau)
-        return lam, Q, tau
+        return (lam, *temporal_rates(name, lam, self.T_Q, self.k_tau, self.Q, self.tau))
 
     # ----------------------------------------------------------------------------------------------------------
     # kernel
