@@ -1,6 +1,6 @@
 """Benchmark: AnytimeDPMeans over a Zarr store against one plain streaming read of the same store (issue 14).
 
-For each configuration ``N x D`` (default 4,000,000 x 8 in 500,000-row chunks and 1,000,000 x 64 in 125,000-row
+For each configuration ``N x D`` (default 10,000,000 x 8 in 500,000-row chunks, the case of issue 14, and 1,000,000 x 64 in 125,000-row
 chunks; float32 Gaussian blobs, ``--centers`` centres of sd ``--cluster-std``, stored without compression as in
 ``bench_engine.py``):
 
@@ -42,7 +42,7 @@ PATHS = ("threads", "processes")
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--configs", default="4000000x8:500000,1000000x64:125000",
+    p.add_argument("--configs", default="10000000x8:500000,1000000x64:125000",
                    help="comma-separated NxD:chunk_rows")
     p.add_argument("--centers", type=int, default=16)
     p.add_argument("--cluster-std", type=float, default=3.0)
