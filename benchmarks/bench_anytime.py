@@ -1,8 +1,8 @@
 """Benchmark: AnytimeDPMeans over a Zarr store against one plain streaming read of the same store (issue 14).
 
-For each configuration ``N x D`` (default 10,000,000 x 8 in 500,000-row chunks, the case of issue 14, and 1,000,000 x 64 in 125,000-row
-chunks; float32 Gaussian blobs, ``--centers`` centres of sd ``--cluster-std``, stored without compression as in
-``bench_engine.py``):
+For each configuration ``N x D`` (default 10,000,000 x 8 in 500,000-row chunks, the case of issue 14, and
+1,000,000 x 64 in 125,000-row chunks; float32 Gaussian blobs, ``--centers`` centres of sd ``--cluster-std``, stored
+without compression as in ``bench_engine.py``):
 
 - the floor: every chunk read once with plain zarr in 2 threads, no Dask (best of ``--repeats`` after a warm read);
 - ``AnytimeDPMeans(lam).fit(store)``: one read, one chunk per batch (best of ``--repeats``), on Dask's default
