@@ -495,9 +495,26 @@ def map_labels(fn: Callable[..., np.ndarray], X: da.Array, dtype=np.int32, **kwa
 # (whose first parameter is the function), so a type checker rejects every method call.
 
 
-def compute(*collections: Any) -> tuple[Any, ...]:
-    """Compute dask collections together (shared inputs are read once); ``compute(x)[0]`` is ``x.compute()``."""
-    return dask.compute(*collections)
+def compute(*collections: Any, scheduler: str | None = None) -> tuple[Any, ...]:
+    """Compute dask collections together (shared inputs are read once); ``compute(x)[0]`` is ``x.compute()``.
+    ``scheduler`` names one (``"threads"``: in this process) instead of the default (a ``distributed`` client's)."""
+    return dask.compute(*collections, scheduler=scheduler)
+
+
+def single_chunk(X: da.Array) -> Any:
+    """The one chunk of ``X`` (one block along every dimension) as a Delayed: computing it gives the chunk itself,
+    without the copy of Dask's concatenation that ``compute(X)`` makes."""
+    return X.to_delayed().ravel()[0]
+
+
+def on_cluster(*collections: Any) -> bool:
+    """Whether any of the dask ``collections`` (None skipped) depends on data a ``distributed`` cluster holds
+    (persisted futures)."""
+    try:
+        from distributed import futures_of
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return False
+    return any(c is not None and bool(futures_of(c)) for c in collections)
 
 
 def persist(X: da.Array) -> da.Array:

@@ -128,6 +128,47 @@ _TILE = 256
 _NARROW = 32
 
 
+@numba.njit(inline="always", **_JIT)
+def _tile_buffers(X, k, m):
+    """``(G, T)`` for :func:`_tile_products` on tiles of ``m`` rows of ``X`` against ``k`` candidates."""
+    d = X.shape[1]
+    if d <= _NARROW:
+        return np.empty((k, m), dtype=X.dtype), np.empty((d, m), dtype=X.dtype)
+    return np.empty((k, m), dtype=X.dtype), np.empty((m, d), dtype=X.dtype)
+
+
+@numba.njit(inline="always", **_JIT)
+def _tile_products(X, s, m, o, Ck, T, G):
+    """``G = Ck @ (X[s : s + m] - o).T`` (candidate-major, ``(k, m)``) in ``X``'s dtype, through the buffer ``T``."""
+    d = X.shape[1]
+    if d <= _NARROW:  # the centred tile transposed here (cheap for few columns) ...
+        for r in range(m):
+            for j in range(d):
+                T[j, r] = X[s + r, j] - o[j]
+        np.dot(Ck, T, G)
+    else:  # ... or centred in place and transposed by BLAS (T.T is T in Fortran order, no copy)
+        for r in range(m):
+            for j in range(d):
+                T[r, j] = X[s + r, j] - o[j]
+        np.dot(Ck, T.T, G)
+
+
+@numba.njit(inline="always", **_JIT)
+def _tile_argmin(G, cc, c0, c1, m, best, nearest):
+    """Per row ``r < m`` of a tile, the candidate ``c`` in ``[c0, c1)`` of least ``G[c, r] + cc[c]`` (the lowest on
+    ties; -1 and inf for an empty range), branch-free over contiguous rows."""
+    for r in range(m):
+        best[r] = np.inf
+        nearest[r] = -1
+    for c in range(c0, c1):
+        cv = cc[c]
+        for r in range(m):
+            v = G[c, r] + cv
+            closer = v < best[r]
+            nearest[r] = c if closer else nearest[r]
+            best[r] = v if closer else best[r]
+
+
 @numba.njit(**_FAST)
 def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta, cost_k, fp, ranged, seed_mix,
                  lo, hi, lam, proposals, skip):
@@ -152,9 +193,7 @@ def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta,
     k = Ck.shape[0]
     want_rows = labels.shape[0] > 0
     tile = min(n, _TILE)
-    narrow = d <= _NARROW
-    G = np.empty((k, tile), dtype=X.dtype)
-    T = np.empty((d, tile) if narrow else (tile, d), dtype=X.dtype)
+    G, T = _tile_buffers(X, k, tile)
     best = np.empty(tile, dtype=X.dtype)
     nearest = np.empty(tile, dtype=np.int64)
     t = np.empty(d)
@@ -166,28 +205,9 @@ def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta,
     for s in range(0, n, _TILE):
         m = min(n, s + _TILE) - s
         if m < tile:  # the last, short tile (np.dot wants contiguous operands)
-            G = np.empty((k, m), dtype=X.dtype)
-            T = np.empty((d, m) if narrow else (m, d), dtype=X.dtype)
-        if narrow:  # the centred tile transposed here (cheap for few columns) ...
-            for r in range(m):
-                for j in range(d):
-                    T[j, r] = X[s + r, j] - o[j]
-            np.dot(Ck, T, G)
-        else:  # ... or centred in place and transposed by BLAS (T.T is T in Fortran order, no copy)
-            for r in range(m):
-                for j in range(d):
-                    T[r, j] = X[s + r, j] - o[j]
-            np.dot(Ck, T.T, G)
-        for r in range(m):
-            best[r] = np.inf
-            nearest[r] = -1
-        for c in range(k):
-            cv = cc[c]
-            for r in range(m):
-                v = G[c, r] + cv
-                closer = v < best[r]
-                nearest[r] = c if closer else nearest[r]
-                best[r] = v if closer else best[r]
+            G, T = _tile_buffers(X, k, m)
+        _tile_products(X, s, m, o, Ck, T, G)
+        _tile_argmin(G, cc, 0, k, m, best, nearest)
         for r in range(m):
             i = s + r
             if p_skip < n_skip and skip[p_skip] == i:

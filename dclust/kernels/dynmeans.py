@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from .distances import (_FAST, _TILE, _float_block, _key, _one_blas_thread, fold_row, order_keys, row_diff_sq,
-                        row_sq_dist, stats_from_assignment)
+from .distances import (_FAST, _TILE, _float_block, _key, _one_blas_thread, _tile_argmin, _tile_buffers,
+                        _tile_products, fold_row, order_keys, row_diff_sq, row_sq_dist, stats_from_assignment)
 from .stats import ClusterStats
 
 __all__ = [
@@ -268,71 +268,73 @@ def dm_propose(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: 
 
 
 @numba.njit(**_FAST)
-def _dm_block(X, o, CT, cc, C, scale, base, slot, n_inst, w, has_w, offset, ranged, mix, lo, hi, lam, weight,
+def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, ranged, mix, lo, hi, lam, weight,
               delta, cost_k, fp, proposals):
     """One read of the block: the best eq. 28 option of every row in the key range, folded at once into per-slot
     accumulators when it is an instantiated slot (and no dearer than ``lam``), proposed otherwise.
 
     Candidates ``C`` are the instantiated centres (the first ``n_inst``), then the old uninstantiated ones (cost
     ``base + scale * d``); ``slot`` maps candidates to slots. Candidate distances come from one BLAS product per
-    tile of rows in the block's dtype, about the point ``o`` (as :func:`dclust.kernels.distances._lloyd_block`);
-    the costs the decision compares are then recomputed exactly in float64. ``delta``/``cost_k`` accumulate
-    ``w (x - c)`` and ``w ||x - c||^2`` per slot. Returns ``(n_bad, n_taken, n_proposed)``; only the first
-    ``len(proposals)`` proposals are written (the count goes on).
+    tile of rows in the block's dtype, about the point ``o``, laid out candidate by candidate as in
+    :func:`dclust.kernels.distances._lloyd_block` (``Ck`` is ``-2 (C - o)``), so that both argmins (instantiated,
+    revived) run branch-free over contiguous rows; the costs the decision compares are then recomputed exactly in
+    float64. ``delta``/``cost_k`` accumulate ``w (x - c)`` and ``w ||x - c||^2`` per slot. Returns ``(n_bad,
+    n_taken, n_proposed)``; only the first ``len(proposals)`` proposals are written (the count goes on).
     """
     n, d = X.shape
-    k = CT.shape[1]
-    G = np.empty((min(n, _TILE), k), dtype=X.dtype)
-    T = np.empty((min(n, _TILE), d), dtype=X.dtype)
+    k = Ck.shape[0]
+    tile = min(n, _TILE)
+    G, T = _tile_buffers(X, k, tile)
+    bv = np.empty(tile, dtype=X.dtype)
+    bi = np.empty(tile, dtype=np.int64)
+    brv = np.empty(tile)
+    br = np.empty(tile, dtype=np.int64)
     t = np.empty(d)
     n_bad = 0
     n_taken = 0
     n_prop = 0
     for s in range(0, n, _TILE):
-        e = min(n, s + _TILE)
-        g, xt = G[: e - s], T[: e - s]
-        for r in range(e - s):
-            for j in range(d):
-                xt[r, j] = X[s + r, j] - o[j]
+        m = min(n, s + _TILE) - s
+        if m < tile:  # the last, short tile (np.dot wants contiguous operands)
+            G, T = _tile_buffers(X, k, m)
         if k > 0:
-            np.dot(xt, CT, g)
-        for r in range(e - s):
+            _tile_products(X, s, m, o, Ck, T, G)
+        _tile_argmin(G, cc, 0, n_inst, m, bv, bi)
+        for r in range(m):
+            brv[r] = np.inf
+            br[r] = -1
+        for c in range(n_inst, k):  # the revivals' costs are affine in the distance: lowest candidate on ties
+            cv, sc, b0 = cc[c], scale[c], base[c]
+            for r in range(m):
+                v = b0 + sc * (G[c, r] + cv)
+                closer = v < brv[r]
+                br[r] = c if closer else br[r]
+                brv[r] = v if closer else brv[r]
+        for r in range(m):
             i = s + r
             if ranged:
                 key = _key(np.uint64(offset + i) ^ mix)
                 if key < lo or key > hi:
                     continue
             n_taken += 1
-            bi = -1
-            bv = np.inf
-            for c in range(n_inst):
-                v = g[r, c] + cc[c]
-                if v < bv:
-                    bv = v
-                    bi = c
-            br = -1
-            brv = np.inf
-            for c in range(n_inst, k):
-                v = base[c] + scale[c] * (g[r, c] + cc[c])
-                if v < brv:
-                    brv = v
-                    br = c
-            q = row_diff_sq(X, i, C, bi, t) if bi >= 0 else np.inf
-            rv = base[br] + scale[br] * row_sq_dist(X, i, C, br) if br >= 0 else np.inf
-            finite = np.isfinite(q) if bi >= 0 else True
-            if bi < 0:
+            b, c = bi[r], br[r]
+            q = row_diff_sq(X, i, C, b, t) if b >= 0 else np.inf
+            finite = np.isfinite(q) if b >= 0 else True
+            if b < 0:
                 for j in range(d):
                     if not np.isfinite(X[i, j]):
                         finite = False
             if not finite:
                 n_bad += 1
                 continue
-            if bi < 0 or q > rv or q > lam:  # T2: instantiated before revived; T3: new only when strictly better
+            # the exact revival cost decides only for a finite instantiated option within lam
+            rv = base[c] + scale[c] * row_sq_dist(X, i, C, c) if c >= 0 and b >= 0 and q <= lam else np.inf
+            if b < 0 or q > rv or q > lam:  # T2: instantiated before revived; T3: new only when strictly better
                 if n_prop < proposals.shape[0]:
                     proposals[n_prop] = i
                 n_prop += 1
                 continue
-            fold_row(weight, cost_k, fp, delta, slot[bi], w[i] if has_w else 1.0, q, _key(offset + i), t)
+            fold_row(weight, cost_k, fp, delta, slot[b], w[i] if has_w else 1.0, q, _key(offset + i), t)
     return n_bad, n_taken, n_prop
 
 
@@ -355,22 +357,17 @@ def dm_assign(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: i
     slot = np.concatenate([inst, rev]).astype(np.int64)
     o = C.mean(axis=0) if C.shape[0] else np.zeros(d)
     Co = C - o
-    CT = np.ascontiguousarray(-2.0 * Co.T, dtype=X.dtype)
+    Ck = np.ascontiguousarray(-2.0 * Co, dtype=X.dtype)
     cc = (Co * Co).sum(axis=1).astype(X.dtype)
     has_w = wb is not None
     w = np.ascontiguousarray(wb, dtype=np.float64).reshape(n) if has_w else np.empty(0)
     ranged = (lo, hi) != (0, 2**64 - 1)
-    room = min(n, 1024)
-    while True:
-        proposals = np.empty(room, dtype=np.int64)
-        weight, delta, cost_k, fp = np.zeros(ks), np.zeros((ks, d)), np.zeros(ks), np.zeros(ks, dtype=np.uint64)
-        with _one_blas_thread():
-            n_bad, n_taken, n_prop = _dm_block(X, o.astype(X.dtype), CT, cc, C, scale, base, slot, inst.size, w,
-                                               has_w, np.uint64(offset), ranged, np.uint64(mix), np.uint64(lo),
-                                               np.uint64(hi), float(state.lam), weight, delta, cost_k, fp, proposals)
-        if n_prop <= room:
-            break
-        room = n  # more proposals than expected: once more with room for every row
+    proposals = np.empty(n, dtype=np.int64)  # room for every row (pages are touched only by the proposals)
+    weight, delta, cost_k, fp = np.zeros(ks), np.zeros((ks, d)), np.zeros(ks), np.zeros(ks, dtype=np.uint64)
+    with _one_blas_thread():
+        n_bad, n_taken, n_prop = _dm_block(X, o.astype(X.dtype), Ck, cc, C, scale, base, slot, inst.size, w, has_w,
+                                           np.uint64(offset), ranged, np.uint64(mix), np.uint64(lo), np.uint64(hi),
+                                           float(state.lam), weight, delta, cost_k, fp, proposals)
     center = np.zeros((ks, d))
     center[slot] = C
     safe = np.where(weight > 0, weight, 1.0)

@@ -9,7 +9,7 @@ import dask.array as da
 import numpy as np
 import numpy.typing as npt
 
-from .._dask.passes import persist, rechunk
+from .._dask.passes import rechunk
 from .._registry import register
 from .._validation import SEED, Interval, Options, check_array, check_sample_weight
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
@@ -20,7 +20,7 @@ from ._anytime_step import sampled_step
 from ._checkpoint import fingerprint_of, resume_state, save_state
 from ._consolidate import consolidate as consolidate_summaries
 from ._consolidate import refine_pass
-from ._dynamic import DynamicBase
+from ._dynamic import DynamicBase, LoadedBatch, load_block
 from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
 if TYPE_CHECKING:
@@ -34,12 +34,17 @@ _BATCH_STREAM = 0xA7
 
 
 def _prefetched(arr: da.Array, w: da.Array | None, order: npt.NDArray[np.int64], start: int
-                ) -> Iterator[tuple[int, tuple[da.Array | None, ...]]]:
-    """``(j, (batch, weights))`` for the batches ``order[start:]`` of ``arr`` (and ``w``), each loaded (persisted)
-    in a background thread while the one before it is processed."""
+                ) -> Iterator[tuple[int, da.Array, da.Array | None, LoadedBatch]]:
+    """``(j, batch, weights, loaded)`` for the batches ``order[start:]`` of ``arr`` (and ``w``): each batch (and its
+    weights) as a dask array of one block, and ``loaded`` the same in driver memory
+    (:func:`~dclust.stream._dynamic.load_block`), read in a background thread while the batch before it is
+    processed."""
 
-    def load(j: int) -> tuple[da.Array | None, ...]:
-        return tuple(None if a is None else persist(a.blocks[int(order[j])]) for a in (arr, w))
+    def block(a: da.Array | None, j: int) -> da.Array | None:
+        return None if a is None else a.blocks[int(order[j])]
+
+    def load(j: int) -> LoadedBatch:
+        return load_block(arr.blocks[int(order[j])], block(w, j))
 
     with ThreadPoolExecutor(1) as pool:
         nxt = pool.submit(load, start) if start < len(order) else None
@@ -47,7 +52,7 @@ def _prefetched(arr: da.Array, w: da.Array | None, order: npt.NDArray[np.int64],
             assert nxt is not None  # submitted for every j < len(order)
             current = nxt.result()
             nxt = pool.submit(load, j + 1) if j + 1 < len(order) else None
-            yield j, current
+            yield j, arr.blocks[int(order[j])], block(w, j), current
 
 
 @register
@@ -58,7 +63,8 @@ class AnytimeDPMeans(DynamicBase):
     cluster's centre is the running mean of every point it ever received). With ``lam`` the DP-means penalty,
     after a full pass the clusters approximate batch :class:`dclust.DPMeans` ([DM] 4.1; docs/algorithms.md DM4).
 
-    Each batch is read into memory once (the next one is read while this one is processed). D-Means' iterations
+    Each batch is read once into the driver's memory, by the driver itself unless a ``distributed`` cluster holds
+    the data (persisted), and the next one is read while this one is processed. D-Means' iterations
     run on a keyed sample of ``sample_rows`` rows of the batch; one labelling pass over every row (two threads, a
     fused kernel with no per-row output) then gives the centres, the weights and the objective of the whole
     batch; the batch that starts the read first has one full D-Means pass, so that its clusters open as in
@@ -245,8 +251,8 @@ class AnytimeDPMeans(DynamicBase):
             self.batch_order_ = block_rng(self.seed_, _BATCH_STREAM).permutation(n_blocks).astype(np.int64)
         self._ck_fp = fp
         try:
-            for j, (batch, wb) in _prefetched(arr, w, self.batch_order_, int(self.n_batches_)):
-                self.partial_fit(batch, sample_weight=wb)
+            for j, batch, wb, loaded in _prefetched(arr, w, self.batch_order_, int(self.n_batches_)):
+                self._fit_batch(batch, wb, loaded)  # partial_fit with the batch in memory
                 if j == n_blocks - 1 and self.consolidate:
                     self._set_summaries(*consolidate_summaries(self.cluster_centers_, self.weights_, self.lam_)[:2])
                     save_state(self, fp)  # a rerun after the read resumes the consolidated model

@@ -134,3 +134,31 @@ def test_refine_pass_lowers_the_objective_and_records_it():
         model.refine(X, n_passes=0)
     with pytest.raises(dclust.errors.NotFittedError):
         AnytimeDPMeans(lam=lam).refine(X)
+
+
+def test_batches_are_read_on_the_driver_unless_the_cluster_holds_them(tmp_path, client):
+    """A chunk of a store is read by the driver (no task on the cluster, no transfer of its rows); data persisted
+    on the cluster is fetched from it; the model is the same either way and as without a cluster."""
+    from distributed import get_task_stream
+
+    from dclust.stream._dynamic import load_block
+
+    X, _ = _blobs(4000, seed=3)
+    path = str(tmp_path / "x.zarr")
+    dclust.io.write_array(X, path, chunks=(1000, 2))
+    Z = dclust.open_array(path)
+    with get_task_stream(client) as local:
+        Y, wn = load_block(Z.blocks[2], None)
+        on_store = AnytimeDPMeans(lam=4.0, random_state=0).fit(Z)
+    assert local.data == [] and wn is None
+    np.testing.assert_array_equal(Y, X[2000:3000])
+    P = Z.persist()
+    with get_task_stream(client) as fetched:
+        Y, _ = load_block(P.blocks[1], None)
+        persisted = AnytimeDPMeans(lam=4.0, random_state=0).fit(P)
+    assert len(fetched.data) >= 5  # one fetch per batch (and one for the block above)
+    np.testing.assert_array_equal(Y, X[1000:2000])
+    alone = AnytimeDPMeans(lam=4.0, random_state=0).fit(da.from_array(X, chunks=(1000, 2)))
+    for model in (on_store, persisted):
+        np.testing.assert_array_equal(model.cluster_centers_, alone.cluster_centers_)
+        np.testing.assert_array_equal(model.weights_, alone.weights_)
