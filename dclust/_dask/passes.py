@@ -197,12 +197,7 @@ def _read(reader: "_Getter", source: Any, index: Any, b: int, first: int, size: 
 
 def _cluster_threads() -> int:
     """Threads that run tasks: the distributed client's workers, or the local scheduler's pool."""
-    try:
-        from distributed import default_client
-
-        client = default_client()
-    except (ImportError, ValueError):
-        client = None
+    client = current_client()
     if client is not None:
         threads = sum(client.nthreads().values())
         if threads:
@@ -507,6 +502,16 @@ def single_chunk(X: da.Array) -> Any:
     return X.to_delayed().ravel()[0]
 
 
+def current_client() -> Any | None:
+    """The default ``distributed`` client, or None when there is none (Dask's local schedulers run the work)."""
+    try:
+        from distributed import default_client
+
+        return default_client()
+    except (ImportError, ValueError):
+        return None
+
+
 def on_cluster(*collections: Any) -> bool:
     """Whether any of the dask ``collections`` (None skipped) depends on data a ``distributed`` cluster holds
     (persisted futures)."""
@@ -608,12 +613,7 @@ def _persisted(Xp: da.Array) -> da.Array:
 
 
 def _memory_budget() -> float | None:
-    try:
-        from distributed import default_client
-
-        client = default_client()
-    except (ImportError, ValueError):
-        client = None
+    client = current_client()
     if client is not None:
         workers = client.scheduler_info().get("workers", {})
         limits = [w.get("memory_limit") or 0 for w in workers.values()]

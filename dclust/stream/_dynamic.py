@@ -14,7 +14,9 @@ import dask.array as da
 import numpy as np
 import numpy.typing as npt
 
-from .._dask.passes import block_offsets, compute, from_array, map_labels, on_cluster, single_chunk
+from .._dask.passes import (
+    block_offsets, compute, current_client, from_array, map_labels, on_cluster, single_chunk,
+)
 from .._dask.occ import DMRule, KeyedPass, keyed_pass, keyed_prefix
 from .._fit import ProgressEvent, Step, Stopwatch, emit, fit_loop
 from .._validation import InputInfo, as_generator, check_array, check_sample_weight
@@ -316,8 +318,19 @@ def load_block(arr: da.Array, w: da.Array | None) -> LoadedBatch:
     store, a slice of an array) is computed by Dask's threaded scheduler in this process, which saves a worker's
     read and the transfer of every row to the driver (at 8 features that transfer, not the read, bounds a stream
     over a ``LocalCluster``: about 5 x the read itself); data persisted on a cluster is fetched from it.
+    Where the driver cannot reach the store (an ``OSError``: its files are on the workers' side only) and a cluster
+    is up, the cluster's workers read the block.
     """
-    Y, wn = compute(_chunk(arr), _chunk(w), scheduler=None if on_cluster(arr, w) else "threads")
+    parts = _chunk(arr), _chunk(w)
+    if on_cluster(arr, w):
+        Y, wn = compute(*parts)
+    else:
+        try:
+            Y, wn = compute(*parts, scheduler="threads")
+        except OSError:
+            if current_client() is None:
+                raise
+            Y, wn = compute(*parts)
     return _finite(np.asarray(Y)), None if wn is None else np.asarray(wn, dtype=np.float64)
 
 

@@ -162,3 +162,31 @@ def test_batches_are_read_on_the_driver_unless_the_cluster_holds_them(tmp_path, 
     for model in (on_store, persisted):
         np.testing.assert_array_equal(model.cluster_centers_, alone.cluster_centers_)
         np.testing.assert_array_equal(model.weights_, alone.weights_)
+
+
+def _read_on_a_worker(path, block):
+    """A block of the store at ``path``, readable only inside a worker process (as when the files are mounted on
+    the cluster's side only): on the driver, FileNotFoundError."""
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        raise FileNotFoundError(f"{path}: not mounted on the driver") from None
+    return dclust.open_array(path).blocks[block].compute(scheduler="synchronous")
+
+
+def test_a_store_the_driver_cannot_reach_is_read_by_the_workers(tmp_path, client):
+    import dask
+
+    X, _ = _blobs(4000, seed=3)
+    path = str(tmp_path / "x.zarr")
+    dclust.io.write_array(X, path, chunks=(1000, 2))
+    W = da.concatenate([da.from_delayed(dask.delayed(_read_on_a_worker)(path, b), (1000, 2), X.dtype)
+                        for b in range(4)])
+    with pytest.raises(FileNotFoundError):
+        W.blocks[0].compute(scheduler="threads")  # the driver really cannot read it
+    from_workers = AnytimeDPMeans(lam=4.0, random_state=0).fit(W)
+    alone = AnytimeDPMeans(lam=4.0, random_state=0).fit(da.from_array(X, chunks=(1000, 2)))
+    np.testing.assert_array_equal(from_workers.cluster_centers_, alone.cluster_centers_)
+    np.testing.assert_array_equal(from_workers.weights_, alone.weights_)
