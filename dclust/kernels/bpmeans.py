@@ -56,10 +56,6 @@ def _start_row(X, Z, i, A, K, r, zf, on):
     return m
 
 
-#: Spare entries of the score scratch arrays (``s``, ``zf``) and columns of ``AT`` beyond the features.
-_LANES = 8
-
-
 @numba.njit(inline="always", **_JIT)
 def _scores(r, AT, zf, s, k0, K):
     """``s[k] = sum_j (r_j + z_k a_kj) a_kj`` for ``k0 <= k < K``, over j in index order.
@@ -133,10 +129,9 @@ def _norms(A):
 
 @numba.njit(inline="always", **_JIT)
 def _transposed(A, width):
-    """``A.T`` as a C-contiguous (D, width + _LANES) array, zero beyond K (columns for features opened later and
-    the spare lanes of :func:`_scores`)."""
+    """``A.T`` as a C-contiguous (D, width) array, zero beyond K (columns for features opened later)."""
     K, D = A.shape
-    AT = np.zeros((D, width + _LANES))
+    AT = np.zeros((D, width))
     for k in range(K):
         for j in range(D):
             AT[j, k] = A[k, j]
@@ -154,8 +149,8 @@ def _sweep_rows(X, Z, A, aa, repeat):
     K = A.shape[0]
     AT = _transposed(A, K)
     r = np.empty(D)
-    s = np.empty(K + _LANES)
-    zf = np.zeros(K + _LANES)
+    s = np.empty(K)
+    zf = np.zeros(K)
     on = np.empty(K, dtype=np.int64)
     q = np.empty(n)
     flips = 0
@@ -197,8 +192,8 @@ def _serial_sweep(X, Z0, R, A0, lam, k_from, max_new, saturate):
     overflow = -1
     AT = _transposed(A0, K0 + max_new)
     r = np.empty(D)
-    s = np.empty(K0 + max_new + _LANES)
-    zf = np.zeros(K0 + max_new + _LANES)
+    s = np.empty(K0 + max_new)
+    zf = np.zeros(K0 + max_new)
     on = np.empty(K0 + max_new, dtype=np.int64)
     for i in range(m):
         if k_from[i] < 0:
@@ -282,8 +277,8 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     G = np.zeros((K, K))
     B = np.zeros((K, D))
     r = np.empty(D)
-    s = np.empty(K + _LANES)
-    zf = np.zeros(K + _LANES)
+    s = np.empty(K)
+    zf = np.zeros(K)
     on = np.empty(K, dtype=np.int64)
     flips = 0
     count = 0
