@@ -56,45 +56,29 @@ def _start_row(X, Z, i, A, K, r, zf, on):
     return m
 
 
-#: Bits scored together by :func:`_scores` (scratch arrays of the sweeps have this many spare columns).
-_LANES = 8
+@numba.njit(inline="always", **_JIT)
+def _scores(r, AT, zf, s, k0, K):
+    """``s[k] = sum_j (r_j + z_k a_kj) a_kj`` for ``k0 <= k < K``, over j in index order.
+
+    Every bit's sum is formed in the order of the row-by-row sweep, so its value is the same: ``z_k a_kj`` is
+    exactly ``a_kj`` or 0, and adding 0 leaves ``r_j``. The features are read transposed (``AT``, (D, >= K)), so
+    the inner loop runs over contiguous bits, each with its own accumulator (a vector loop, not one latency-bound
+    chain after another)."""
+    for k in range(k0, K):
+        s[k] = 0.0
+    for j in range(r.shape[0]):
+        rj = r[j]
+        for k in range(k0, K):
+            t = AT[j, k]
+            s[k] += (rj + zf[k] * t) * t
 
 
 @numba.njit(inline="always", **_JIT)
-def _scores(r, AT, zf, s, k0, K):
-    """``s[k] = sum_j (r_j + z_k a_kj) a_kj`` for ``k0 <= k < K`` (and up to 7 more, spare), over j in index order.
-
-    Every bit's sum is formed in the order of the row-by-row sweep, so its value is the same: ``z_k a_kj`` is
-    exactly ``a_kj`` or 0, and adding 0 leaves ``r_j``. The features are read transposed (``AT``, (D, K + 8) with
-    zero spare columns; ``zf``, ``s`` have K + 8 entries) and eight bits advance together in registers, instead of
-    one latency-bound chain after another."""
-    D = r.shape[0]
-    kb = k0
-    while kb < K:
-        z0, z1, z2, z3 = zf[kb], zf[kb + 1], zf[kb + 2], zf[kb + 3]
-        z4, z5, z6, z7 = zf[kb + 4], zf[kb + 5], zf[kb + 6], zf[kb + 7]
-        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-        for j in range(D):
-            rj = r[j]
-            t = AT[j, kb]
-            s0 += (rj + z0 * t) * t
-            t = AT[j, kb + 1]
-            s1 += (rj + z1 * t) * t
-            t = AT[j, kb + 2]
-            s2 += (rj + z2 * t) * t
-            t = AT[j, kb + 3]
-            s3 += (rj + z3 * t) * t
-            t = AT[j, kb + 4]
-            s4 += (rj + z4 * t) * t
-            t = AT[j, kb + 5]
-            s5 += (rj + z5 * t) * t
-            t = AT[j, kb + 6]
-            s6 += (rj + z6 * t) * t
-            t = AT[j, kb + 7]
-            s7 += (rj + z7 * t) * t
-        s[kb], s[kb + 1], s[kb + 2], s[kb + 3] = s0, s1, s2, s3
-        s[kb + 4], s[kb + 5], s[kb + 6], s[kb + 7] = s4, s5, s6, s7
-        kb += _LANES
+def _decide(v, a, cur):
+    """T1: bit on when ``v = 2 s_k`` is above ``a = ||a_k||^2``, off below, unchanged on a tie (or NaN)."""
+    if cur:
+        return not (v < a)
+    return v > a
 
 
 @numba.njit(inline="always", **_JIT)
@@ -102,30 +86,24 @@ def _sweep(Z, i, A, AT, aa, r, s, zf, k0, K):
     """Coordinate sweep of the bits ``k0..K-1`` of row ``i`` (T1: a bit changes only on a strict gain).
 
     ``r`` is the current residual (it includes the current bits, ``zf`` as 0.0/1.0) and is updated in place with
-    ``Z[i]`` and ``zf``. Bit k compares ``2 s_k`` with ``aa[k] = ||a_k||^2``: on above, off below, unchanged on a
-    tie (or NaN). The scores of all bits come first; a bit that changes renews the scores of the bits after it,
-    so the decisions are those of the bit-by-bit sweep. Returns the number of bits that changed."""
+    ``Z[i]`` and ``zf``. The scores of all bits come first; a bit that changes renews the scores of the bits after
+    it, so the decisions are those of the bit-by-bit sweep. Returns the number of bits that changed."""
     D = A.shape[1]
     _scores(r, AT, zf, s, k0, K)
-    changed = False
+    first = K
     for k in range(k0, K):
-        v = 2.0 * s[k]
         cur = zf[k] != 0.0
-        changed |= ((v > aa[k]) | (~(v < aa[k]) & cur)) != cur
-    if not changed:
-        return 0
+        if _decide(2.0 * s[k], aa[k], cur) != cur:
+            first = k
+            break
     flips = 0
-    for k in range(k0, K):
-        v = 2.0 * s[k]
+    for k in range(first, K):
         cur = zf[k] != 0.0
-        new = (v > aa[k]) | (~(v < aa[k]) & cur)
+        new = _decide(2.0 * s[k], aa[k], cur)
         if new != cur:
-            if new:
-                for j in range(D):
-                    r[j] -= A[k, j]
-            else:
-                for j in range(D):
-                    r[j] += A[k, j]
+            sign = -1.0 if new else 1.0
+            for j in range(D):
+                r[j] += sign * A[k, j]
             Z[i, k] = 1 if new else 0
             zf[k] = 1.0 if new else 0.0
             flips += 1
@@ -151,10 +129,9 @@ def _norms(A):
 
 @numba.njit(inline="always", **_JIT)
 def _transposed(A, width):
-    """``A.T`` as a C-contiguous (D, width + _LANES) array, zero beyond K (columns for features opened later and
-    the spare lanes of :func:`_scores`)."""
+    """``A.T`` as a C-contiguous (D, width) array, zero beyond K (columns for features opened later)."""
     K, D = A.shape
-    AT = np.zeros((D, width + _LANES))
+    AT = np.zeros((D, width))
     for k in range(K):
         for j in range(D):
             AT[j, k] = A[k, j]
@@ -172,8 +149,8 @@ def _sweep_rows(X, Z, A, aa, repeat):
     K = A.shape[0]
     AT = _transposed(A, K)
     r = np.empty(D)
-    s = np.empty(K + _LANES)
-    zf = np.zeros(K + _LANES)
+    s = np.empty(K)
+    zf = np.zeros(K)
     on = np.empty(K, dtype=np.int64)
     q = np.empty(n)
     flips = 0
@@ -215,8 +192,8 @@ def _serial_sweep(X, Z0, R, A0, lam, k_from, max_new, saturate):
     overflow = -1
     AT = _transposed(A0, K0 + max_new)
     r = np.empty(D)
-    s = np.empty(K0 + max_new + _LANES)
-    zf = np.zeros(K0 + max_new + _LANES)
+    s = np.empty(K0 + max_new)
+    zf = np.zeros(K0 + max_new)
     on = np.empty(K0 + max_new, dtype=np.int64)
     for i in range(m):
         if k_from[i] < 0:
@@ -302,8 +279,8 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     G = np.zeros((K, K))
     B = np.zeros((K, D))
     r = np.empty(D)
-    s = np.empty(K + _LANES)
-    zf = np.zeros(K + _LANES)
+    s = np.empty(K)
+    zf = np.zeros(K)
     on = np.empty(K, dtype=np.int64)
     flips = 0
     count = 0

@@ -48,6 +48,31 @@ def test_sweep_follows_the_bit_rule_and_ties_keep_the_bit():
     assert flips == 3
 
 
+def test_sweep_equals_its_plain_python_twin_bit_for_bit():
+    """The numba sweep (scores of all bits first, renewed after a flip) against ``_ref_sweep`` (bit by bit): small
+    integer features and rows give exact ties, random starting bits give first flips at every position, 11
+    features more than one vector's width, and NaN rows keep their bits."""
+    from dclust.kernels.bpmeans import _ref_sweep
+
+    rng = np.random.default_rng(5)
+    A = rng.integers(-2, 3, size=(11, 3)).astype(np.float64)
+    X = rng.integers(-4, 5, size=(3000, 3)).astype(np.float64)
+    X[::97, 1] = np.nan
+    Z0 = rng.integers(0, 2, size=(X.shape[0], A.shape[0])).astype(np.uint8)
+    Z = Z0.copy()
+    q, flips = sweep_rows(X, Z, A)
+    want_q, want_flips = [], 0
+    for i in range(X.shape[0]):
+        z = [int(b) for b in Z0[i]]
+        _, qi, f = _ref_sweep(X[i], z, A)
+        np.testing.assert_array_equal(Z[i], z)
+        want_q.append(qi)
+        want_flips += f
+    np.testing.assert_array_equal(q, want_q)  # bit for bit (NaN == NaN here)
+    assert flips == want_flips and 0 < flips < Z.size
+    assert np.array_equal(Z[::97], Z0[::97])
+
+
 def test_serial_sweep_opens_a_feature_only_when_strictly_better():
     X = np.array([[3.0, 0.0], [3.0, 0.0], [0.0, 2.0]])
     Z, new, q, flips, overflow = serial_sweep(X, np.zeros((3, 0), np.uint8), np.zeros((0, 2)), 4.0)
