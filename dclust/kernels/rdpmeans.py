@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .distances import _finish, _weights, epoch_stats, order_keys
+from .distances import _accumulate, _finish, _weights, epoch_stats, order_keys
 from .divergence import divergence_matrix, divergence_nearest, divergence_rows, smooth_rows
 from .dpmeans import serial_assign
 from .stats import ClusterStats
@@ -31,42 +31,13 @@ __all__ = [
 ]
 
 
-@numba.njit(nogil=True, cache=True)
-def _accumulate_skip(X, labels, mind, skip, k, offset):
-    n, d = X.shape
-    weight = np.zeros(k)
-    sums = np.zeros((k, d))
-    fp = np.zeros(k, dtype=np.uint64)
-    cost = 0.0
-    n_bad = 0
-    golden = np.uint64(0x9E3779B97F4A7C15)
-    for i in range(n):
-        c = labels[i]
-        if c < 0:
-            if not skip[i]:
-                n_bad += 1
-            continue
-        weight[c] += 1.0
-        cost += mind[i]
-        z = np.uint64(offset + i) * golden + golden
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        fp[c] += z ^ (z >> np.uint64(31))
-        for j in range(d):
-            sums[c, j] += np.float64(X[i, j])
-    mean = np.zeros((k, d))
-    for c in range(k):
-        if weight[c] > 0:
-            for j in range(d):
-                mean[c, j] = sums[c, j] / weight[c]
-    return weight, mean, fp, cost, n_bad
-
-
 def _stats_skip(X, labels, mind, skip, k, offset, block_index) -> ClusterStats:
     """Statistics of the rows with ``labels >= 0``; rows with label -1 count as bad unless ``skip``."""
     X = np.ascontiguousarray(X)
-    weight, mean, fp, cost, n_bad = _accumulate_skip(X, labels, mind, skip, k, np.uint64(offset))
-    return _finish(X, labels, _weights(X.shape[0], None), weight, mean, fp, cost, n_bad, block_index)
+    w = _weights(X.shape[0], None)
+    weight, mean, fp, cost, _ = _accumulate(X, labels, mind, w, k, np.uint64(offset))
+    n_bad = int(np.count_nonzero((labels < 0) & ~skip))
+    return _finish(X, labels, w, weight, mean, fp, cost, n_bad, block_index)
 
 
 def rdp_propose(Xb, wb, linked, *, offset, block_index, mix, lo, hi, centers, lam, kind):
