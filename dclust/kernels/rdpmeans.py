@@ -165,6 +165,32 @@ def _divergences(X: np.ndarray, C: np.ndarray, kind: str) -> np.ndarray:
     return D
 
 
+@numba.njit(**_NJIT)
+def _link_argmin(D, indptr, cols, vals, z_nb, xi):
+    """Per row ``r`` of ``D`` (n, K): the cluster minimising ``D[r] - xi * L[r]`` (:func:`link_scores`, from the
+    CSR rows ``indptr[r]:indptr[r + 1]`` of ``cols``/``vals``; lowest index on ties, a NaN first, as
+    ``numpy.argmin``), that value and ``D[r, best]``. The same numbers as the numpy expressions, with no n x K
+    temporary: the link sums are added in CSR order, as ``numpy.add.at`` does."""
+    n, k = D.shape
+    best = np.zeros(n, dtype=np.int64)
+    bval = np.empty(n)
+    dbest = np.empty(n)
+    L = np.zeros(k)
+    for r in range(n):
+        for e in range(indptr[r], indptr[r + 1]):
+            L[z_nb[cols[e]]] += vals[e]
+        b = 0
+        bv = D[r, 0] - xi * L[0]
+        for c in range(1, k):
+            v = D[r, c] - xi * L[c]
+            if not np.isnan(bv) and (v < bv or np.isnan(v)):
+                b, bv = c, v
+        best[r], bval[r], dbest[r] = b, bv, D[r, b]
+        for e in range(indptr[r], indptr[r + 1]):
+            L[z_nb[cols[e]]] = 0.0
+    return best, bval, dbest
+
+
 @dataclass
 class LinkedBlockResult:
     """One block's answer in an epoch of a colour phase (positions index the phase's row list of the block)."""
@@ -190,13 +216,14 @@ def linked_block(
     k = centers.shape[0]
     part = np.asarray(sel[start:], dtype=np.int64)
     X = Xl[part]
-    D = _divergences(X, centers, kind)
-    sub = indptr[start:] - indptr[start]
-    lo, hi = indptr[start], indptr[-1]
-    L = link_scores(sub, cols[lo:hi], vals[lo:hi], z_nb, k)
-    dist = D - xi * L
-    best = np.argmin(dist, axis=1) if k else np.zeros(part.size, np.int64)
-    bval = dist[np.arange(part.size), best] if k else np.full(part.size, np.inf)
+    if k:
+        D = _divergences(X, centers, kind)
+        best, bval, dbest = _link_argmin(D, np.ascontiguousarray(indptr[start:], dtype=np.int64),
+                                         np.ascontiguousarray(cols, dtype=np.int64),
+                                         np.ascontiguousarray(vals, dtype=np.float64),
+                                         np.ascontiguousarray(z_nb, dtype=np.int64), float(xi))
+    else:
+        best, bval, dbest = np.zeros(part.size, np.int64), np.full(part.size, np.inf), np.zeros(part.size)
     propose = ~(bval <= lam)
     count = np.cumsum(propose)
     stop = part.size
@@ -205,7 +232,7 @@ def linked_block(
     propose, best = propose[:stop], best[:stop]
     labels = np.where(propose, -1, best).astype(np.int64)
     keep = ~propose
-    data_cost = D[np.arange(stop), best][keep] if k else np.zeros(0)
+    data_cost = dbest[:stop][keep] if k else np.zeros(0)
     stats = ClusterStats.from_labels(X[:stop][keep], labels[keep], k, cost=float(data_cost.sum()),
                                      index=index[part[:stop][keep]])
     return LinkedBlockResult(stats, labels, float(data_cost.sum()), np.flatnonzero(propose) + start,
