@@ -511,7 +511,7 @@ def persist_if_fits(X: da.Array, persist, logger) -> da.Array:
     else:
         logger.info("persisting the data in memory (%.1f MB)", X.nbytes / 1e6)
     try:
-        return _persisted(_persist(X))
+        return _persisted(_persist_spread(X))
     except (OSError, DclustError):  # the storage itself (network, permissions), or already named
         raise
     except Exception as exc:  # noqa: BLE001 - Dask's own read of a damaged chunk: name it as a pass would
@@ -526,22 +526,22 @@ def persist_if_fits(X: da.Array, persist, logger) -> da.Array:
 
 
 def _read_block(reader: "_Getter", source: Any, index: Any, b: int, first: int, size: int) -> np.ndarray:
-    """The task that reads block ``b`` into the memory of the worker the placement chose (see :func:`_persist`)."""
+    """The task that reads block ``b`` into the memory of the worker chosen for it (:func:`_persist_spread`)."""
     _reuse_chunk_buffers()
     return _read(reader, source, index, b, first, size)
 
 
-def _persist(X: da.Array) -> da.Array:
+def _persist_spread(X: da.Array) -> da.Array:
     """``X.persist()``, with its row blocks spread over the workers of a distributed cluster in contiguous runs,
     as many blocks per worker as its share of the cluster's threads.
 
     Left to itself, the scheduler puts the read of every chunk of a store where the store object (the one
     dependency of those tasks) is: 18 of 20 blocks on one of two workers was measured, and a persisted pass then
     runs on that worker alone (a pass never moves blocks, :func:`_worker_groups`). A plain read of a store is
-    persisted as one read task per block, the store object inside every task (nothing to fetch: stealing, which
-    reacts to the wait, has less to move). Every block task is bound to its worker until the blocks are in memory (a
-    loose binding was measured 13:7 on a loaded machine: work stealing moves tasks), then loosely (a lost worker's
-    blocks are made again elsewhere). The persisted array keeps X's name and chunks.
+    persisted as one read task per block with the store object inside (no key to fetch first). Every block task is
+    bound to its worker until the blocks are in memory (a loose binding ended 13:7 on a loaded machine: work
+    stealing moves such tasks), then loosely (a lost worker's blocks are made again elsewhere). The persisted array
+    keeps X's name and chunks; blocks made by other tasks (not a plain read) are placed the same way.
     """
     try:
         from distributed import default_client
@@ -553,7 +553,7 @@ def _persist(X: da.Array) -> da.Array:
     if not threads or X.ndim > 2 or X.numblocks[1:] != (1,) * (X.ndim - 1):
         return client.persist(X)
     slots = [w for w in sorted(threads) for _ in range(max(1, int(threads[w])))]
-    place = {}
+    place: dict = {}
     for slot, blocks in zip(slots, block_groups(X.numblocks[0], None, len(slots))):
         place.update({_block_key(X, b): [slot] for b in blocks})
     reader = _reader_of(X)
@@ -575,12 +575,12 @@ def _persist(X: da.Array) -> da.Array:
     return Xp
 
 
-def _placement(place: dict, every: list, key) -> list:
-    """The workers a task of :func:`_persist` asks for: its block's, or any (the tasks of a computed array)."""
+def _placement(place: dict, every: list, key: Any) -> list:
+    """The workers a task of :func:`_persist_spread` asks for: its block's, or any (other tasks of the graph)."""
     return place.get(key, every)
 
 
-def _loosen(keys: list, dask_scheduler=None) -> None:
+def _loosen(keys: list, dask_scheduler: Any = None) -> None:
     """(On the scheduler.) The placement of the persisted blocks ``keys`` becomes a preference."""
     for key in keys:
         ts = dask_scheduler.tasks.get(key)
