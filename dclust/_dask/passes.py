@@ -10,11 +10,11 @@ No block is concatenated or copied on the way.
 
 How many tasks (``dask.config.set({"dclust.pass-grouping": False})`` keeps one task per block, for comparisons): a
 store read is grouped into about ``TASKS_PER_THREAD`` tasks per thread of the cluster, so the
-scheduling cost of a pass follows the cluster's cores, not the store's chunk count; blocks held in worker memory
-are grouped per worker, one task per thread of the worker (never moved between workers; :func:`persist_if_fits`
-spreads them evenly); blocks computed by other tasks keep one task per block, so
-Dask fuses the task that makes a block into the one that uses it. Results never depend on the grouping except
-through the rounding of floating-point sums.
+scheduling cost of a pass follows the cluster's cores, not the store's chunk count; blocks held in memory (persisted:
+:func:`persist_if_fits` spreads them evenly over the workers) or computed by other tasks keep one task per block,
+which runs where its block is (or is fused with the task that makes it), and whose merge order does not depend on
+where the blocks are: a fit that loses a worker gives the same centres bit for bit. Results never depend on the
+grouping except through the rounding of floating-point sums.
 
 :func:`map_reduce` is the pass of every fit (a tree-reduced result); :func:`map_partials` returns one partial
 per block (proposal steps that need them block by block); :func:`map_labels` gives per-row outputs.
@@ -233,32 +233,6 @@ def block_groups(n_blocks: int, blocks: Sequence[int] | None = None, n_tasks: in
     return [todo[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _worker_groups(X: da.Array, todo: list[int]) -> list[list[int]] | None:
-    """Blocks held in distributed memory, grouped by the worker that holds them; None if they are not all held."""
-    try:
-        from distributed import default_client, futures_of
-
-        client = default_client()
-    except (ImportError, ValueError):
-        return None
-    futures = futures_of(X)
-    if len(futures) != X.numblocks[0] or X.ndim > 2:
-        return None
-    where = client.who_has(futures)  # (futures: a list of keys is not looked up)
-    by_worker: dict[str, list[int]] = {}
-    for b in todo:
-        holders = where.get(_block_key(X, b))
-        if not holders:
-            return None
-        by_worker.setdefault(sorted(holders)[0], []).append(b)
-    threads = client.nthreads()
-    groups: list[list[int]] = []
-    for worker, held in sorted(by_worker.items()):  # one task per thread: a worker's tasks could only wait for
-        for g in block_groups(len(held), None, threads.get(worker, 1)):  # each other (they read no store)
-            groups.append([held[i] for i in g])
-    return groups
-
-
 # ---------------------------------------------------------------------------------------------------- the task
 
 
@@ -426,8 +400,7 @@ def _groups_for(X: da.Array, blocks, grouped: bool) -> list[list[int]]:
         return [[b] for b in todo]
     if _reader_of(X) is not None:
         return block_groups(X.numblocks[0], todo)
-    held = _worker_groups(X, todo)
-    return held if held is not None else [[b] for b in todo]
+    return [[b] for b in todo]
 
 
 def map_reduce(
@@ -537,7 +510,7 @@ def _persist_spread(X: da.Array) -> da.Array:
 
     Left to itself, the scheduler puts the read of every chunk of a store where the store object (the one
     dependency of those tasks) is: 18 of 20 blocks on one of two workers was measured, and a persisted pass then
-    runs on that worker alone (a pass never moves blocks, :func:`_worker_groups`). A plain read of a store is
+    runs on that worker alone (its tasks go where their blocks are). A plain read of a store is
     persisted as one read task per block with the store object inside (no key to fetch first). Every block task is
     bound to its worker until the blocks are in memory (a loose binding ended 13:7 on a loaded machine: work
     stealing moves such tasks), then loosely (a lost worker's blocks are made again elsewhere). The persisted array
