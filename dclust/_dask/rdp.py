@@ -150,7 +150,7 @@ def _validate_epoch(epoch, C, *, lam, kind):
     :meth:`dclust._dask.occ.OCCRule.epoch`) in key order, validated serially against ``C``. Returns
     ``(partial, n_rows, index, rows, labels, dist, new)``."""
     part, n_rows, keys, index, rows = epoch[:5]
-    order = np.argsort(keys, kind="stable")
+    order = np.argsort(keys)  # (distinct keys: see _by_key)
     index, rows = index[order], rows[order]
     labels, dist, new = validate_proposals(rows, lam, kind, C)
     return part, n_rows, index, rows, labels, dist, new
@@ -204,6 +204,12 @@ def _phase_block(linked, pb, C, z, *, lam, xi, kind):
     return res, pb.ids, index[pb.sel]
 
 
+def _by_key(rows: np.ndarray, mix: int) -> np.ndarray:
+    """The order of distinct global ``rows`` by order key. Distinct rows have distinct keys (the key is a bijection
+    of the row index), so numpy's default sort gives the stable order, 4-5 x faster than ``kind="stable"``."""
+    return np.argsort(order_keys(mix, rows))
+
+
 def _fused_validate(state, results, *, lam, kind, mix):
     """The end of one colour phase: commit the blocks' labels, validate the proposals serially in key order and
     return the next state ``(C, z, stats, order)`` (``order`` gains the phase's non-proposers, then its proposals,
@@ -220,10 +226,10 @@ def _fused_validate(state, results, *, lam, kind, mix):
         prop_nodes.append(nb[res.position])
         prop_rows.append(res.rows)
     kept = np.concatenate(kept)
-    order.append(kept[np.argsort(order_keys(mix, kept), kind="stable")])
+    order.append(kept[_by_key(kept, mix)])
     nodes_all = np.concatenate(prop_nodes)
     if nodes_all.size:
-        srt = np.argsort(order_keys(mix, nodes_all), kind="stable")
+        srt = _by_key(nodes_all, mix)
         pid, nodes_all = np.concatenate(prop_ids)[srt], nodes_all[srt]
         rows = np.concatenate(prop_rows).reshape(-1, d)[srt]
         k0 = C.shape[0]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .distances import _finish, _weights, epoch_stats, order_keys
+from .distances import _accumulate, _finish, _weights, epoch_stats, order_keys
 from .divergence import divergence_matrix, divergence_nearest, divergence_rows, smooth_rows
 from .dpmeans import serial_assign
 from .stats import ClusterStats
@@ -31,42 +31,13 @@ __all__ = [
 ]
 
 
-@numba.njit(nogil=True, cache=True)
-def _accumulate_skip(X, labels, mind, skip, k, offset):
-    n, d = X.shape
-    weight = np.zeros(k)
-    sums = np.zeros((k, d))
-    fp = np.zeros(k, dtype=np.uint64)
-    cost = 0.0
-    n_bad = 0
-    golden = np.uint64(0x9E3779B97F4A7C15)
-    for i in range(n):
-        c = labels[i]
-        if c < 0:
-            if not skip[i]:
-                n_bad += 1
-            continue
-        weight[c] += 1.0
-        cost += mind[i]
-        z = np.uint64(offset + i) * golden + golden
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        fp[c] += z ^ (z >> np.uint64(31))
-        for j in range(d):
-            sums[c, j] += np.float64(X[i, j])
-    mean = np.zeros((k, d))
-    for c in range(k):
-        if weight[c] > 0:
-            for j in range(d):
-                mean[c, j] = sums[c, j] / weight[c]
-    return weight, mean, fp, cost, n_bad
-
-
 def _stats_skip(X, labels, mind, skip, k, offset, block_index) -> ClusterStats:
     """Statistics of the rows with ``labels >= 0``; rows with label -1 count as bad unless ``skip``."""
     X = np.ascontiguousarray(X)
-    weight, mean, fp, cost, n_bad = _accumulate_skip(X, labels, mind, skip, k, np.uint64(offset))
-    return _finish(X, labels, _weights(X.shape[0], None), weight, mean, fp, cost, n_bad, block_index)
+    w = _weights(X.shape[0], None)
+    weight, mean, fp, cost, _ = _accumulate(X, labels, mind, w, k, np.uint64(offset))
+    n_bad = int(np.count_nonzero((labels < 0) & ~skip))
+    return _finish(X, labels, w, weight, mean, fp, cost, n_bad, block_index)
 
 
 def rdp_propose(Xb, wb, linked, *, offset, block_index, mix, lo, hi, centers, lam, kind):
@@ -194,6 +165,32 @@ def _divergences(X: np.ndarray, C: np.ndarray, kind: str) -> np.ndarray:
     return D
 
 
+@numba.njit(**_NJIT)
+def _link_argmin(D, indptr, cols, vals, z_nb, xi):
+    """Per row ``r`` of ``D`` (n, K): the cluster minimising ``D[r] - xi * L[r]`` (:func:`link_scores`, from the
+    CSR rows ``indptr[r]:indptr[r + 1]`` of ``cols``/``vals``; lowest index on ties, a NaN first, as
+    ``numpy.argmin``), that value and ``D[r, best]``. The same numbers as the numpy expressions, with no n x K
+    temporary: the link sums are added in CSR order, as ``numpy.add.at`` does."""
+    n, k = D.shape
+    best = np.zeros(n, dtype=np.int64)
+    bval = np.empty(n)
+    dbest = np.empty(n)
+    L = np.zeros(k)
+    for r in range(n):
+        for e in range(indptr[r], indptr[r + 1]):
+            L[z_nb[cols[e]]] += vals[e]
+        b = 0
+        bv = D[r, 0] - xi * L[0]
+        for c in range(1, k):
+            v = D[r, c] - xi * L[c]
+            if not np.isnan(bv) and (v < bv or np.isnan(v)):
+                b, bv = c, v
+        best[r], bval[r], dbest[r] = b, bv, D[r, b]
+        for e in range(indptr[r], indptr[r + 1]):
+            L[z_nb[cols[e]]] = 0.0
+    return best, bval, dbest
+
+
 @dataclass
 class LinkedBlockResult:
     """One block's answer in an epoch of a colour phase (positions index the phase's row list of the block)."""
@@ -219,13 +216,14 @@ def linked_block(
     k = centers.shape[0]
     part = np.asarray(sel[start:], dtype=np.int64)
     X = Xl[part]
-    D = _divergences(X, centers, kind)
-    sub = indptr[start:] - indptr[start]
-    lo, hi = indptr[start], indptr[-1]
-    L = link_scores(sub, cols[lo:hi], vals[lo:hi], z_nb, k)
-    dist = D - xi * L
-    best = np.argmin(dist, axis=1) if k else np.zeros(part.size, np.int64)
-    bval = dist[np.arange(part.size), best] if k else np.full(part.size, np.inf)
+    if k:
+        D = _divergences(X, centers, kind)
+        best, bval, dbest = _link_argmin(D, np.ascontiguousarray(indptr[start:], dtype=np.int64),
+                                         np.ascontiguousarray(cols, dtype=np.int64),
+                                         np.ascontiguousarray(vals, dtype=np.float64),
+                                         np.ascontiguousarray(z_nb, dtype=np.int64), float(xi))
+    else:
+        best, bval, dbest = np.zeros(part.size, np.int64), np.full(part.size, np.inf), np.zeros(part.size)
     propose = ~(bval <= lam)
     count = np.cumsum(propose)
     stop = part.size
@@ -234,7 +232,7 @@ def linked_block(
     propose, best = propose[:stop], best[:stop]
     labels = np.where(propose, -1, best).astype(np.int64)
     keep = ~propose
-    data_cost = D[np.arange(stop), best][keep] if k else np.zeros(0)
+    data_cost = dbest[:stop][keep] if k else np.zeros(0)
     stats = ClusterStats.from_labels(X[:stop][keep], labels[keep], k, cost=float(data_cost.sum()),
                                      index=index[part[:stop][keep]])
     return LinkedBlockResult(stats, labels, float(data_cost.sum()), np.flatnonzero(propose) + start,

@@ -295,3 +295,31 @@ def test_divergences_of_a_color_phase_equal_the_direct_ones(d):
     np.testing.assert_array_equal(_divergences(X.astype(np.float32), C, "euclidean"),
                                   divergence_matrix(X.astype(np.float32), C, "euclidean"))
     assert _divergences(X, C[:0], "euclidean").shape == (X.shape[0], 0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_fused_link_argmin_equals_the_numpy_expressions(seed):
+    """``_link_argmin`` (the colour phases' choice, no n x K temporary) gives the numbers of
+    ``argmin(D - xi * link_scores(...))`` bit for bit: ties (integer distances), a NaN, a CSR that starts mid-way."""
+    from dclust.kernels.rdpmeans import _link_argmin
+
+    rng = np.random.default_rng(seed)
+    for t in range(60):
+        n, k = int(rng.integers(1, 60)), int(rng.integers(1, 9))
+        D = rng.integers(0, 4, (n, k)).astype(float) if t % 2 else rng.random((n, k)) * 10
+        if t % 7 == 0:
+            D[rng.integers(0, n), rng.integers(0, k)] = np.nan
+        indptr = np.concatenate([[0], np.cumsum(rng.integers(0, 4, n))]).astype(np.int64)
+        n_nb = int(rng.integers(1, 10))
+        cols = rng.integers(0, n_nb, indptr[-1]).astype(np.int64)
+        vals = rng.choice([-1.0, 1.0, 0.5], indptr[-1])
+        z, xi, start = rng.integers(0, k, n_nb).astype(np.int64), float(rng.choice([0.0, 3.7, 1e3])), int(
+            rng.integers(0, n))
+        lo = indptr[start]
+        dist = D[start:] - xi * link_scores(indptr[start:] - lo, cols[lo:], vals[lo:], z, k)
+        best = np.argmin(dist, axis=1)
+        rows = np.arange(n - start)
+        got = _link_argmin(np.ascontiguousarray(D[start:]), indptr[start:], cols, vals, z, xi)
+        np.testing.assert_array_equal(got[0], best)
+        np.testing.assert_array_equal(got[1], dist[rows, best])
+        np.testing.assert_array_equal(got[2], D[start:][rows, best])

@@ -96,3 +96,36 @@ def test_small_parameters_travel_inside_the_tasks(store, inline):
     np.testing.assert_allclose(stats.mean, reference.mean, rtol=1e-6)
     big = np.tile(C, (10_000, 1))  # 320 kB of centres: one key
     assert any(str(k).startswith("dclust-params-") for k in _pass_tasks(Xd, big))
+
+
+def test_a_persisted_store_is_spread_evenly_and_each_block_is_used_where_it_is(store, client):
+    """Persisted on a cluster of two single-threaded workers, the 800 chunks of the store are split 400:400 in two
+    contiguous runs (left to Dask, nearly all of them landed where the store object was, and a pass ran on one
+    worker); a pass over them moves no block and gives the statistics of the store read; the placement is loose
+    afterwards (a lost worker's blocks may be read again on the other)."""
+    import logging
+
+    from distributed import get_task_stream
+
+    from dclust._dask.passes import persist_if_fits
+
+    X, path = store
+    Xd = dclust.open_array(path)
+    Xp = persist_if_fits(Xd, True, logging.getLogger("dclust"))
+    assert Xp.name == Xd.name and Xp.chunks == Xd.chunks
+    holders = client.who_has(Xp)
+    first = [holders[(Xp.name, b, 0)][0] for b in range(Xp.numblocks[0])]
+    assert first[:400] == [first[0]] * 400 and first[400:] == [first[400]] * 400 and first[0] != first[400]
+    C = X[:4].astype(np.float64)
+    with get_task_stream() as stream:
+        held = map_reduce(_stats_partial, ClusterStats.merge_all, Xp, None, centers=C).compute()[()]
+    passes = [t for t in stream.data if "dclust-pass-" in str(t["key"])]
+    assert {t["worker"] for t in passes} == set(first)
+    assert not [t for t in passes if any(s["action"] == "transfer" for s in t["startstops"])]
+    read = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centers=C).compute()[()]
+    np.testing.assert_array_equal(held.weight, read.weight)
+    np.testing.assert_allclose(held.mean, read.mean, rtol=1e-10)
+    restrictions = client.run_on_scheduler(
+        lambda dask_scheduler: {ts.loose_restrictions for k, ts in dask_scheduler.tasks.items()
+                                if isinstance(k, tuple) and k[0] == Xp.name})
+    assert restrictions == {True}
