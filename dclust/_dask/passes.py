@@ -589,11 +589,8 @@ def _persist_spread(X: da.Array) -> da.Array:
     stealing moves such tasks), then loosely (a lost worker's blocks are made again elsewhere). The persisted array
     keeps X's name and chunks; blocks made by other tasks (not a plain read) are placed the same way.
     """
-    try:
-        from distributed import default_client
-
-        client = default_client()
-    except (ImportError, ValueError):
+    client = current_client()
+    if client is None:
         return X.persist()
     threads = client.nthreads()
     if not threads or X.ndim > 2 or X.numblocks[1:] != (1,) * (X.ndim - 1):
