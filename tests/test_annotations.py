@@ -25,11 +25,6 @@ PUBLIC_MODULES = (
     "dclust.errors",
 )
 DUNDERS = ("__init__", "__call__")
-#: kernels re-exported by a public package; the kernels (numba code, owned by the engine work) are annotated there,
-#: not in this pass. Strict: once annotated, the entry must go.
-KNOWN_GAPS = {
-    "dclust.kernels.kmeans.lloyd": "kernels are left to their owners (issue 18 item 3, typing pass)",
-}
 
 
 def _own(cls):
@@ -96,8 +91,7 @@ def test_missing_detects_an_unannotated_parameter_and_return():
 
 @pytest.mark.parametrize(
     "name,func",
-    [pytest.param(name, func, marks=pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=True))
-     if name in KNOWN_GAPS else (name, func) for name, func in CALLABLES],
+    CALLABLES,
     ids=[name for name, _ in CALLABLES],
 )
 def test_public_callable_is_annotated(name, func):

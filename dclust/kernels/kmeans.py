@@ -56,7 +56,7 @@ def kmeans_plusplus(
     return np.array(centers)
 
 
-def lloyd_pass(P: np.ndarray, w, C: np.ndarray):
+def lloyd_pass(P: np.ndarray, w: np.ndarray | None, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     """One in-memory Lloyd iteration with the fused kernel: ``(labels, centres, cost)`` -- every point of ``P``
     (m, D) assigned to its nearest centre of ``C`` (lowest index on ties), the centres moved to the (``w``-weighted;
     None: unweighted) means of their points (an empty cluster keeps its centre), and the weighted squared-distance
@@ -66,7 +66,9 @@ def lloyd_pass(P: np.ndarray, w, C: np.ndarray):
     return labels.astype(np.int64), np.where((stats.weight > 0)[:, None], stats.mean, C), float(stats.cost)
 
 
-def lloyd(P: np.ndarray, w, C: np.ndarray, *, max_iter: int, rtol: float = 0.0):
+def lloyd(
+    P: np.ndarray, w: np.ndarray | None, C: np.ndarray, *, max_iter: int, rtol: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray, int, bool, list[float]]:
     """In-memory Lloyd iterations (:func:`lloyd_pass`) from ``C`` until the partition repeats, the squared centre
     shift is at most ``rtol * max(1, ||C||^2)`` (when ``rtol > 0``), or ``max_iter`` iterations.
 
@@ -82,8 +84,11 @@ def lloyd(P: np.ndarray, w, C: np.ndarray, *, max_iter: int, rtol: float = 0.0):
     >>> C.ravel().tolist(), labels.tolist(), converged
     ([0.5, 10.5], [0, 0, 1, 1], True)
     """
+    if max_iter < 1:
+        raise ValueError(f"lloyd: max_iter >= 1 expected, got {max_iter}")
     C = np.asarray(C, dtype=np.float64)
-    labels, history = None, []
+    labels: np.ndarray | None = None
+    history: list[float] = []
     for it in range(1, max_iter + 1):
         new_labels, new, cost = lloyd_pass(P, w, C)
         history.append(cost)
@@ -92,4 +97,5 @@ def lloyd(P: np.ndarray, w, C: np.ndarray, *, max_iter: int, rtol: float = 0.0):
         C, labels = new, new_labels
         if repeated or (rtol > 0 and shift <= rtol * max(1.0, float((C * C).sum()))):
             return C, labels, it, True, history
+    assert labels is not None  # max_iter >= 1 passes ran
     return C, labels, max_iter, False, history
