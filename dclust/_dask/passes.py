@@ -477,13 +477,15 @@ def single_chunk(X: da.Array) -> Any:
 
 
 def current_client() -> Any | None:
-    """The default ``distributed`` client, or None when there is none (Dask's local schedulers run the work)."""
+    """The ``distributed`` client that runs Dask's work here, or None: there is none, or the configured scheduler
+    is another (``dask.config.set(scheduler="threads")`` beside a client means the threads)."""
     try:
         from distributed import default_client
 
-        return default_client()
+        client = default_client()
     except (ImportError, ValueError):
         return None
+    return client if getattr(dask.base.get_scheduler(), "__self__", None) is client else None
 
 
 def on_cluster(*collections: Any) -> bool:
