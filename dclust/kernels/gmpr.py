@@ -7,7 +7,7 @@ sub-cluster ``k``. Every probability is handled as a log and normalised with log
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba
 import numpy as np
@@ -15,6 +15,7 @@ from scipy.linalg import solve_triangular
 from scipy.special import logsumexp
 
 from .distances import _one_blas_thread
+from .stats import chan_means
 
 __all__ = [
     "MixtureParams",
@@ -48,6 +49,10 @@ class MixtureParams:
     covariances : (M, K, D, D) for ``"full"``, (M, K, D) for ``"diag"``.
     prec_chol : same shape as ``covariances``; the Cholesky factor of the precision (full: upper triangular
         ``U`` with ``U Uᵀ = Σ⁻¹``; diag: ``1/sqrt(σ²)``).
+    n_classes, n_sub : int
+        ``M`` and ``K`` (from ``pi``).
+    diag : bool
+        True for diagonal covariances.
     """
 
     alpha: np.ndarray
@@ -55,6 +60,13 @@ class MixtureParams:
     means: np.ndarray
     covariances: np.ndarray
     prec_chol: np.ndarray
+    n_classes: int = field(init=False)
+    n_sub: int = field(init=False)
+    diag: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.n_classes, self.n_sub = (int(v) for v in self.pi.shape)
+        self.diag = self.covariances.ndim == 3
 
     def __dask_tokenize__(self):
         import hashlib
@@ -64,18 +76,6 @@ class MixtureParams:
             h.update(str(a.shape).encode())
             h.update(np.ascontiguousarray(a).tobytes())
         return "MixtureParams", h.hexdigest()
-
-    @property
-    def n_classes(self) -> int:
-        return int(self.pi.shape[0])
-
-    @property
-    def n_sub(self) -> int:
-        return int(self.pi.shape[1])
-
-    @property
-    def diag(self) -> bool:
-        return self.covariances.ndim == 3
 
     @classmethod
     def build(cls, alpha, pi, means, covariances) -> "MixtureParams":
@@ -235,11 +235,7 @@ class GaussianStats:
         if len(parts) == 1:
             return parts[0]
         w = np.stack([p.weight for p in parts])
-        m = np.stack([p.mean for p in parts])
-        weight = w.sum(axis=0)
-        safe = np.where(weight > 0, weight, 1.0)
-        mean = np.einsum("pc,pcd->cd", w, m) / safe[:, None]
-        delta = m - mean[None]
+        weight, mean, delta = chan_means(w, np.stack([p.mean for p in parts]))
         if parts[0].diag:
             extra = np.einsum("pc,pcd->cd", w, delta * delta)
         else:
