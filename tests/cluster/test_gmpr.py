@@ -322,6 +322,34 @@ def test_fused_unlinked_kernel_equals_the_numpy_twin(diag):
     assert unlinked_partial(bad, p, linked, block_index=4).bad_block == (4 if 7 not in linked else -1)
 
 
+@pytest.mark.parametrize("n_sub", [1, 3])
+def test_diag_kernel_on_separated_and_overlapping_tiles_equals_the_numpy_twin(n_sub):
+    """The diagonal E-step's two tile paths against plain numpy: rows each near one of many separated components
+    (a sparse tile: a row's mass in one component, folded row by row) after rows that overlap every component
+    (dense tiles, one BLAS product); responsibilities below exp(-60) of a row's largest count as 0, so the
+    components' statistics agree to rounding."""
+    from dclust.kernels.gmpr import _DIAG_TILE, unlinked_partial, unlinked_partial_numpy
+
+    rng = np.random.default_rng(11)
+    M, D = 8, 16
+    C = M * n_sub
+    centers = rng.uniform(-40, 40, size=(C, D))
+    cov = rng.uniform(0.5, 2.0, size=(M, n_sub, D))
+    p = MixtureParams.build(rng.dirichlet(np.ones(M) * 3), rng.dirichlet(np.ones(n_sub) * 3, size=M),
+                            centers.reshape(M, n_sub, D), cov)
+    n_dense, n_sparse = 2 * _DIAG_TILE, 3 * _DIAG_TILE + 17
+    overlapping = rng.normal(size=(n_dense, D)) * 60.0
+    separated = centers[rng.integers(0, C, n_sparse)] + rng.normal(size=(n_sparse, D))
+    X = np.concatenate([overlapping, separated]).astype(np.float32)
+    linked = rng.choice(len(X), 40, replace=False)
+    a, b = unlinked_partial(X, p, linked), unlinked_partial_numpy(X, p, linked)
+    np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-9, atol=1e-9 * np.abs(b.scatter).max())
+    np.testing.assert_allclose(a.class_counts, b.class_counts, rtol=1e-10)
+    assert a.loglik == pytest.approx(b.loglik, rel=1e-12) and a.n_rows == b.n_rows == len(X) - 40
+
+
 def test_predict_with_a_block_pair_holding_only_must_links():
     """A block pair whose links are all must-links has no cannot-link posterior to normalise (it used to fail
     reshaping an empty array)."""
