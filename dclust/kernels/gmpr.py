@@ -1243,11 +1243,65 @@ def update_alpha(counts: np.ndarray, n_cannot: int, alpha_old: np.ndarray) -> tu
         a1 = (counts[0] - n_cannot) / den
         cand = _project(np.array([a1, 1.0 - a1]))
     else:
-        cand = _slsqp_alpha(counts, n_cannot)
+        cand = _newton_alpha(counts, n_cannot)
+        if cand is None:
+            cand = _slsqp_alpha(counts, n_cannot)
     f_old = alpha_objective(alpha_old, counts, n_cannot)
     if alpha_objective(cand, counts, n_cannot) >= f_old:
         return cand, True
     return alpha_old, False
+
+
+def _newton_alpha(counts: np.ndarray, n_cannot: int, max_iter: int = 60) -> np.ndarray | None:
+    """The stationary point of :func:`alpha_objective` on the simplex that SLSQP (:func:`_slsqp_alpha`) converges
+    to from the same start ``c / Σc``, by Newton's method on its Lagrange conditions ``c_m / α_m + s α_m = λ``,
+    ``Σ α = 1`` (``s = 2|CL| / (1 − Σα²)``): an (M + 1)-square solve per step, damped to stay feasible, so O(M³)
+    and well under a millisecond where SLSQP took up to a second at M = 64. None (the caller uses SLSQP) when a
+    count is not positive, Newton does not converge, or the point is not a local maximum above the start."""
+    if not (counts > 0).all():
+        return None
+    M = counts.size
+    a = _project(counts / counts.sum())
+    f_start = alpha_objective(a, counts, n_cannot)
+    K = np.zeros((M + 1, M + 1))
+    K[:M, M] = -1.0
+    K[M, :M] = 1.0
+    rhs = np.empty(M + 1)
+    rest = 1.0 - float(a @ a)
+    lam = float(np.mean(counts / a + 2.0 * n_cannot / rest * a))
+    for _ in range(max_iter):
+        s = 2.0 * n_cannot / rest
+        rhs[:M] = -(counts / a + s * a - lam)
+        rhs[M] = -(a.sum() - 1.0)
+        K[:M, :M] = np.outer(a, (2.0 * s / rest) * a)
+        K[np.arange(M), np.arange(M)] += s - counts / (a * a)
+        try:
+            step = np.linalg.solve(K, rhs)
+        except np.linalg.LinAlgError:
+            return None
+        t = 1.0
+        while True:  # damped: positive weights, Σα² < 1
+            cand = a + t * step[:M]
+            if (cand > 0).all() and float(cand @ cand) < 1.0:
+                break
+            t *= 0.5
+            if t < 1e-12:
+                return None
+        a, lam = cand, lam + t * step[M]
+        rest = 1.0 - float(a @ a)
+        if t == 1.0 and np.abs(step[:M]).max() <= 1e-15 * np.abs(a).max():
+            break
+    else:
+        return None
+    # a local maximum on the simplex: the Lagrangian's Hessian negative definite on {Σ d = 0}
+    s = 2.0 * n_cannot / rest
+    H = np.outer(a, (2.0 * s / rest) * a)
+    H[np.arange(M), np.arange(M)] += s - counts / (a * a)
+    Z = np.eye(M)[:, :-1] - np.eye(M)[:, -1:]  # a basis of {Σ d = 0}
+    if (a < ALPHA_FLOOR).any() or np.linalg.eigvalsh(Z.T @ H @ Z).max() >= 0:
+        return None
+    a = _project(a)
+    return a if alpha_objective(a, counts, n_cannot) >= f_start else None
 
 
 def _slsqp_alpha(counts: np.ndarray, n_cannot: int) -> np.ndarray:

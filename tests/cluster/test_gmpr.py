@@ -231,6 +231,25 @@ def test_class_weight_solve_never_lowers_the_objective():
             np.testing.assert_allclose(new, c / c.sum(), rtol=1e-10)
 
 
+def test_newton_class_weights_reach_the_slsqp_optimum():
+    """The class-weight solve's Newton step on the Lagrange conditions lands where SLSQP does from the same start
+    (up to SLSQP's tolerance), never below it, up to 64 classes; it defers to SLSQP for an empty class."""
+    from dclust.kernels.gmpr import _newton_alpha, _slsqp_alpha
+
+    rng = np.random.default_rng(21)
+    for M in (3, 7, 16, 64):
+        n_cl = int(rng.integers(100, 50_000))
+        c = rng.uniform(0, 1e5, size=M) + 2 * n_cl / M
+        new, ref = _newton_alpha(c, n_cl), _slsqp_alpha(c, n_cl)
+        np.testing.assert_allclose(new.sum(), 1.0, rtol=1e-14)
+        np.testing.assert_allclose(new, ref, rtol=1e-5)
+        assert alpha_objective(new, c, n_cl) >= alpha_objective(ref, c, n_cl) - 1e-12 * abs(alpha_objective(ref, c, n_cl))
+        s = 2.0 * n_cl / (1.0 - (new * new).sum())
+        lam = c / new + s * new
+        np.testing.assert_allclose(lam, lam.mean(), rtol=1e-9)  # stationary: one multiplier for every class
+    assert _newton_alpha(np.array([5.0, 0.0, 3.0]), 2) is None
+
+
 def test_links_improve_the_clustering_and_are_respected(elongated):
     X, y = elongated
     rng = np.random.default_rng(9)
