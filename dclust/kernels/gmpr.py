@@ -1221,8 +1221,9 @@ def _project(alpha: np.ndarray) -> np.ndarray:
 def update_alpha(counts: np.ndarray, n_cannot: int, alpha_old: np.ndarray) -> tuple[np.ndarray, bool]:
     """Class weights maximising :func:`alpha_objective` (docs/algorithms.md 6.4, E-GP4), with GEM acceptance.
 
-    Two classes: the closed form ``α_1 = (c_1 − |CL|) / (c_1 + c_2 − 2|CL|)``. Otherwise SLSQP from
-    ``α⁰ = c / Σc``. The new weights are kept only if ``F(α_new) ≥ F(α_old)``.
+    Two classes: the closed form ``α_1 = (c_1 − |CL|) / (c_1 + c_2 − 2|CL|)``. Otherwise the local maximum
+    reached from ``α⁰ = c / Σc``: Newton on the Lagrange conditions (:func:`_newton_alpha`), SLSQP where that
+    declines. The new weights are kept only if ``F(α_new) ≥ F(α_old)``.
 
     Returns
     -------
