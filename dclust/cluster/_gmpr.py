@@ -254,9 +254,7 @@ class GMPR(ClusterMixin, BaseEstimator):
         rng = as_generator(self.random_state)
         arr = persisted(arr, info.kind, self.persist)
         self._warned = False
-        links = _dgmpr.link_payload(arr, plan)
-        if links is not None:
-            links = links.persist()  # O(links · D) floats on the cluster, gathered once
+        links = _dgmpr.persist_payload(_dgmpr.link_payload(arr, plan))  # O(links · D) floats, gathered once
         em = _EM(self, arr, plan, links, rng, ck, constraints)
         run = fit_loop(em, max_iter=self.max_iter, ck=ck, resume=None if state is None else state["loop"])
         params, history = run.state["params"], run.state["history"]

@@ -6,13 +6,14 @@ from __future__ import annotations
 import warnings
 
 import dask.array as da
+from distributed import futures_of
 import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 from sklearn.metrics import adjusted_rand_score
 
-from dclust._dask.gmpr import LinkPlan, estep, link_payload, total_loglik
+from dclust._dask.gmpr import LinkPlan, estep, link_payload, persist_payload, total_loglik
 from dclust.cluster._gmpr import GMPR
 from dclust.constraints import ConstraintGraph
 from dclust.errors import (
@@ -84,7 +85,9 @@ def test_estep_with_persisted_link_payload_on_a_cluster(client):
     i, j, s = G.pairs()
     Xd = da.from_array(X, chunks=(200, -1)).persist()
     plan = LinkPlan.from_blocks(Xd.chunks[0], G.rechunk(Xd.chunks[0]).blocks())
-    links = link_payload(Xd, plan).persist()
+    links = persist_payload(link_payload(Xd, plan))
+    workers = set(client.nthreads())
+    assert len(workers) > 1 and all(set(w) == workers for w in client.who_has(futures_of(links)).values())
     owned = [p.must.size for p in links.compute()]
     assert sum(owned) == G.n_links and min(owned) > 0
     for seed in (0, 1):
