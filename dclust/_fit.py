@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
+import numpy.typing as npt
 
 from ._dask.passes import persist_if_fits
 from .errors import ConvergenceWarning
@@ -99,7 +100,7 @@ class ProgressEvent:
     objective: float
     n_clusters: int
     seconds: float
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -172,13 +173,13 @@ class NoCheckpoint:
     def resume(self) -> None:
         return None
 
-    def save(self, state: dict) -> None:
+    def save(self, state: dict[str, Any]) -> None:
         pass
 
-    def save_done(self, model, **extra) -> None:
+    def save_done(self, model: Any, **extra: Any) -> None:
         pass
 
-    def check_content(self, weight, mean, scatter) -> None:
+    def check_content(self, weight: float, mean: npt.NDArray[np.float64], scatter: float) -> None:
         pass
 
     @contextlib.contextmanager
@@ -210,12 +211,13 @@ def restore_rng(rng: np.random.Generator, state: str) -> None:
     rng.bit_generator.state = bg_state
 
 
-def restore_finished(est: Any, ck: Any, state: dict | None) -> dict | None:
+def restore_finished(est: Any, ck: Any, state: dict[str, Any] | None) -> dict[str, Any] | None:
     """When ``state`` is a finished fit's checkpoint, set its learned attributes on ``est`` and return its
     ``extra`` entries (a dict); else None (start or resume the fit)."""
     if state is None or state.get("phase") != "done":
         return None
-    return ck.restore_attributes(est, state)
+    extra: dict[str, Any] = ck.restore_attributes(est, state)
+    return extra
 
 
 def finish(est: Any, ck: Any, *, n_iter: int, objective: float, n_clusters: int, seconds: float = 0.0,
@@ -287,22 +289,22 @@ class Step:
     def converged(self, old: Any, new: Any) -> bool:
         raise NotImplementedError
 
-    def extra(self, state: Any) -> dict:
+    def extra(self, state: Any) -> dict[str, Any]:
         return {}
 
-    def start_extra(self, state: Any) -> dict:
+    def start_extra(self, state: Any) -> dict[str, Any]:
         return {}
 
-    def to_checkpoint(self, state: Any) -> dict:
+    def to_checkpoint(self, state: Any) -> dict[str, Any]:
         raise NotImplementedError
 
-    def from_checkpoint(self, ck: Any, saved: dict, iteration: int) -> Any:
+    def from_checkpoint(self, ck: Any, saved: dict[str, Any], iteration: int) -> Any:
         raise NotImplementedError
 
-    def result(self, state: Any, run: "LoopResult") -> dict:
+    def result(self, state: Any, run: "LoopResult") -> dict[str, Any]:
         raise NotImplementedError
 
-    def result_from_checkpoint(self, ck: Any, saved: dict) -> dict:
+    def result_from_checkpoint(self, ck: Any, saved: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
     def unconverged_note(self, state: Any) -> str:
@@ -325,8 +327,8 @@ def warn_unconverged(name: str, max_iter: int, *, unit: str = "iterations", note
                   stacklevel=4)
 
 
-def fit_loop(step: Step, *, max_iter: int, ck: Any = None, resume: dict | None = None,
-             context: Callable[[], dict] | None = None, warn: bool = False, announce: bool = True,
+def fit_loop(step: Step, *, max_iter: int, ck: Any = None, resume: dict[str, Any] | None = None,
+             context: Callable[[], dict[str, Any]] | None = None, warn: bool = False, announce: bool = True,
              fix: str = "Increase max_iter.", at_end: Callable[[LoopResult], None] | None = None) -> LoopResult:
     """Run ``step`` from ``step.start()`` (or from the checkpointed ``resume``) until ``step.converged`` or
     ``max_iter`` passes.
@@ -406,8 +408,9 @@ def fit_loop(step: Step, *, max_iter: int, ck: Any = None, resume: dict | None =
 
 
 def best_of(make_step: Callable[[int, np.random.Generator], Step], *, n_init: int, max_iter: int,
-            rng: np.random.Generator, key: Callable[[dict], Any], ck: Any = None, resume: dict | None = None,
-            context: Callable[[], dict] | None = None, announce: bool = True) -> dict:
+            rng: np.random.Generator, key: Callable[[dict[str, Any]], Any], ck: Any = None,
+            resume: dict[str, Any] | None = None, context: Callable[[], dict[str, Any]] | None = None,
+            announce: bool = True) -> dict[str, Any]:
     """The best (lowest ``key``, the first on ties) of ``n_init`` runs, each a :func:`fit_loop` of
     ``make_step(restart, rng)`` (whose ``start`` draws its seeds from ``rng``); returns its ``step.result``.
 
@@ -418,7 +421,7 @@ def best_of(make_step: Callable[[int, np.random.Generator], Step], *, n_init: in
     ck = NoCheckpoint() if ck is None else ck
     context = context or (lambda: {"phase": "iter"})
     first, loop = 0, None
-    holder: dict[str, dict | None] = {"best": None}
+    holder: dict[str, dict[str, Any] | None] = {"best": None}
     if resume is not None:
         with ck.reading():
             first = int(resume["restart"])
@@ -429,7 +432,7 @@ def best_of(make_step: Callable[[int, np.random.Generator], Step], *, n_init: in
                 holder["best"] = make_step(first, rng).result_from_checkpoint(ck, resume["best"])
             loop = resume["loop"]
 
-    def saved(j: int) -> dict:
+    def saved(j: int) -> dict[str, Any]:
         return {**context(), "restart": j, "rng": rng_state(rng), "best": holder["best"]}
 
     for j in range(first, n_init):

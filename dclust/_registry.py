@@ -1,4 +1,9 @@
-"""Name -> estimator class, so that saved models and the CLI can find the class. Unknown names list the valid ones."""
+"""Name -> estimator class, so that saved models and the CLI can find the class. Unknown names list the valid ones.
+
+A leaf of the foundation layer (it imports only ``errors``): every estimator registers itself with :func:`register`
+when its module is imported, and importing any ``dclust`` module first imports the package, whose ``__init__``
+imports every estimator; so by the time anything looks a name up, every estimator is registered.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +22,6 @@ def register(cls: type) -> type:
 
 def get_estimator(name: str) -> type:
     """The estimator class called ``name`` (case-insensitive, also the CLI names like ``dpmeans``)."""
-    import dclust  # noqa: F401  (importing the package registers every estimator)
-
     by_lower = {k.lower(): v for k, v in ESTIMATORS.items()}
     try:
         return by_lower[name.lower().replace("-", "").replace("_", "")]

@@ -11,13 +11,16 @@ import numbers
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import dask.array as da
 import numpy as np
 
+from ._dask.passes import asarray, astype, compute, compute_chunk_sizes, from_array, rechunk
 from ._feature_names import registered_feature_names
+from .kernels.dynmeans import reparameterise
 from .errors import ChunkingError, InvalidDataError, InvalidParameterError, message
+from .typing import SeedLike
 
 __all__ = [
     "Interval",
@@ -79,7 +82,7 @@ class Interval:
 class Options:
     """One of a fixed set of values (compared with ``==``)."""
 
-    values: tuple
+    values: tuple[Any, ...]
 
     def accepts(self, value: Any) -> bool:
         return isinstance(value, (str, bool, type(None))) and value in self.values
@@ -89,7 +92,7 @@ class Options:
 
 
 class _Kind:
-    def __init__(self, name: str, test) -> None:
+    def __init__(self, name: str, test: Callable[[Any], bool]) -> None:
         self.name, self.test = name, test
 
     def accepts(self, value: Any) -> bool:
@@ -109,6 +112,15 @@ SEED = _Kind(
     or (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0),  # type: ignore[operator]
 )
 CALLABLE = _Kind("a callable", callable)
+#: The two commonest constraints: a real number > 0 (penalties, scales, variances) and a count >= 1.
+POSITIVE = Interval("real", 0, None, "neither")
+COUNT = Interval("int", 1, None)
+
+
+def constrain(kind: Any, *names: str) -> dict[str, list[Any]]:
+    """``{name: [kind]}`` for every name: the entries of a ``_parameter_constraints`` that share one constraint,
+    written once (``{**constrain(POSITIVE, "lam", "tol"), ...}``)."""
+    return {name: [kind] for name in names}
 
 
 def validate_params(estimator: Any) -> None:
@@ -142,7 +154,7 @@ def validate_params(estimator: Any) -> None:
         )
 
 
-def as_generator(seed) -> np.random.Generator:
+def as_generator(seed: SeedLike) -> np.random.Generator:
     """One numpy Generator per fit, from ``random_state``."""
     if isinstance(seed, np.random.Generator):
         return seed
@@ -158,11 +170,11 @@ class InputInfo:
     sample_dim: str | None = None
 
 
-def _is_xarray(X) -> bool:
+def _is_xarray(X: Any) -> bool:
     return hasattr(X, "dims") and hasattr(X, "coords") and hasattr(X, "variable")
 
 
-def _is_lazy_array(X) -> bool:
+def _is_lazy_array(X: Any) -> bool:
     """Chunked array-likes that dask can wrap: zarr arrays (and h5py datasets) expose .chunks and slicing."""
     return hasattr(X, "shape") and hasattr(X, "dtype") and hasattr(X, "chunks") and hasattr(X, "__getitem__")
 
@@ -214,21 +226,21 @@ def check_array(
         _check_dtype(Xn.dtype, name)
         _check_shape(Xn.shape, name, min_samples)
         rows = _default_rows(Xn.shape[1], Xn.dtype.itemsize)
-        arr = da.from_array(Xn, chunks=(rows, -1))
+        arr = from_array(Xn, (rows, -1))
     else:  # zarr array or another chunked store
         _check_dtype(np.dtype(X.dtype), name)
         _check_shape(tuple(X.shape), name, min_samples)
         chunks = tuple(X.chunks) if getattr(X, "chunks", None) else "auto"
-        arr = da.from_array(X, chunks=chunks)
+        arr = from_array(X, chunks)
     _check_dtype(arr.dtype, name)
     _check_shape(arr.shape, name, min_samples)
     if n_features is not None:
         check_n_features(n_features, arr.shape[1], name=name)
     arr = _one_feature_chunk(arr, name)
     if arr.dtype.kind in "iu":
-        arr = arr.astype(np.float64)
+        arr = astype(arr, np.float64)
     elif arr.dtype == np.float16:
-        arr = arr.astype(np.float32)
+        arr = astype(arr, np.float32)
     return arr, info
 
 
@@ -265,7 +277,7 @@ def _known_chunks(X: da.Array, name: str) -> da.Array:
     if not any(math.isnan(c) for c in X.chunks[0]):
         return X
     logging.getLogger("dclust").info("%s has unknown chunk sizes: resolving them in one pass", name)
-    return X.compute_chunk_sizes()
+    return compute_chunk_sizes(X)
 
 
 def _check_dtype(dtype: np.dtype, name: str) -> None:
@@ -279,7 +291,7 @@ def _check_dtype(dtype: np.dtype, name: str) -> None:
     raise InvalidDataError(message(f"{name}.dtype", "a real numeric dtype (float or int)", f"{dtype}", hint))
 
 
-def _check_shape(shape: tuple, name: str, min_samples: int) -> None:
+def _check_shape(shape: tuple[int, ...], name: str, min_samples: int) -> None:
     if len(shape) != 2:
         fix = (
             "Reshape your data: a single feature becomes a column with X.reshape(-1, 1)."
@@ -313,7 +325,7 @@ def _one_feature_chunk(arr: da.Array, name: str) -> da.Array:
     if block_bytes > MAX_FEATURE_CHUNK_BYTES:
         raise ChunkingError(text)
     warnings.warn(text + " dclust rechunked it for you.", UserWarning, stacklevel=3)
-    return arr.rechunk({1: -1})
+    return rechunk(arr, {1: -1})
 
 
 def check_sample_weight(sample_weight: Any, X: da.Array) -> da.Array | None:
@@ -331,8 +343,8 @@ def check_sample_weight(sample_weight: Any, X: da.Array) -> da.Array | None:
             message("sample_weight", f"a 1-D array of length {n} (one weight per row of X)",
                     f"shape {tuple(w.shape)}", "Pass one weight per sample.")
         )
-    w = da.asarray(w).astype(np.float64).rechunk((X.chunks[0],))
-    bad_neg, bad_nonfinite, any_positive = da.compute((w < 0).any(), ~da.isfinite(w).all(), (w > 0).any())
+    w = rechunk(astype(asarray(w), np.float64), (X.chunks[0],))
+    bad_neg, bad_nonfinite, any_positive = compute((w < 0).any(), ~da.isfinite(w).all(), (w > 0).any())
     if bad_nonfinite or bad_neg:
         raise InvalidDataError(
             message("sample_weight", "finite weights >= 0", "negative or non-finite values",
@@ -377,35 +389,13 @@ def check_temporal_pair(name: str, T_Q: Any, k_tau: Any, Q: Any, tau: Any) -> No
         )
 
 
-def check_constraints(name: str, constraints: Any, n_samples: int, row_chunks: tuple[int, ...] | None = None,
-                      kind: str = "dask") -> Any:
-    """``constraints`` of ``fit``: None or a :class:`dclust.ConstraintGraph` over the ``n_samples`` rows.
-
-    With ``row_chunks`` the graph must be aligned to them; for numpy input (``kind="numpy"``, whose blocks dclust
-    chose) a graph over the right rows is re-aligned. Returns the (aligned) graph or None.
-    """
-    if constraints is None:
-        return None
-    from .constraints import ConstraintGraph
-
-    if not isinstance(constraints, ConstraintGraph):
-        raise InvalidParameterError(
-            message(f"{name}.fit(constraints=...)", "None or a dclust.ConstraintGraph",
-                    f"a {type(constraints).__name__}",
-                    "Build one with dclust.ConstraintGraph.from_pairs(i, j, must_link, n_samples=X.shape[0], "
-                    "chunks=X.chunks[0]).")
-        )
-    if constraints.n_samples != n_samples:
-        raise InvalidDataError(
-            message(f"{name}.fit(constraints=...)", f"a graph over the {n_samples} rows of X",
-                    f"a graph over {constraints.n_samples} rows", "Build the constraints for this data.")
-        )
-    if row_chunks is None:
-        return constraints
-    if kind == "numpy":
-        return constraints.rechunk(row_chunks)
-    constraints.check_aligned(row_chunks, n_samples)
-    return constraints
+def temporal_rates(name: str, lam: float, T_Q: Any, k_tau: Any, Q: Any, tau: Any) -> tuple[float, float]:
+    """D-Means' ``(Q, tau)`` from whichever pair was given (:func:`check_temporal_pair`): ``(Q, tau)`` as they are,
+    ``(T_Q, k_tau)`` through the paper's eq. 30 at this ``lam``."""
+    check_temporal_pair(name, T_Q, k_tau, Q, tau)
+    if T_Q is not None:
+        return reparameterise(lam, float(T_Q), float(k_tau))
+    return float(Q), float(tau)
 
 
 # ------------------------------------------------------------------------------------------------------------------

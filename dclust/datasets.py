@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import dask.array as da
 import numpy as np
 
+from ._dask.passes import from_array, map_blocks
 from .errors import InvalidParameterError, message
 
 __all__ = ["Blobs", "make_blobs", "GENERATION_ROWS"]
@@ -191,15 +192,15 @@ def make_blobs(
 
     rows = tuple(min(chunk_rows, n_samples - s) for s in range(0, n_samples, chunk_rows))
     starts = np.arange(0, n_samples, chunk_rows, dtype=np.int64)
-    bounds = da.from_array(np.stack([starts, starts + np.asarray(rows, dtype=np.int64)], axis=1), chunks=(1, 2))
-    X = da.map_blocks(
-        _x_block, bounds, seed=seed, centers=C, std=std, out_dtype=dt.str, chunks=(rows, (n_features,)),
+    bounds = from_array(np.stack([starts, starts + np.asarray(rows, dtype=np.int64)], axis=1), (1, 2))
+    X = map_blocks(
+        bounds, _x_block, seed=seed, centers=C, std=std, out_dtype=dt.str, chunks=(rows, (n_features,)),
         dtype=dt, meta=np.empty((0, 0), dtype=dt), token="make_blobs-X",
     )
     labels = None
     if return_labels:
-        labels = da.map_blocks(
-            _label_block, bounds, seed=seed, centers=C, std=std, chunks=(rows,), drop_axis=1, dtype=np.int32,
+        labels = map_blocks(
+            bounds, _label_block, seed=seed, centers=C, std=std, chunks=(rows,), drop_axis=1, dtype=np.int32,
             meta=np.empty((0,), dtype=np.int32), token="make_blobs-labels",
         )
     return Blobs(X, labels, C)

@@ -143,11 +143,10 @@ class StorageError(DclustError):
     Examples
     --------
     >>> import dclust
-    >>> try:
-    ...     dclust.open_array("no-such-store.zarr")
-    ... except dclust.errors.StorageError as exc:
-    ...     print(type(exc).__name__)
-    StorageError
+    >>> dclust.open_array("no-such-store.zarr")
+    Traceback (most recent call last):
+    ...
+    dclust.errors.StorageError: ...no-such-store.zarr...
     """
 
 

@@ -3,8 +3,7 @@ with ``ast``, lazy imports inside functions included) points down the layer tabl
 ``dclust._cli`` use only dclust's public API.
 
 The layer table below is the one of docs/architecture.md (keep the two in step). A module may import modules of
-its own layer or of a layer below; the few known exceptions are listed with their reason, and the test fails both
-when a new upward import appears and when a listed exception disappears (so the list only shrinks).
+its own layer or of a layer below; there are no exceptions, lazy imports included.
 """
 
 from __future__ import annotations
@@ -21,25 +20,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "dclust"
 #: Layer of every package (lowest first). A package is ``dclust.<name>`` (a subpackage or a top-level module);
 #: ``dclust`` itself is the public facade (its ``__init__``).
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation", {"dclust.errors", "dclust.typing", "dclust._feature_names", "dclust._version"}),
+    ("foundation", {"dclust.errors", "dclust.typing", "dclust._feature_names", "dclust._version",
+                    "dclust._registry"}),
     ("kernels", {"dclust.kernels"}),
+    ("storage", {"dclust._store"}),
     ("orchestration", {"dclust._dask"}),
-    ("fit loop and storage", {"dclust._fit", "dclust._store", "dclust._validation", "dclust._registry"}),
+    ("fit loop", {"dclust._fit", "dclust._validation"}),
     ("estimators", {"dclust.cluster", "dclust.stream", "dclust.constraints", "dclust.datasets"}),
     ("io and analysis", {"dclust.io", "dclust.metrics", "dclust.model_selection", "dclust.plot"}),
     ("facade", {"dclust"}),
     ("applications", {"dclust.apps", "dclust._cli", "dclust.__main__"}),
 ]
 LEVEL = {pkg: i for i, (_, pkgs) in enumerate(LAYERS) for pkg in pkgs}
-
-#: Known upward imports: (importing module, imported module) -> why it is there. Lazy imports only (inside a
-#: function), each a candidate for moving the code down.
-KNOWN_UPWARD = {
-    ("dclust._dask.passes", "dclust._store._zarr"):
-        "on the error path only: the damaged chunk of a store is named by the storage layer",
-    ("dclust._validation", "dclust.constraints"): "checks that constraints= is a ConstraintGraph",
-    ("dclust._registry", "dclust"): "importing the package registers every estimator",
-}
 
 #: The public modules: the facade and the public packages (and the public modules of apps). An import of dclust
 #: from apps/ or _cli/ must name one of them, and only names in its ``__all__``.
@@ -149,11 +141,8 @@ def test_every_package_has_a_layer():
 
 def test_imports_point_down_the_layers():
     found = upward_imports()
-    new = {k: v for k, v in found.items() if k not in KNOWN_UPWARD}
-    assert not new, "upward imports (a layer importing a layer above it): " + "; ".join(
-        f"{a} (line {line}) imports {b}" for (a, b), line in sorted(new.items()))
-    gone = set(KNOWN_UPWARD) - set(found)
-    assert not gone, f"these known exceptions are fixed: remove them from KNOWN_UPWARD: {gone}"
+    assert not found, "upward imports (a layer importing a layer above it): " + "; ".join(
+        f"{a} (line {line}) imports {b}" for (a, b), line in sorted(found.items()))
 
 
 @pytest.mark.parametrize("package", PUBLIC_ONLY)

@@ -27,7 +27,6 @@ a fit saves its state in CK after every iteration and, when CK exists, resumes f
 from __future__ import annotations
 
 import time
-from enum import Enum
 from typing import Annotated, Any, Optional
 
 import numpy as np
@@ -52,15 +51,16 @@ from ._options import (
     _exactly_one_of_k_and_lam,
     _location,
     _positive,
+    choices,
     example,
     shared_options,
+    sub_app,
 )
 from ._session import _Session, _usage
 
 __all__ = ["fit_app"]
 
-fit_app = typer.Typer(help="Fit a clustering model; write its labels and (with --model) the model.",
-                      no_args_is_help=True)
+fit_app = sub_app("Fit a clustering model; write its labels and (with --model) the model.")
 
 
 def _outputs(labels: str, model: str | None) -> dict[str, str]:
@@ -104,14 +104,9 @@ def _fit(s: _Session, estimator: Any, input_path: str, labels: str, model: str |
     "kmeans", epilog=example("dclust fit kmeans points.zarr --k 16 --labels labels.zarr --model km.zarr"))
 @shared_options()
 def fit_kmeans(
-    s: _Session,
-    input_path: InputArg,
-    k: Annotated[int, typer.Option("--k", min=1, help="Number of clusters.")],
-    labels: LabelsOpt,
-    model: ModelOpt = None,
-    seed: SeedOpt = None,
-    max_iter: MaxIterOpt = None,
-    checkpoint: FitCheckpointOpt = None,
+    s: _Session, input_path: InputArg, k: Annotated[int, typer.Option("--k", min=1, help="Number of clusters.")],
+    labels: LabelsOpt, model: ModelOpt = None,
+    seed: SeedOpt = None, max_iter: MaxIterOpt = None, checkpoint: FitCheckpointOpt = None,
 ) -> None:
     """k-means (k-means|| seeding, Lloyd iterations) with K clusters."""
     params = _estimator_params({"n_clusters": k, "random_state": seed, "checkpoint": checkpoint}, max_iter=max_iter)
@@ -122,15 +117,9 @@ def fit_kmeans(
     "dpmeans", epilog=example("dclust fit dpmeans points.zarr --lam 4.0 --labels labels.zarr --model dp.zarr"))
 @shared_options()
 def fit_dpmeans(
-    s: _Session,
-    input_path: InputArg,
-    k: TargetKOpt = None,
-    lam: ClusterLamOpt = None,
-    labels: LabelsOpt = ...,
-    model: ModelOpt = None,
-    seed: SeedOpt = None,
-    max_iter: MaxIterOpt = None,
-    checkpoint: FitCheckpointOpt = None,
+    s: _Session, input_path: InputArg, k: TargetKOpt = None, lam: ClusterLamOpt = None,
+    labels: LabelsOpt = ..., model: ModelOpt = None,
+    seed: SeedOpt = None, max_iter: MaxIterOpt = None, checkpoint: FitCheckpointOpt = None,
 ) -> None:
     """DP-means: the number of clusters follows from the penalty --lam (or is targeted with --k)."""
     if k is None and lam is None:
@@ -142,10 +131,7 @@ def fit_dpmeans(
     _fit(s, dclust.DPMeans(**params), input_path, labels, model, checkpoint)
 
 
-class BPInit(str, Enum):
-    sample = "sample"
-    greedy = "greedy"
-    empty = "empty"
+BPInit = choices("BPInit", "sample", "greedy", "empty")
 
 
 @fit_app.command(
@@ -171,9 +157,7 @@ def fit_bpmeans(
     max_features: Annotated[
         Optional[int], typer.Option("--max-features", min=1, help="Bound on K (default: the estimator's, 100).")
     ] = None,
-    seed: SeedOpt = None,
-    max_iter: MaxIterOpt = None,
-    checkpoint: FitCheckpointOpt = None,
+    seed: SeedOpt = None, max_iter: MaxIterOpt = None, checkpoint: FitCheckpointOpt = None,
 ) -> None:
     """BP-means: latent binary features, the number of features following from the penalty --lam."""
     params = _estimator_params({"lam": lam, "init": init.value, "random_state": seed, "checkpoint": checkpoint},
@@ -223,22 +207,16 @@ def fit_bpmeans(
                                "--labels labels.zarr --model rdp.zarr"))
 @shared_options()
 def fit_rdpmeans(
-    s: _Session,
-    input_path: InputArg,
-    k: TargetKOpt = None,
-    lam: ClusterLamOpt = None,
+    s: _Session, input_path: InputArg, k: TargetKOpt = None, lam: ClusterLamOpt = None,
     constraints: ConstraintsOpt = ...,
-    labels: LabelsOpt = ...,
-    model: ModelOpt = None,
+    labels: LabelsOpt = ..., model: ModelOpt = None,
     xi0: Annotated[
         Optional[float], typer.Option("--xi0", callback=_positive, help="Link weight of the first iteration (> 0).")
     ] = None,
     xi_rate: Annotated[
         Optional[float], typer.Option("--xi-rate", min=1.0, help="Factor on the link weight per iteration (>= 1).")
     ] = None,
-    seed: SeedOpt = None,
-    max_iter: MaxIterOpt = None,
-    checkpoint: FitCheckpointOpt = None,
+    seed: SeedOpt = None, max_iter: MaxIterOpt = None, checkpoint: FitCheckpointOpt = None,
 ) -> None:
     """RDP-means: DP-means rewarding must-links and penalising cannot-links inside clusters (soft side information)."""
     _exactly_one_of_k_and_lam(k, lam)
@@ -273,9 +251,7 @@ def fit_rdpmeans(
     s.report(result, "fit RDPMeans", rows)
 
 
-class Covariance(str, Enum):
-    full = "full"
-    diag = "diag"
+Covariance = choices("Covariance", "full", "diag")
 
 
 @fit_app.command(
@@ -295,9 +271,7 @@ def fit_gmpr(
     covariance: Annotated[Covariance, typer.Option("--covariance", help="Covariance of every Gaussian.")] = (
         Covariance.full
     ),
-    seed: SeedOpt = None,
-    max_iter: MaxIterOpt = None,
-    checkpoint: FitCheckpointOpt = None,
+    seed: SeedOpt = None, max_iter: MaxIterOpt = None, checkpoint: FitCheckpointOpt = None,
 ) -> None:
     """GM-PR: EM for a Gaussian mixture per class, with must-links and cannot-links between classes."""
     params = _estimator_params({"n_classes": classes, "clusters_per_class": clusters_per_class,

@@ -23,14 +23,12 @@ import dclust
 from dclust.errors import InvalidDataError, message
 from dclust.io import read_links
 
-from ._options import _location, example, shared_options
+from ._options import _location, example, shared_options, sub_app
 from ._session import _Session
 
 __all__ = ["constraints_app", "constraints_import", "load_constraints"]
 
-constraints_app = typer.Typer(
-    help="Must-link / cannot-link constraint graphs over the rows of a data set.", no_args_is_help=True
-)
+constraints_app = sub_app("Must-link / cannot-link constraint graphs over the rows of a data set.")
 
 def is_csv(path: str) -> bool:
     return str(path).lower().endswith(".csv")

@@ -10,6 +10,7 @@ import inspect
 import json
 import math
 import os
+from enum import Enum
 from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
@@ -169,14 +170,35 @@ ModelOpt = Annotated[
     typer.Option("--model", metavar="MODEL.zarr", help="Also save the fitted model here (default: labels only)."),
 ]
 SeedOpt = Annotated[Optional[int], typer.Option("--seed", min=0, help="random_state (reproducible runs).")]
-MaxIterOpt = Annotated[
-    Optional[int], typer.Option("--max-iter", min=1, help="Maximum number of iterations (default: the estimator's).")
-]
-FitCheckpointOpt = Annotated[
-    Optional[str],
-    typer.Option("--checkpoint", metavar="PATH",
-                 help="Save the fit's state here after every iteration; if PATH exists, resume from it."),
-]
+
+
+def sub_app(help: str) -> typer.Typer:
+    """A command family's typer app (``dclust fit``, ``dclust plot``, ...): ``help`` is its one-line description;
+    called without a command, it shows its help."""
+    return typer.Typer(help=help, no_args_is_help=True)
+
+
+def choices(name: str, *values: str) -> Any:
+    """The choice type of an option: the ``str`` Enum ``name`` with one member per value (named as the value)."""
+    return Enum(name, {v: v for v in values}, type=str)
+
+
+
+def max_iter_option(what: str) -> Any:
+    """The ``--max-iter`` option type (optional, >= 1): the maximum ``what`` (default: the estimator's)."""
+    return Annotated[Optional[int],
+                     typer.Option("--max-iter", min=1, help=f"Maximum {what} (default: the estimator's).")]
+
+
+def checkpoint_option(state: str, step: str, resume: str) -> Any:
+    """The ``--checkpoint PATH`` option type: ``state`` is saved at PATH after every ``step``; an existing PATH
+    resumes ``resume``."""
+    return Annotated[Optional[str], typer.Option(
+        "--checkpoint", metavar="PATH", help=f"Save {state} here after every {step}; if PATH exists, resume {resume}.")]
+
+
+MaxIterOpt = max_iter_option("number of iterations")
+FitCheckpointOpt = checkpoint_option("the fit's state", "iteration", "from it")
 TargetKOpt = Annotated[
     Optional[int], typer.Option("--k", min=1, help="Target number of clusters: lam from the furthest-first heuristic.")
 ]

@@ -27,13 +27,12 @@ import typer
 
 import dclust
 
-from ._options import ConstraintsOpt, InputArg, SeedOpt, _location, example, shared_options
+from ._options import ConstraintsOpt, InputArg, SeedOpt, _location, example, shared_options, sub_app
 from ._session import _Session, _usage
 
 __all__ = ["plot_app"]
 
-plot_app = typer.Typer(help="Figures: clusters, fit history, lam sweep, video palette, stream tracks, links.",
-                       no_args_is_help=True)
+plot_app = sub_app("Figures: clusters, fit history, lam sweep, video palette, stream tracks, links.")
 
 OutOpt = Annotated[str, typer.Option("--out", metavar="PNG", help="The image to write (.png, .svg or .pdf).")]
 ModelArg = Annotated[str, typer.Argument(metavar="MODEL.zarr", help="A model saved by 'dclust fit' or 'dclust stream'.")]
@@ -108,12 +107,20 @@ def plot_history(s: _Session, model: ModelArg, out: OutOpt) -> None:
                                              "objective_first": history[0], "objective_last": history[-1]})
 
 
-def _plot_json(s: _Session, path: str, what: str, out: str, draw: str, command: str, info: Any) -> None:
-    """Draw ``plotting.<draw>(doc)`` of the JSON file ``path``; ``info(doc)`` is what the report shows."""
-    plotting = _plotting(s, out)
-    doc = _read_json(path, what)
-    fig = getattr(plotting, draw)(doc)
-    _done(s, plotting, fig, out, command, info(doc))
+def _json_plot(name: str, metavar: str, source: str, draw: str, info: Any, doc: str, epilog: str) -> None:
+    """Register ``dclust plot NAME FILE.json --out PNG``: ``plotting.<draw>(doc)`` of the JSON file ``FILE.json``
+    (``source`` says which command wrote it); ``info(doc)`` is what the report shows."""
+
+    def command(s: _Session, path: str, out: str) -> None:
+        plotting = _plotting(s, out)
+        doc = _read_json(path, metavar)
+        _done(s, plotting, getattr(plotting, draw)(doc), out, name, info(doc))
+
+    command.__annotations__ = {"s": _Session, "path": Annotated[str, typer.Argument(metavar=metavar, help=source)],
+                               "out": OutOpt, "return": None}
+    command.__name__ = command.__qualname__ = f"plot_{name}"
+    command.__doc__ = doc
+    plot_app.command(name, epilog=example(epilog))(shared_options(component=False, cluster=False)(command))
 
 
 def _sweep_info(doc: dict) -> dict[str, Any]:
@@ -121,29 +128,13 @@ def _sweep_info(doc: dict) -> dict[str, Any]:
     return {"n_candidates": len(sw.get("lam", [])), "suggested_lam": sw.get("suggested_lam")}
 
 
-@plot_app.command(
-    "sweep", epilog=example("dclust sweep dpmeans points.zarr --json > sweep.json && dclust plot sweep sweep.json "
-                            "--out sweep.png"))
-@shared_options(component=False, cluster=False)
-def plot_sweep(
-    s: _Session,
-    sweep: Annotated[str, typer.Argument(metavar="SWEEP.json", help="The output of 'dclust sweep dpmeans --json'.")],
-    out: OutOpt,
-) -> None:
-    """K and SSE + lam K against lam, with the suggested lam."""
-    _plot_json(s, sweep, "SWEEP.json", out, "plot_sweep", "sweep", _sweep_info)
-
-
-@plot_app.command("palette", epilog=example("dclust plot palette report.json --out palette.png"))
-@shared_options(component=False, cluster=False)
-def plot_palette(
-    s: _Session,
-    report: Annotated[str, typer.Argument(metavar="REPORT.json", help="The report of 'dclust video quantize'.")],
-    out: OutOpt,
-) -> None:
-    """The video job's palette over time, with the flicker ratio and K of every frame."""
-    _plot_json(s, report, "REPORT.json", out, "plot_palette_timeline", "palette",
-               lambda doc: {"n_frames": len(doc["frames"])})
+_json_plot("sweep", "SWEEP.json", "The output of 'dclust sweep dpmeans --json'.", "plot_sweep", _sweep_info,
+           "K and SSE + lam K against lam, with the suggested lam.",
+           "dclust sweep dpmeans points.zarr --json > sweep.json && dclust plot sweep sweep.json --out sweep.png")
+_json_plot("palette", "REPORT.json", "The report of 'dclust video quantize'.", "plot_palette_timeline",
+           lambda doc: {"n_frames": len(doc["frames"])},
+           "The video job's palette over time, with the flicker ratio and K of every frame.",
+           "dclust plot palette report.json --out palette.png")
 
 
 @plot_app.command("tracks", epilog=example("dclust plot tracks labels.zarr --batch-rows 10000 --out tracks.png"))

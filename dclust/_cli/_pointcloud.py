@@ -17,27 +17,21 @@ from __future__ import annotations
 
 import os
 import time
-from enum import Enum
 from typing import Annotated, Optional
 
 import typer
 
 from dclust.apps.pointcloud import track
 
-from ._options import _bounded, _positive, example, shared_options
+from ._options import _bounded, _positive, choices, example, shared_options, sub_app
 from ._session import _Session, _usage
 
 __all__ = ["pointcloud_app"]
 
-pointcloud_app = typer.Typer(
-    help="Point-cloud sequences: per-point segment ids that persist over frames (D-Means / SD-Means).",
-    no_args_is_help=True,
-)
+pointcloud_app = sub_app("Point-cloud sequences: per-point segment ids that persist over frames (D-Means / SD-Means).")
 
 
-class Kernel(str, Enum):
-    rbf = "rbf"
-    mst = "mst"
+Kernel = choices("Kernel", "rbf", "mst")
 
 
 class _FrameProgress:

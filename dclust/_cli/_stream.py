@@ -44,29 +44,25 @@ from ._options import (
     _estimator_params,
     _location,
     _positive,
+    checkpoint_option,
     example,
+    max_iter_option,
     shared_options,
+    sub_app,
 )
 from ._session import _Session, _usage
 
 __all__ = ["stream_app"]
 
-stream_app = typer.Typer(
-    help="Online clustering over the row batches of a store: labels streamed out batch by batch, resumable.",
-    no_args_is_help=True,
+stream_app = sub_app(
+    "Online clustering over the row batches of a store: labels streamed out batch by batch, resumable."
 )
 
 
 BatchRowsOpt = Annotated[int, typer.Option("--batch-rows", min=1, help="Rows per batch (time step).")]
 LamOpt = Annotated[float, typer.Option("--lam", callback=_positive, help="Penalty per new cluster (> 0).")]
-CheckpointOpt = Annotated[
-    Optional[str],
-    typer.Option("--checkpoint", metavar="PATH",
-                 help="Save the model here after every batch; if PATH exists, resume after its batches."),
-]
-MaxIterOpt = Annotated[
-    Optional[int], typer.Option("--max-iter", min=1, help="Maximum label passes per batch (default: the estimator's).")
-]
+CheckpointOpt = checkpoint_option("the model", "batch", "after its batches")
+MaxIterOpt = max_iter_option("label passes per batch")
 
 
 # ---------------------------------------------------------------------------------------------------------------

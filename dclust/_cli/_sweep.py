@@ -25,13 +25,12 @@ import dclust.model_selection as model_selection
 from dclust.errors import message
 
 from ._display import fmt_number
-from ._options import InputArg, SeedOpt, _location, example, shared_options
+from ._options import InputArg, SeedOpt, _location, example, shared_options, sub_app
 from ._session import _Session, _usage
 
 __all__ = ["sweep_app"]
 
-sweep_app = typer.Typer(help="Choose lam (or K) before fitting: sweep candidates, score them, suggest one.",
-                        no_args_is_help=True)
+sweep_app = sub_app("Choose lam (or K) before fitting: sweep candidates, score them, suggest one.")
 
 PlotOpt = Annotated[
     Optional[str],

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from enum import Enum
 from typing import Annotated, Any, Iterator, Optional
 
 import typer
@@ -37,27 +36,23 @@ from ._options import (
     VerboseOpt,
     _bounded,
     _positive,
+    choices,
     example,
+    sub_app,
 )
 from ._session import _command, _memory_limit, _usage
 
 __all__ = ["video_app"]
 
-video_app = typer.Typer(
-    help="Video colour quantisation: persistent palettes with Dynamic Means, per-frame k-means / DP-means baselines.",
-    no_args_is_help=True,
+video_app = sub_app(
+    "Video colour quantisation: persistent palettes with Dynamic Means, per-frame k-means / DP-means baselines."
 )
 
 
-class Method(str, Enum):
-    dmeans = "dmeans"
-    kmeans = "kmeans"
-    dpmeans = "dpmeans"
+Method = choices("Method", "dmeans", "kmeans", "dpmeans")
 
 
-class ColorSpace(str, Enum):
-    lab = "lab"
-    rgb = "rgb"
+ColorSpace = choices("ColorSpace", "lab", "rgb")
 
 
 _above_one = _bounded(1.0, False)

@@ -46,7 +46,6 @@ log goes to a file (``$DCLUST_LOG_FILE``, default ``dclust-PID.log`` in the temp
 from __future__ import annotations
 
 import time
-from enum import Enum
 from typing import Annotated, Optional
 
 import typer
@@ -65,8 +64,10 @@ from ._options import (
     StorageOptionOpt,
     _location,
     _storage_options,
+    choices,
     example,
     shared_options,
+    sub_app,
 )
 from ._plot import plot_app
 from ._pointcloud import pointcloud_app
@@ -87,19 +88,13 @@ app = typer.Typer(
     cls=OneLineErrorsGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-generate_app = typer.Typer(help="Generate synthetic data sets into Zarr stores.", no_args_is_help=True)
+generate_app = sub_app("Generate synthetic data sets into Zarr stores.")
 
 
-class Codec(str, Enum):
-    auto = "auto"
-    none = "none"
-    lz4 = "lz4"
-    zstd = "zstd"
+Codec = choices("Codec", "auto", "none", "lz4", "zstd")
 
 
-class Dtype(str, Enum):
-    float32 = "float32"
-    float64 = "float64"
+Dtype = choices("Dtype", "float32", "float64")
 
 
 def _version_callback(value: bool) -> None:

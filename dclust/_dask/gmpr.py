@@ -19,7 +19,7 @@ from ..kernels.gmpr import (
     GaussianStats, MixtureParams, class_posteriors, link_partial, pair_posteriors, sub_log_density,
     unlinked_partial,
 )
-from .passes import map_partials, map_reduce
+from .passes import map_partials, map_reduce, persist
 
 __all__ = ["LinkPlan", "estep", "init_stats", "link_payload", "persist_payload", "proba", "total_loglik"]
 
@@ -199,7 +199,7 @@ def persist_payload(links: da.Array | None) -> da.Array | None:
     them and ran most of every pass)."""
     if links is None:
         return None
-    links = links.persist()
+    links = persist(links)
     try:
         from distributed import default_client, futures_of
 

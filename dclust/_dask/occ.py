@@ -13,6 +13,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any, Callable
 
 import dask
 import dask.array as da
@@ -124,7 +125,8 @@ class OCCRule:
                         split_every=split_every, compute=compute, propose=fn, mix=mix, lo=lo, hi=hi, **kwargs)
 
 
-def run_pass(fn, merge, X, w, *, block_args=None, split_every=None, compute=True, **kwargs):
+def run_pass(fn: Callable[..., Any], merge: Callable[..., Any], X: Any, w: Any, *, block_args: Any = None,
+             split_every: Any = None, compute: bool = True, **kwargs: Any) -> Any:
     """``fn`` on every row block of ``X`` (with the aligned weights ``w`` and ``block_args[b]``), merged: one pass
     of :func:`dclust._dask.passes.map_reduce` (computed unless ``compute=False``), or for an in-memory ``X``
     (numpy) one call on the whole array."""
@@ -478,7 +480,7 @@ class BPRule(OCCRule):
         self.features = np.vstack([self.features, new])
         return int(new.shape[0])
 
-    def result(self):
+    def result(self) -> tuple[da.Array, Gram]:
         """``(Z, gram)``: the bits after the pass (lazy over persisted pieces; pending patches applied) and the
         Gram of every row accepted (padded to the number of features)."""
         K, d = self.features.shape

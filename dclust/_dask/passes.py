@@ -489,9 +489,60 @@ def map_labels(fn: Callable[..., np.ndarray], X: da.Array, dtype=np.int32, **kwa
     return parts.map_blocks(_first, dtype=dtype, chunks=(X.chunks[0],), meta=np.empty(0, dtype=dtype))
 
 
-def compute(*collections):
-    """Compute dask collections together (shared inputs are read once)."""
+# Typed entry points to dask's array API for the strictly typed modules above this layer: dask annotates neither
+# compute, persist, from_array, asarray, from_delayed, concatenate nor the methods rechunk, astype and
+# compute_chunk_sizes, and types the method Array.map_blocks by functools.wraps as the module-level da.map_blocks
+# (whose first parameter is the function), so a type checker rejects every method call.
+
+
+def compute(*collections: Any) -> tuple[Any, ...]:
+    """Compute dask collections together (shared inputs are read once); ``compute(x)[0]`` is ``x.compute()``."""
     return dask.compute(*collections)
+
+
+def persist(X: da.Array) -> da.Array:
+    """``X.persist()``: its blocks computed and kept in (cluster) memory."""
+    return X.persist()
+
+
+def map_blocks(X: da.Array, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> da.Array:
+    """``X.map_blocks(fn, *args, **kwargs)``."""
+    return X.map_blocks(fn, *args, **kwargs)
+
+
+def from_array(x: Any, chunks: Any) -> da.Array:
+    """``da.from_array(x, chunks=chunks)``."""
+    return da.from_array(x, chunks=chunks)
+
+
+def rechunk(X: da.Array, chunks: Any) -> da.Array:
+    """``X.rechunk(chunks)``."""
+    return X.rechunk(chunks)
+
+
+def astype(X: da.Array, dtype: Any) -> da.Array:
+    """``X.astype(dtype)``."""
+    return X.astype(dtype)
+
+
+def compute_chunk_sizes(X: da.Array) -> da.Array:
+    """``X.compute_chunk_sizes()``: unknown (NaN) chunk sizes resolved by one pass over the blocks' lengths."""
+    return X.compute_chunk_sizes()
+
+
+def asarray(x: Any) -> da.Array:
+    """``da.asarray(x)``."""
+    return da.asarray(x)
+
+
+def from_delayed(value: Any, shape: tuple[int, ...], dtype: Any) -> da.Array:
+    """``da.from_delayed(value, shape=shape, dtype=dtype)``."""
+    return da.from_delayed(value, shape=shape, dtype=dtype)
+
+
+def concatenate(arrays: Sequence[da.Array], axis: int = 0) -> da.Array:
+    """``da.concatenate(arrays, axis=axis)``."""
+    return da.concatenate(arrays, axis=axis)
 
 
 def persist_if_fits(X: da.Array, persist, logger) -> da.Array:

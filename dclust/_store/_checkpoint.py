@@ -72,7 +72,6 @@ import numpy as np
 import zarr
 
 from ..errors import CorruptStoreError, DclustError, FormatVersionError, StorageError, message
-from .._fit import rng_state, set_rng_state  # noqa: F401 - re-exported
 from ._models import _TAG, _Unsaveable, _decode, _encode, _encode_or_raise, _version, open_group_read
 from ._atomic import (
     _atomic_write, _atomic_write_remote, _remote_exists, _resolve, check_location, check_remote_location,
@@ -80,7 +79,7 @@ from ._atomic import (
 )
 from ._zarr import read_all
 
-__all__ = ["Checkpointer", "data_fingerprint", "graph_fingerprint", "rng_state", "set_rng_state", "FORMAT_VERSION"]
+__all__ = ["Checkpointer", "data_fingerprint", "graph_fingerprint", "FORMAT_VERSION"]
 
 #: The newest checkpoint format this dclust writes and reads. An estimator whose saved state changed sets
 #: ``_checkpoint_since`` (the oldest format it reads; default 1) and older checkpoints of it are refused. Format 2:

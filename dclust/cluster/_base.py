@@ -21,15 +21,16 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from typing import Any
+from typing import Any, Callable
 
 import dask.array as da
 import numpy as np
+import numpy.typing as npt
 from sklearn.base import BaseEstimator as _SklearnBaseEstimator
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, clone
 from sklearn.base import TransformerMixin as _SklearnTransformerMixin
 
-from .._dask.passes import block_offsets, map_labels, map_reduce
+from .._dask.passes import block_offsets, compute, map_blocks, map_labels, map_reduce
 from .._fit import NoCheckpoint, Step
 from .._validation import (
     SEED, InputInfo, Interval, Options, _Kind, check_array, check_feature_names, check_n_features,
@@ -52,7 +53,7 @@ CHECKPOINT = _Kind("None, a path or fsspec URL (str or os.PathLike), or an fsspe
 
 #: Constraints of the parameters of the distributed passes (persisting X, the reduction's fan-in, the checkpoint),
 #: shared by every estimator that takes them: ``_parameter_constraints = {..., **PASS_PARAMETERS}``.
-PASS_PARAMETERS = {
+PASS_PARAMETERS: dict[str, list[Any]] = {
     "persist": [Options(("auto", True, False))],
     "split_every": [Interval("int", 2, None), Options((None,))],
     "checkpoint": [CHECKPOINT],
@@ -60,7 +61,7 @@ PASS_PARAMETERS = {
 
 #: The optimistic-concurrency estimators' (DP-, RDP-, BP-means): the seed, the serial prefix, the proposal cap and
 #: the pass parameters.
-OCC_PARAMETERS = {
+OCC_PARAMETERS: dict[str, list[Any]] = {
     "random_state": [SEED],
     "prefix_size": [Interval("int", 0, None)],
     "max_proposals": [Interval("int", 1, None)],
@@ -68,7 +69,7 @@ OCC_PARAMETERS = {
 }
 
 #: The in-memory references': the size limit, the seed and the checkpoint.
-MEMORY_PARAMETERS = {
+MEMORY_PARAMETERS: dict[str, list[Any]] = {
     "max_samples": [Interval("int", 1, None)],
     "random_state": [SEED],
     "checkpoint": [CHECKPOINT],
@@ -83,20 +84,20 @@ class HistoryStep(Step):
     #: The state's entry with one row per cluster (or feature).
     model_key = "centers"
 
-    def converged(self, old: dict, new: dict) -> bool:
-        return new["settled"]
+    def converged(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        return bool(new["settled"])
 
-    def objective(self, s: dict) -> float:
-        return s["history"][-1]
+    def objective(self, s: dict[str, Any]) -> float:
+        return float(s["history"][-1])
 
-    def n_clusters(self, s: dict) -> int:
-        return s[self.model_key].shape[0]
+    def n_clusters(self, s: dict[str, Any]) -> int:
+        return int(s[self.model_key].shape[0])
 
 
 _NO_GRAPH = object()  # _checkpointer(constraints=...) not given: an estimator without side information
 
 
-class BaseEstimator(_SklearnBaseEstimator):
+class BaseEstimator(_SklearnBaseEstimator):  # type: ignore[misc]  # scikit-learn ships no type hints
     """Parameters are the keyword arguments of ``__init__``, stored unchanged; validation happens in ``fit``.
 
     A scikit-learn estimator (``sklearn.base.BaseEstimator``: ``get_params``, ``clone``, tags, ``Pipeline`` and
@@ -106,7 +107,7 @@ class BaseEstimator(_SklearnBaseEstimator):
     not repeat that bookkeeping.
     """
 
-    _parameter_constraints: dict = {}
+    _parameter_constraints: dict[str, Any] = {}
     #: learned attributes that are not saved by :func:`dclust.save` (large or derived).
     _transient_attributes: tuple[str, ...] = ()
 
@@ -147,7 +148,8 @@ class BaseEstimator(_SklearnBaseEstimator):
     def _validate_params(self) -> None:
         validate_params(self)
 
-    def _checkpointer(self, X=None, sample_weight=None, *, fingerprint: bool = True, constraints=_NO_GRAPH):
+    def _checkpointer(self, X: Any = None, sample_weight: Any = None, *, fingerprint: bool = True,
+                      constraints: Any = _NO_GRAPH) -> Any:
         """The checkpoint of this fit (``dclust._store._checkpoint``), or a no-op object when ``checkpoint`` is None.
 
         ``X`` (and ``sample_weight``), dask arrays, are fingerprinted so that a checkpoint of other data is refused;
@@ -192,7 +194,7 @@ class _Busy:
         self.estimator.__dict__.pop("_dclust_busy", None)
 
 
-def _api_method(method, name: str):
+def _api_method(method: Callable[..., Any], name: str) -> Callable[..., Any]:
     """Wrap a subclass's ``fit``-like or ``predict``-like method with the scikit-learn input bookkeeping.
 
     Before: DataFrames become arrays (their columns kept as ``feature_names_in_`` by a fit, checked against it
@@ -205,7 +207,7 @@ def _api_method(method, name: str):
     fitting = name in _FIT_METHODS
 
     @functools.wraps(method)
-    def wrapper(self, X=None, *args: Any, **kwargs: Any):
+    def wrapper(self: Any, X: Any = None, *args: Any, **kwargs: Any) -> Any:
         if self.__dict__.get("_dclust_busy"):
             return method(self, X, *args, **kwargs)
         cls = type(self).__name__
@@ -278,7 +280,7 @@ def non_finite_error(name: str, block: int, first: int, last: int, verb: str) ->
 def wrap_output(result: da.Array, info: InputInfo, name: str) -> Any:
     """Shape a per-sample result like the input: ndarray for numpy, lazy dask for dask, DataArray for xarray."""
     if info.kind == "numpy":
-        return result.compute()
+        return compute(result)[0]
     if info.kind == "xarray":
         out = info.template.copy(data=result)
         if result.ndim == 2:  # transform: add a cluster dimension
@@ -287,14 +289,15 @@ def wrap_output(result: da.Array, info: InputInfo, name: str) -> Any:
     return result
 
 
-def _labels_kernel(Xb, *, offset, block_index, centers):
+def _labels_kernel(Xb: npt.NDArray[Any], *, offset: int, block_index: int,
+                   centers: npt.NDArray[np.float64]) -> npt.NDArray[Any]:
     labels = nearest(Xb, centers)[0]
     if labels.size and labels.min() < 0:  # a row with NaN or inf has no nearest centre: never a silent -1
         raise non_finite_error("X", block_index, offset, offset + len(labels) - 1, "predict")
     return labels
 
 
-def _finite_block(Xb, verb, block_info=None):
+def _finite_block(Xb: npt.NDArray[Any], verb: str, block_info: Any = None) -> npt.NDArray[Any]:
     if not np.isfinite(Xb).all():
         (first, stop), block = block_info[0]["array-location"][0], block_info[0]["chunk-location"][0]
         raise non_finite_error("X", block, first, stop - 1, verb)
@@ -306,30 +309,33 @@ def finite_rows(X: da.Array, verb: str) -> da.Array:
 
     For the per-row outputs whose kernels would otherwise give NaN distances or arbitrary labels silently.
     """
-    return X.map_blocks(_finite_block, verb, dtype=X.dtype)
+    return map_blocks(X, _finite_block, verb, dtype=X.dtype)
 
 
-def _distances_kernel(Xb, centers):
+def _distances_kernel(Xb: npt.NDArray[Any], centers: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     Xb = np.asarray(Xb, dtype=np.float64)
-    d = (Xb * Xb).sum(axis=1)[:, None] - 2.0 * (Xb @ centers.T) + (centers * centers).sum(axis=1)[None, :]
-    return np.maximum(d, 0.0, out=d)
+    d: npt.NDArray[np.float64] = ((Xb * Xb).sum(axis=1)[:, None] - 2.0 * (Xb @ centers.T)
+                                  + (centers * centers).sum(axis=1)[None, :])
+    np.maximum(d, 0.0, out=d)
+    return d
 
 
-def _cost_partial(Xb, wb, *, offset, block_index, centers):
+def _cost_partial(Xb: npt.NDArray[Any], wb: npt.NDArray[Any] | None, *, offset: int, block_index: int,
+                  centers: npt.NDArray[np.float64]) -> ClusterStats:
     return block_stats(Xb, centers, wb, offset=offset, block_index=block_index)
 
 
-class TransformerMixin(_SklearnTransformerMixin):
+class TransformerMixin(_SklearnTransformerMixin):  # type: ignore[misc]  # scikit-learn: no type hints
     """scikit-learn's TransformerMixin (``fit_transform``); dclust's outputs never keep X's dtype: distances are
     float64, feature allocations uint8."""
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = []
         return tags
 
 
-class CentroidMixin(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin):
+class CentroidMixin(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin):  # type: ignore[misc]  # idem
     """predict / transform / score for models with ``cluster_centers_``; ``fit_predict`` (``labels_``) and
     ``fit_transform`` come from scikit-learn's ClusterMixin and TransformerMixin, the output column names of
     ``transform`` (``kmeans0``, ...) from its ClassNamePrefixFeaturesOutMixin."""
@@ -339,7 +345,7 @@ class CentroidMixin(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMi
         """Number of columns of ``transform``: one distance per centre."""
         return int(self.cluster_centers_.shape[0])
 
-    def _input(self, X) -> tuple[da.Array, InputInfo]:
+    def _input(self, X: ArrayLike) -> tuple[da.Array, InputInfo]:
         self._check_fitted()
         return check_array(X, n_features=self.cluster_centers_.shape[1])
 
@@ -357,8 +363,8 @@ class CentroidMixin(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMi
         """Squared Euclidean distance of every row to every centre, shape (n_samples, n_clusters)."""
         arr, info = self._input(X)
         c = np.asarray(self.cluster_centers_, dtype=np.float64)
-        out = finite_rows(arr, "transform").map_blocks(_distances_kernel, c, dtype=np.float64,
-                                                       chunks=(arr.chunks[0], (c.shape[0],)))
+        out = map_blocks(finite_rows(arr, "transform"), _distances_kernel, c, dtype=np.float64,
+                         chunks=(arr.chunks[0], (c.shape[0],)))
         return wrap_output(out, info, "distances")
 
     def score(self, X: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None) -> float:
@@ -368,6 +374,6 @@ class CentroidMixin(ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMi
         arr, _ = self._input(X)
         w = check_sample_weight(sample_weight, arr)
         c = np.asarray(self.cluster_centers_, dtype=np.float64)
-        stats = map_reduce(_cost_partial, ClusterStats.merge_all, arr, w, centers=c).compute()[()]
+        stats = compute(map_reduce(_cost_partial, ClusterStats.merge_all, arr, w, centers=c))[0][()]
         raise_if_bad_block(stats, arr)
         return -float(stats.cost)

@@ -3,10 +3,15 @@ features opened with optimistic concurrency control."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
 from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, select_bits, transform_bits
 from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
+from .._dask.passes import persist
 from .._dask.occ import BPRule, KeyedPass, keyed_pass, keyed_records_from, keyed_records_state, patch_bits
 from .._registry import register
 from .._validation import Interval, Options, as_generator, check_array
@@ -22,14 +27,14 @@ from ..kernels.bpmeans import (
 )
 from ..kernels.kfeatures import greedy_rows
 from ._base import HistoryStep, OCC_PARAMETERS, BaseEstimator, wrap_output
-from ._features import FeatureMixin, first_pass, overflow_error
+from ._features import FeatureMixin, FirstPass, first_pass, overflow_error
 from typing import Literal
 from ..typing import ArrayLike, CheckpointLike, Ignored, PersistMode, SeedLike
 
 __all__ = ["BPMeans"]
 
 
-def _swept(rows: np.ndarray, A: np.ndarray) -> np.ndarray:
+def _swept(rows: npt.NDArray[np.float64], A: npt.NDArray[np.float64]) -> npt.NDArray[np.uint8]:
     """Bits of in-memory rows swept from zero over ``A`` until stable (what :func:`transform_bits` gives)."""
     Z = np.zeros((rows.shape[0], A.shape[0]), np.uint8)
     if A.shape[0]:
@@ -55,19 +60,19 @@ class _Passes(HistoryStep):
     name, unit = "BPMeans", "passes"
     model_key = "features"
 
-    def __init__(self, est: "BPMeans", X, ck):
+    def __init__(self, est: "BPMeans", X: da.Array, ck: Any) -> None:
         self.est, self.X, self.ck = est, X, ck
         self.lam = float(est.lam)
-        self.prefix = None  # what first_pass returns
+        self.prefix: FirstPass | None = None  # what first_pass returns
         self.passes = 0  # passes of the initialization
 
-    def _first_pass(self, seed: int) -> tuple:
+    def _first_pass(self, seed: int) -> FirstPass:
         if self.prefix is None:
             self.prefix = first_pass(self.X, split_every=self.est.split_every, mix=seed_mix(seed),
                                      prefix_size=self.est.prefix_size, check_content=self.ck.check_content)
         return self.prefix
 
-    def start(self) -> dict:
+    def start(self) -> dict[str, Any]:
         est, X, lam = self.est, self.X, self.lam
         seed = int(as_generator(est.random_state).integers(2**62))
         mean, _, _, _, p_rows = self._first_pass(seed)
@@ -86,13 +91,13 @@ class _Passes(HistoryStep):
         else:
             A = np.zeros((0, X.shape[1]))
         if greedy or A.shape[0] == 0:
-            Z = init_bits(X, A, greedy).persist()
+            Z = persist(init_bits(X, A, greedy))
         else:  # lazy: computed by the first epoch's tasks, from the same reads of X
             Z = transform_bits(X, A)
         return {"seed": seed, "features": A, "init_features": A.copy(), "Z": Z, "history": [], "assign_history": [],
                 "records": [], "proposals": []}
 
-    def step(self, s: dict) -> dict:
+    def step(self, s: dict[str, Any]) -> dict[str, Any]:
         est, X, lam, A, first = self.est, self.X, self.lam, s["features"], not s["history"]
         _, sq_norm, p_end, p_index, p_rows = self._first_pass(s["seed"])
         start, rate, patches, pre, n_new = 0, 0.0, {}, None, 0
@@ -104,7 +109,8 @@ class _Passes(HistoryStep):
             if overflow >= 0:
                 raise FeatureOverflow(est.max_features + 1, float(np.max(q[:overflow], initial=lam)),
                                       "serial prefix")
-            pre = Gram(*gram_partial(p_rows, Zp), float(q.sum()), int(flips))
+            G_pre, B_pre = gram_partial(p_rows, Zp)
+            pre = Gram(G_pre, B_pre, float(q.sum()), int(flips))
             patches = patch_bits(p_index, 0, Zp, tuple(X.chunks[0]))
             A, n_new = np.vstack([A, new]), new.shape[0]
             rate = n_new / p_index.size
@@ -121,7 +127,7 @@ class _Passes(HistoryStep):
         G, B = gram.G[np.ix_(keep, keep)], gram.B[keep]
         opened = k_all - k_start
         return {"seed": s["seed"], "features": feature_means(G, B), "init_features": s["init_features"],
-                "Z": select_bits(Zpass, keep).persist(),
+                "Z": persist(select_bits(Zpass, keep)),
                 "history": s["history"] + [collapsed_objective(G, B, sq_norm, lam)],
                 "assign_history": s["assign_history"] + [gram.sse + lam * k_all],
                 "records": s["records"] + [KeyedPass(start, epochs)],
@@ -129,17 +135,17 @@ class _Passes(HistoryStep):
                 "epochs": len(epochs), "opened": opened, "flips": gram.flips,
                 "settled": gram.flips == 0 and opened == 0 and keep.size == k_all}
 
-    def start_extra(self, s: dict) -> dict:
+    def start_extra(self, s: dict[str, Any]) -> dict[str, Any]:
         return {"lam": self.lam, "passes": self.passes}
 
-    def extra(self, s: dict) -> dict:
+    def extra(self, s: dict[str, Any]) -> dict[str, Any]:
         return {"epochs": s["epochs"], "opened": s["opened"], "flips": s["flips"]}
 
-    def to_checkpoint(self, s: dict) -> dict:
+    def to_checkpoint(self, s: dict[str, Any]) -> dict[str, Any]:
         return {k: s[k] for k in ("seed", "features", "init_features", "Z", "history", "assign_history",
                                   "proposals")} | {"records": keyed_records_state(s["records"])}
 
-    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+    def from_checkpoint(self, ck: Any, saved: dict[str, Any], iteration: int) -> dict[str, Any]:
         (n, d), chunks = self.X.shape, tuple(self.X.chunks[0])
         A = ck.require_shape("features", saved["features"], (None, d)).astype(np.float64)
         A0 = ck.require_shape("initial features", saved["init_features"], (None, d)).astype(np.float64)
@@ -248,6 +254,18 @@ class BPMeans(FeatureMixin, BaseEstimator):
     (2, True)
     """
 
+    features_: npt.NDArray[np.float64]
+    n_latent_features_: int
+    init_features_: npt.NDArray[np.float64]
+    allocation_: ArrayLike
+    objective_: float
+    objective_history_: list[float]
+    assignment_objective_history_: list[float]
+    proposals_per_epoch_: list[list[int]]
+    n_iter_: int
+    converged_: bool
+    _order_records: tuple[int, int, list[KeyedPass]]
+
     _parameter_constraints = {
         "lam": [Interval("real", 0, None, "left")],
         "init": [Options(("sample", "greedy", "empty"))],
@@ -288,8 +306,9 @@ class BPMeans(FeatureMixin, BaseEstimator):
             self.allocation_ = wrap_output(Z, info, "allocation")
             if not self.converged_:
                 warn_unconverged("BPMeans", self.max_iter, unit="passes")
-            return finish(self, ck, n_iter=self.n_iter_, objective=self.objective_,
-                          n_clusters=self.n_latent_features_, save=False)
+            finish(self, ck, n_iter=self.n_iter_, objective=self.objective_, n_clusters=self.n_latent_features_,
+                   save=False)
+            return self
         passes = _Passes(self, persisted(arr, info.kind, self.persist), ck)
         try:
             run = fit_loop(passes, max_iter=self.max_iter, ck=ck, resume=None if state is None else state["loop"],
@@ -309,8 +328,9 @@ class BPMeans(FeatureMixin, BaseEstimator):
         self.converged_ = run.converged
         self.n_features_in_ = d
         self._order_records = (seed_mix(s["seed"]), n, s["records"])
-        return finish(self, ck, n_iter=run.n_iter, objective=self.objective_, n_clusters=self.n_latent_features_,
-                      seed=s["seed"], records=keyed_records_state(s["records"]), allocation=s["Z"])
+        finish(self, ck, n_iter=run.n_iter, objective=self.objective_, n_clusters=self.n_latent_features_,
+               seed=s["seed"], records=keyed_records_state(s["records"]), allocation=s["Z"])
+        return self
 
     @property
     def serial_order_(self) -> list[np.ndarray]:

@@ -7,9 +7,12 @@ clear :class:`~dclust.errors.InvalidDataError` above it) and only then compute t
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any, Callable, TypeVar
 
-from .._fit import NoCheckpoint, finish, fit_loop
+import numpy as np
+import numpy.typing as npt
+
+from .._fit import LoopResult, NoCheckpoint, finish, fit_loop
 from .._registry import register
 from .._validation import Interval, Options, as_generator
 from ..errors import InvalidParameterError, message
@@ -22,15 +25,17 @@ from ..typing import ArrayLike, CheckpointLike, DPMeansInit, Ignored, SeedLike
 
 __all__ = ["CollapsedDPMeans", "CappedDPMeans", "CollapsedBPMeans"]
 
+_E = TypeVar("_E", bound=_InMemory)
 
-def _processing_order(n: int, shuffle: bool, random_state) -> np.ndarray:
+
+def _processing_order(n: int, shuffle: bool, random_state: SeedLike) -> npt.NDArray[np.int64]:
     """The permutation drawn once per fit and reused in every pass (docs/algorithms.md section 0)."""
     if not shuffle:
         return np.arange(n, dtype=np.int64)
     return as_generator(random_state).permutation(n).astype(np.int64)
 
 
-def _restart_orders(n: int, random_state, n_init: int) -> list[np.ndarray]:
+def _restart_orders(n: int, random_state: SeedLike, n_init: int) -> list[npt.NDArray[np.int64]]:
     """Processing orders of restarts 1..n_init-1: independent streams spawned from ``random_state``."""
     if n_init <= 1:
         return []
@@ -50,33 +55,50 @@ class _Passes(HistoryStep):
 
     unit = "passes"
 
-    def __init__(self, est, X, order=None):
+    def __init__(self, est: Any, X: npt.NDArray[np.float64], order: npt.NDArray[np.int64] | None = None) -> None:
         self.name, self.est, self.X, self.order = type(est).__name__, est, X, order
         self.lam = float(est.lam)
 
-    def start(self) -> dict:
+    def initial(self) -> dict[str, Any]:
+        """The model's arrays before the first pass."""
+        raise NotImplementedError  # pragma: no cover - each subclass's
+
+    def one_pass(self, s: dict[str, Any]) -> tuple[dict[str, Any], float, bool, dict[str, Any]]:
+        """One pass from the state ``s``: ``(model arrays, objective, changed, event extra)``."""
+        raise NotImplementedError  # pragma: no cover - each subclass's
+
+    def size(self, s: dict[str, Any]) -> int:
+        """The number of clusters or features of the state ``s``."""
+        raise NotImplementedError  # pragma: no cover - each subclass's
+
+    def read(self, ck: Any, saved: dict[str, Any], n: int) -> dict[str, Any]:
+        """The model's arrays of the checkpoint state ``saved`` of ``n`` rows, checked."""
+        raise NotImplementedError  # pragma: no cover - each subclass's
+
+    def start(self) -> dict[str, Any]:
         order = self.order
         if order is None:
             order = _processing_order(self.X.shape[0], self.est.shuffle, self.est.random_state)
         return {"order": order, "history": [], "changed": True, "extra": {}, **self.initial()}
 
-    def step(self, s: dict) -> dict:
+    def step(self, s: dict[str, Any]) -> dict[str, Any]:
         model, objective, changed, extra = self.one_pass(s)
         return {**s, **model, "history": s["history"] + [objective], "changed": changed, "extra": extra}
 
-    def converged(self, old: dict, new: dict) -> bool:
+    def converged(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
         return not new["changed"]
 
-    def n_clusters(self, s: dict) -> int:
+    def n_clusters(self, s: dict[str, Any]) -> int:
         return self.size(s)
 
-    def extra(self, s: dict) -> dict:
-        return s["extra"]
+    def extra(self, s: dict[str, Any]) -> dict[str, Any]:
+        extra: dict[str, Any] = s["extra"]
+        return extra
 
-    def to_checkpoint(self, s: dict) -> dict:
+    def to_checkpoint(self, s: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in s.items() if k not in ("changed", "extra")}
 
-    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+    def from_checkpoint(self, ck: Any, saved: dict[str, Any], iteration: int) -> dict[str, Any]:
         n = self.X.shape[0]
         order = ck.require_shape("processing order", saved["order"], (n,)).astype(np.int64)
         if not np.array_equal(np.sort(order), np.arange(n)):
@@ -87,7 +109,8 @@ class _Passes(HistoryStep):
         return {"order": order, "history": history, "changed": True, "extra": {}, **self.read(ck, saved, n)}
 
 
-def _fit_serial(est, X, make, store):
+def _fit_serial(est: _E, X: ArrayLike, make: Callable[[_E, npt.NDArray[np.float64]], _Passes],
+                store: Callable[[LoopResult, npt.NDArray[np.float64]], tuple[LoopResult, int]]) -> _E:
     """Run the serial fit of ``est`` on ``X`` and return ``est``: the passes ``make(est, X in memory)``, resumed from
     the checkpoint when it holds an interrupted fit (a finished fit's checkpoint gives its model back at once);
     ``store(run, X in memory)`` sets the estimator's own fitted attributes and returns the run it kept and its size
@@ -107,25 +130,26 @@ def _fit_serial(est, X, make, store):
     est.converged_ = run.converged
     est.order_ = run.state["order"]
     est.n_features_in_ = Xn.shape[1]
-    return finish(est, ck, n_iter=run.n_iter, objective=history[-1], n_clusters=size)
+    finish(est, ck, n_iter=run.n_iter, objective=history[-1], n_clusters=size)
+    return est
 
 
 class _CollapsedPasses(_Passes):
     """Collapsed DP-means passes (the model: ``labels``)."""
 
-    def initial(self) -> dict:
+    def initial(self) -> dict[str, Any]:
         n = self.X.shape[0]
         labels = np.zeros(n, dtype=np.int64) if self.est.init == "mean" else np.full(n, -1, dtype=np.int64)
         return {"labels": labels}
 
-    def one_pass(self, s):
+    def one_pass(self, s: dict[str, Any]) -> tuple[dict[str, Any], float, bool, dict[str, Any]]:
         labels, moved = K.collapsed_pass(self.X, s["order"], s["labels"], self.lam)
         return {"labels": labels}, K.collapsed_objective(self.X, labels, self.lam), moved != 0, {"moved": moved}
 
-    def size(self, s) -> int:
+    def size(self, s: dict[str, Any]) -> int:
         return int(s["labels"].max()) + 1
 
-    def read(self, ck, saved, n) -> dict:
+    def read(self, ck: Any, saved: dict[str, Any], n: int) -> dict[str, Any]:
         labels = ck.require_shape("labels", saved["labels"], (n,)).astype(np.int64)
         if labels.min() < 0:
             raise ValueError("negative labels after a pass")
@@ -135,25 +159,25 @@ class _CollapsedPasses(_Passes):
 class _CappedPasses(_Passes):
     """Capped DP-means passes (the model: ``labels`` and ``centres``)."""
 
-    def __init__(self, est, X):
+    def __init__(self, est: Any, X: npt.NDArray[np.float64]) -> None:
         super().__init__(est, X)
         self.kmax = X.shape[0] if est.max_clusters is None else int(est.max_clusters)
 
-    def initial(self) -> dict:
+    def initial(self) -> dict[str, Any]:
         n, d = self.X.shape
         if self.est.init == "mean":
             return {"centres": self.X.mean(axis=0, keepdims=True), "labels": np.zeros(n, dtype=np.int64)}
         return {"centres": np.empty((0, d)), "labels": np.full(n, -1, dtype=np.int64)}
 
-    def one_pass(self, s):
+    def one_pass(self, s: dict[str, Any]) -> tuple[dict[str, Any], float, bool, dict[str, Any]]:
         new, C = K.capped_pass(self.X, s["order"], s["centres"], s["labels"], self.lam, self.kmax)
         changed = not np.array_equal(new, s["labels"])
         return {"labels": new, "centres": C}, K.collapsed_objective(self.X, new, self.lam), changed, {}
 
-    def size(self, s) -> int:
+    def size(self, s: dict[str, Any]) -> int:
         return int(s["centres"].shape[0])
 
-    def read(self, ck, saved, n) -> dict:
+    def read(self, ck: Any, saved: dict[str, Any], n: int) -> dict[str, Any]:
         C = ck.require_shape("centres", saved["centres"], (None, self.X.shape[1])).astype(np.float64)
         labels = ck.require_shape("labels", saved["labels"], (n,)).astype(np.int64)
         if C.shape[0] > self.kmax or labels.min() < 0 or labels.max() >= C.shape[0]:
@@ -164,21 +188,21 @@ class _CappedPasses(_Passes):
 class _CollapsedBPPasses(_Passes):
     """Collapsed BP-means passes (the model: the allocation ``Z``)."""
 
-    def __init__(self, est, X, order=None):
+    def __init__(self, est: Any, X: npt.NDArray[np.float64], order: npt.NDArray[np.int64] | None = None) -> None:
         super().__init__(est, X, order)
         self.sq_norm = float((X * X).sum())
 
-    def initial(self) -> dict:
+    def initial(self) -> dict[str, Any]:
         return {"Z": np.zeros((self.X.shape[0], 0), np.uint8)}
 
-    def one_pass(self, s):
+    def one_pass(self, s: dict[str, Any]) -> tuple[dict[str, Any], float, bool, dict[str, Any]]:
         Z, moves, J = K.collapsed_bp_pass(self.X, s["order"], s["Z"], self.lam, self.sq_norm)
         return {"Z": Z}, J, moves != 0, {"moves": moves}
 
-    def size(self, s) -> int:
+    def size(self, s: dict[str, Any]) -> int:
         return int(s["Z"].shape[1])
 
-    def read(self, ck, saved, n) -> dict:
+    def read(self, ck: Any, saved: dict[str, Any], n: int) -> dict[str, Any]:
         return {"Z": ck.require_shape("Z", saved["Z"], (n, None)).astype(np.uint8)}
 
 
@@ -258,7 +282,7 @@ class CollapsedDPMeans(CentroidMixin, _InMemory):
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features))."""
         return _fit_serial(self, X, _CollapsedPasses, self._store)
 
-    def _store(self, run, X):
+    def _store(self, run: LoopResult, X: npt.NDArray[np.float64]) -> tuple[LoopResult, int]:
         labels = run.state["labels"]
         k = int(labels.max()) + 1
         counts, sums = K.collapsed_stats(X, labels, k)
@@ -345,7 +369,7 @@ class CappedDPMeans(CentroidMixin, _InMemory):
         """Cluster ``X`` into at most ``max_clusters`` clusters (numpy, dask, zarr or xarray)."""
         return _fit_serial(self, X, _CappedPasses, self._store)
 
-    def _store(self, run, X):
+    def _store(self, run: LoopResult, X: npt.NDArray[np.float64]) -> tuple[LoopResult, int]:
         self.cluster_centers_ = run.state["centres"]
         self.labels_ = run.state["labels"]
         self.n_clusters_ = int(self.cluster_centers_.shape[0])
@@ -436,7 +460,7 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
             )
         return _fit_serial(self, X, _CollapsedBPPasses, self._store)
 
-    def _store(self, run, X):
+    def _store(self, run: LoopResult, X: npt.NDArray[np.float64]) -> tuple[LoopResult, int]:
         for order in _restart_orders(X.shape[0], self.random_state, self.n_init):  # restarts: other orders
             other = fit_loop(_CollapsedBPPasses(self, X, order), max_iter=self.max_iter, ck=NoCheckpoint(),
                              resume=None, warn=True)

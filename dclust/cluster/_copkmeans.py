@@ -15,16 +15,19 @@ generator's state) is saved atomically after every sweep, and a refit resumes fr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-import dask.array as da
-import numba
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from .._fit import Step, best_of, finish, restore_finished
-from .._validation import Interval, Options, as_generator, check_constraints
+from .._dask.passes import from_array
+from .._fit import LoopResult, Step, best_of, finish, restore_finished
+from .._validation import Interval, Options, as_generator
+from ..constraints._check import check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
+from ..kernels.constrained import cop_sweep
 from ..kernels.kmeans import kmeans_plusplus
 from .._registry import register
 from ._base import MEMORY_PARAMETERS, CentroidMixin
@@ -33,39 +36,6 @@ from typing import Literal
 from ..typing import ArrayLike, CheckpointLike, ConstraintsLike, Ignored, SeedLike
 
 __all__ = ["COPKMeans"]
-
-
-@numba.njit(cache=True, nogil=True)
-def _sweep(P, w, centers, order, indptr, indices, labels):
-    """One constrained assignment sweep over the components in ``order``; returns the number of components that
-    had no feasible cluster (placed in their nearest one). ``labels`` is overwritten."""
-    m, d = P.shape
-    k = centers.shape[0]
-    for t in range(m):
-        labels[t] = -1
-    forbidden = np.full(k, -1, dtype=np.int64)
-    n_bad = 0
-    for t in range(order.size):
-        c = order[t]
-        for p in range(indptr[c], indptr[c + 1]):
-            lab = labels[indices[p]]
-            if lab >= 0:
-                forbidden[lab] = c
-        best, best_d, near, near_d = -1, np.inf, 0, np.inf
-        for j in range(k):
-            dist = 0.0
-            for f in range(d):
-                diff = P[c, f] - centers[j, f]
-                dist += diff * diff
-            if dist < near_d:
-                near, near_d = j, dist
-            if forbidden[j] != c and dist < best_d:
-                best, best_d = j, dist
-        if best < 0:
-            n_bad += 1
-            best = near
-        labels[c] = best
-    return n_bad
 
 
 @register
@@ -111,6 +81,13 @@ class COPKMeans(CentroidMixin, _InMemory):
     """
 
     _cost_note = "an in-memory reference: constrained Lloyd sweeps over the must-link components"
+    labels_: npt.NDArray[np.int64]
+    cluster_centers_: npt.NDArray[np.float64]
+    inertia_: float
+    n_violated_: tuple[int, int]
+    n_components_: int
+    n_iter_: int
+
     _parameter_constraints = {
         "n_clusters": [Interval("int", 1, None)],
         "n_init": [Interval("int", 1, None)],
@@ -128,25 +105,26 @@ class COPKMeans(CentroidMixin, _InMemory):
         self.on_infeasible, self.max_samples, self.random_state = on_infeasible, max_samples, random_state
         self.checkpoint = checkpoint
 
-    def _links(self, constraints, n):
+    def _links(self, constraints: ConstraintsLike, n: int) -> tuple[npt.NDArray[Any], ...]:
         if constraints is None:
             e = np.zeros(0, np.int64)
             return e, e, np.zeros(0, np.int8)
         check_constraints("COPKMeans", constraints, n)
-        return constraints.pairs()
+        pairs: tuple[npt.NDArray[Any], ...] = constraints.pairs()
+        return pairs
 
     def fit(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> "COPKMeans":
         """Cluster ``X`` (read into memory) under optional must/cannot links (a ``ConstraintGraph``)."""
         self._validate_params()
         Xn, _ = self._load(X)
         n, d = Xn.shape
-        arr = da.from_array(Xn, chunks=Xn.shape)
+        arr = from_array(Xn, chunks=Xn.shape)
         i, j, s = self._links(constraints, n)
         ck = self._checkpointer(arr, constraints=constraints)
         state = ck.resume()
         if restore_finished(self, ck, state) is not None:
-            return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters,
-                          save=False)
+            finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters, save=False)
+            return self
         diff = Xn - Xn.mean(axis=0)
         ck.check_content(float(n), Xn.mean(axis=0), float((diff * diff).sum()))
         must = s > 0
@@ -181,10 +159,11 @@ class COPKMeans(CentroidMixin, _InMemory):
         if ck.active:  # the fitted attributes go in the finished state, so a rerun restores them without a pass
             ck.save({"phase": "done", "attributes": {k: v for k, v in vars(self).items()
                                                      if k.endswith("_") and not k.startswith("_")}})
-        return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters,
-                      save=False)
+        finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters, save=False)
+        return self
 
-    def fit_predict(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> np.ndarray:
+    def fit_predict(self, X: ArrayLike, y: Ignored = None,
+                    constraints: ConstraintsLike = None) -> npt.NDArray[np.int64]:
         """``fit(X, constraints=constraints).labels_``; ``predict`` labels new rows by the nearest center (links
         are not used)."""
         return self.fit(X, constraints=constraints).labels_
@@ -196,13 +175,13 @@ class _Problem:
     """The data of a COP-KMeans fit: rows ``X``, must-link components ``P`` (means) of sizes ``w`` with the
     component of every row ``comp``, the cannot-link graph between components (CSR) and the cannot-links."""
 
-    X: np.ndarray
-    P: np.ndarray
-    w: np.ndarray
-    comp: np.ndarray
-    indptr: np.ndarray
-    indices: np.ndarray
-    cannot: tuple
+    X: npt.NDArray[np.float64]
+    P: npt.NDArray[np.float64]
+    w: npt.NDArray[np.float64]
+    comp: npt.NDArray[np.int64]
+    indptr: npt.NDArray[np.int64]
+    indices: npt.NDArray[np.int64]
+    cannot: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
 
 class _Sweeps(Step):
@@ -213,17 +192,18 @@ class _Sweeps(Step):
     name = "COPKMeans"
     unit = "sweeps"
 
-    def __init__(self, est, problem: _Problem, restart: int, rng):
-        self.est, self.pb, self.restart, self.rng, self.k = est, problem, restart, rng, est.n_clusters
+    def __init__(self, est: COPKMeans, problem: _Problem, restart: int, rng: np.random.Generator) -> None:
+        self.est, self.pb, self.restart, self.rng = est, problem, restart, rng
+        self.k: int = est.n_clusters
 
-    def start(self) -> dict:
+    def start(self) -> dict[str, Any]:
         return {"centres": kmeans_plusplus(self.pb.P, self.pb.w, self.k, self.rng), "labels": None}
 
-    def step(self, s: dict) -> dict:
+    def step(self, s: dict[str, Any]) -> dict[str, Any]:
         pb, k = self.pb, self.k
         m = pb.P.shape[0]
         lab = np.empty(m, dtype=np.int64)
-        n_bad = _sweep(pb.P, pb.w, s["centres"], self.rng.permutation(m).astype(np.int64), pb.indptr, pb.indices,
+        n_bad = cop_sweep(pb.P, pb.w, s["centres"], self.rng.permutation(m).astype(np.int64), pb.indptr, pb.indices,
                        lab)
         if n_bad and self.est.on_infeasible == "raise":
             raise InfeasibleConstraintsError(
@@ -240,36 +220,36 @@ class _Sweeps(Step):
         cost = float((pb.w * ((pb.P - C[lab]) ** 2).sum(axis=1)).sum())
         return {"centres": C, "labels": lab, "infeasible": int(n_bad), "cost": cost}
 
-    def converged(self, old: dict, new: dict) -> bool:
-        return old["labels"] is not None and np.array_equal(new["labels"], old["labels"])
+    def converged(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        return old["labels"] is not None and bool(np.array_equal(new["labels"], old["labels"]))
 
-    def objective(self, s: dict) -> float:
-        return s.get("cost", float("nan"))
+    def objective(self, s: dict[str, Any]) -> float:
+        return float(s.get("cost", float("nan")))
 
-    def n_clusters(self, s: dict) -> int:
+    def n_clusters(self, s: dict[str, Any]) -> int:
         return self.k
 
-    def extra(self, s: dict) -> dict:
+    def extra(self, s: dict[str, Any]) -> dict[str, Any]:
         return {"init": self.restart, "infeasible": s["infeasible"]}
 
-    def to_checkpoint(self, s: dict) -> dict:
+    def to_checkpoint(self, s: dict[str, Any]) -> dict[str, Any]:
         return {"centres": s["centres"], "labels": s["labels"]}
 
-    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+    def from_checkpoint(self, ck: Any, saved: dict[str, Any], iteration: int) -> dict[str, Any]:
         m, d, k = self.pb.P.shape[0], self.pb.P.shape[1], self.k
         lab = ck.require_shape("labels", saved["labels"], (m,)).astype(np.int64)
         if lab.size and not (0 <= lab.min() and lab.max() < k):
             raise ValueError(f"labels outside 0..{k - 1}")
         return {"centres": ck.require_shape("centres", saved["centres"], (k, d)).astype(np.float64), "labels": lab}
 
-    def result(self, s: dict, run) -> dict:
+    def result(self, s: dict[str, Any], run: LoopResult) -> dict[str, Any]:
         pb = self.pb
         z = s["labels"][pb.comp]
         return {"violated": int((z[pb.cannot[0]] == z[pb.cannot[1]]).sum()),
                 "inertia": float(((pb.X - s["centres"][z]) ** 2).sum()), "labels": z, "centres": s["centres"],
                 "n_iter": run.n_iter}
 
-    def result_from_checkpoint(self, ck, saved: dict) -> dict:
+    def result_from_checkpoint(self, ck: Any, saved: dict[str, Any]) -> dict[str, Any]:
         n, d = self.pb.X.shape
         return {"violated": int(saved["violated"]), "inertia": float(saved["inertia"]),
                 "labels": ck.require_shape("best labels", saved["labels"], (n,)).astype(np.int64),

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
 from .._dask.init import furthest_first
 from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
@@ -15,6 +19,7 @@ from .._validation import (
 )
 from ..errors import InvalidDataError, message
 from ..kernels.distances import seed_mix
+from ..kernels.stats import ClusterStats
 from ._base import HistoryStep, OCC_PARAMETERS, BaseEstimator, CentroidMixin, raise_if_bad_block
 from ._partial import dpmeans_partial_fit
 from ..typing import ArrayLike, CheckpointLike, DPMeansInit, Ignored, PersistMode, SeedLike
@@ -22,7 +27,7 @@ from ..typing import ArrayLike, CheckpointLike, DPMeansInit, Ignored, PersistMod
 __all__ = ["DPMeans", "heuristic_lam"]
 
 
-def heuristic_lam(est, X, mean: np.ndarray) -> float:
+def heuristic_lam(est: Any, X: da.Array, mean: npt.NDArray[np.float64]) -> float:
     """The ``lam`` of a DP-means-like estimator ``est``: ``est.lam``, or for ``n_clusters=`` (``lam=None``) the
     squared distance of the k-th furthest-first point (from ``mean``, one pass per point); InvalidDataError when X
     has fewer distinct points."""
@@ -50,12 +55,13 @@ class _Passes(HistoryStep):
 
     name, unit = "DPMeans", "passes"
 
-    def __init__(self, est: "DPMeans", X, w, ck):
+    def __init__(self, est: "DPMeans", X: da.Array, w: da.Array | None, ck: Any) -> None:
         self.est, self.X, self.w, self.ck = est, X, w, ck
-        self.prefix = None  # (statistics, end key, opening rate) of the serial prefix: the first pass only
+        #: (statistics, end key, opening rate) of the serial prefix: the first pass only
+        self.prefix: tuple[ClusterStats, int, float] | None = None
         self.check_content = False  # the first pass after a resume compares the data with the interrupted run's
 
-    def start(self) -> dict:
+    def start(self) -> dict[str, Any]:
         est, X, w, ck = self.est, self.X, self.w, self.ck
         seed = int(as_generator(est.random_state).integers(2**62))
         all_stats, prefix_end, p_index, p_rows, p_w = keyed_prefix(
@@ -74,14 +80,15 @@ class _Passes(HistoryStep):
         return {"seed": seed, "lam": lam, "centers": rule.centers, "fp": fp, "history": [], "assign_history": [],
                 "records": []}
 
-    def step(self, s: dict) -> dict:
+    def step(self, s: dict[str, Any]) -> dict[str, Any]:
         est, lam, first = self.est, s["lam"], not s["history"]
-        prefix_stats, start, rate = self.prefix if first else (None, 0, 0.0)
+        prefix_stats, start, rate = self.prefix if first and self.prefix is not None else (None, 0, 0.0)
         rule = DPRule(s["centers"], lam)
         epochs, _ = keyed_pass(self.X, self.w, rule, mix=seed_mix(s["seed"]), start=start, rate=rate,
                                max_proposals=est.max_proposals, split_every=est.split_every)
         stats, k_all = rule.stats(), rule.centers.shape[0]
         if first:
+            assert prefix_stats is not None, "start() ran the serial prefix before the first step"
             stats = stats.merge(prefix_stats)
             self.prefix = None
         elif self.check_content:
@@ -95,20 +102,20 @@ class _Passes(HistoryStep):
                 "records": s["records"] + [KeyedPass(start, epochs)],
                 "epochs": len(epochs), "opened": int(sum(e.accepted for e in epochs))}
 
-    def converged(self, old: dict, new: dict) -> bool:
+    def converged(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
         return old["fp"] is not None and np.array_equal(new["fp"], old["fp"])
 
-    def start_extra(self, s: dict) -> dict:
+    def start_extra(self, s: dict[str, Any]) -> dict[str, Any]:
         return {"lam": s["lam"]}
 
-    def extra(self, s: dict) -> dict:
+    def extra(self, s: dict[str, Any]) -> dict[str, Any]:
         return {"epochs": s["epochs"], "opened": s["opened"]}
 
-    def to_checkpoint(self, s: dict) -> dict:
+    def to_checkpoint(self, s: dict[str, Any]) -> dict[str, Any]:
         return {"seed": s["seed"], "lam": s["lam"], "centers": s["centers"], "fp": s["fp"], "history": s["history"],
                 "assign_history": s["assign_history"], "records": keyed_records_state(s["records"])}
 
-    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+    def from_checkpoint(self, ck: Any, saved: dict[str, Any], iteration: int) -> dict[str, Any]:
         lam = float(saved["lam"])
         if not (lam > 0 and np.isfinite(lam)):
             raise ValueError(f"lam={lam}")
@@ -185,6 +192,16 @@ class DPMeans(CentroidMixin, BaseEstimator):
     (2, 9.0)
     """
 
+    cluster_centers_: npt.NDArray[np.float64]
+    n_clusters_: int
+    lam_: float
+    objective_: float
+    objective_history_: list[float]
+    assignment_objective_history_: list[float]
+    n_iter_: int
+    converged_: bool
+    _order_records: tuple[int, int, list[KeyedPass]]
+
     _parameter_constraints = {
         "lam": [Interval("real", 0, None, "neither"), Options((None,))],
         "n_clusters": [Interval("int", 1, None), Options((None,))],
@@ -219,8 +236,8 @@ class DPMeans(CentroidMixin, BaseEstimator):
                 self._order_records = (int(extra["seed"]), n, keyed_records_from(extra["records"]))
             if not self.converged_:
                 warn_unconverged("DPMeans", self.max_iter, unit="passes")
-            return finish(self, ck, n_iter=self.n_iter_, objective=self.objective_, n_clusters=self.n_clusters_,
-                          save=False)
+            finish(self, ck, n_iter=self.n_iter_, objective=self.objective_, n_clusters=self.n_clusters_, save=False)
+            return self
         passes = _Passes(self, persisted(arr, info.kind, self.persist), w, ck)
         run = fit_loop(passes, max_iter=self.max_iter, ck=ck, resume=None if state is None else state["loop"],
                        warn=True)
@@ -235,15 +252,17 @@ class DPMeans(CentroidMixin, BaseEstimator):
         self.converged_ = run.converged
         self.n_features_in_ = d
         self._order_records = (s["seed"], n, s["records"])
-        return finish(self, ck, n_iter=run.n_iter, objective=self.objective_, n_clusters=self.n_clusters_,
-                      seed=s["seed"], records=keyed_records_state(s["records"]))
+        finish(self, ck, n_iter=run.n_iter, objective=self.objective_, n_clusters=self.n_clusters_,
+               seed=s["seed"], records=keyed_records_state(s["records"]))
+        return self
 
     def partial_fit(self, X: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None) -> "DPMeans":
         """Update the model with one batch of a stream (the any-time DP-means step of :class:`AnytimeDPMeans`).
 
-        >>> import numpy as np, dclust
+        >>> import dclust
+        >>> stream = dclust.make_blobs(300, 2, centers=[[0, 0], [10, 0]], cluster_std=0.3, chunk_rows=100).X
         >>> dp = dclust.DPMeans(lam=4.0, random_state=0)
-        >>> for batch in np.array_split(np.array([[0.0, 0], [10, 0], [0, 1], [10, 1]] * 3), 3):
+        >>> for batch in stream.blocks:  # three batches of 100 rows
         ...     dp = dp.partial_fit(batch)
         >>> dp.n_clusters_
         2

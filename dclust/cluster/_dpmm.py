@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import numpy as np
+import numpy.typing as npt
 
 from .._dask.passes import map_labels
 from .._fit import ProgressEvent, Stopwatch, emit, rng_state
@@ -14,18 +17,18 @@ from ..kernels import dpmm as K
 from ._base import MEMORY_PARAMETERS, ClusterMixin, wrap_output
 
 from ._inmemory import _VECTOR, _InMemory, _first_appearance
-from typing import Literal
 from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
 __all__ = ["DPMMGibbs"]
 
 
-def _dpmm_labels(Xb, *, offset, block_index, counts, means, variances, sigma2):
+def _dpmm_labels(Xb: npt.NDArray[Any], *, offset: int, block_index: int, counts: np.ndarray, means: np.ndarray,
+                 variances: np.ndarray, sigma2: float) -> np.ndarray:
     return K.dpmm_predict(Xb, counts, means, variances, sigma2)
 
 
 @register
-class DPMMGibbs(ClusterMixin, _InMemory):
+class DPMMGibbs(ClusterMixin, _InMemory):  # type: ignore[misc]  # scikit-learn ships no type hints
     """Collapsed Gibbs sampler for the Dirichlet-process mixture of isotropic Gaussians (docs/algorithms.md 7).
 
     Model: ``mu_k ~ N(mu0, rho2 I)``, ``x_n | z_n = k ~ N(mu_k, sigma2 I)`` with ``sigma2`` known, and the CRP with
@@ -92,6 +95,13 @@ class DPMMGibbs(ClusterMixin, _InMemory):
     (2, [0, 0, 0], [1, 1, 1])
     """
 
+    labels_: npt.NDArray[np.int64]
+    cluster_centers_: npt.NDArray[np.float64]
+    cluster_sizes_: npt.NDArray[np.int64]
+    cluster_variances_: npt.NDArray[np.float64]
+    n_clusters_: int
+    mu0_: npt.NDArray[np.float64]
+
     _parameter_constraints = {
         "alpha": [Interval("real", 0, None, "neither")],
         "sigma2": [Interval("real", 0, None, "neither")],
@@ -115,7 +125,8 @@ class DPMMGibbs(ClusterMixin, _InMemory):
 
     def _prior_mean(self, X: np.ndarray) -> np.ndarray:
         if self.mu0 is None:
-            return X.mean(axis=0)
+            mean: np.ndarray = X.mean(axis=0)
+            return mean
         mu0 = np.asarray(self.mu0, dtype=np.float64)
         if mu0.shape != (X.shape[1],) or not np.isfinite(mu0).all():
             raise InvalidParameterError(
@@ -172,6 +183,7 @@ class DPMMGibbs(ClusterMixin, _InMemory):
                          "counts": counts, "kept": kept, "kept_log_joint": kept_lj, "history": history,
                          "n_clusters": ks})
             emit(ProgressEvent("DPMMGibbs", "iter", it + 1, -lj, int(k), watch.lap()))
+        assert kept is not None  # set by the first sweep (kept_lj starts at -inf) or by the checkpoint
         self.labels_ = _first_appearance(kept)
         k = int(self.labels_.max()) + 1
         sizes = np.bincount(self.labels_, minlength=k).astype(np.int64)
@@ -183,7 +195,8 @@ class DPMMGibbs(ClusterMixin, _InMemory):
         self.cluster_variances_ = v
         self.n_clusters_ = k
         self.mu0_ = mu0
-        return self._finish_sweeps(ck, kept_lj, history, ks, "n_clusters_history_", k, d)
+        self._finish_sweeps(ck, kept_lj, history, ks, "n_clusters_history_", k, d)
+        return self
 
     def predict(self, X: ArrayLike) -> ArrayLike:
         """MAP cluster of every row under the posterior predictive of the kept sample (no new clusters):

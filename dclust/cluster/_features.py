@@ -3,7 +3,11 @@ over the data, the max_features error, and transform/predict returning the binar
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
+import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
 from .._dask.features import FeatureOverflow, transform_bits
 from .._dask.occ import keyed_prefix
@@ -14,8 +18,12 @@ from ..typing import ArrayLike, Ignored
 
 __all__ = ["FeatureMixin", "first_pass", "overflow_error"]
 
+#: What :func:`first_pass` returns: ``(mean (1, D), sq_norm, prefix_end, prefix_index, prefix_rows)``.
+FirstPass = tuple[npt.NDArray[np.float64], float, int, npt.NDArray[np.int64], npt.NDArray[np.float64]]
 
-def first_pass(arr, *, split_every, mix: int = 0, prefix_size: int = 0, check_content=None):
+
+def first_pass(arr: da.Array, *, split_every: int | None, mix: int = 0, prefix_size: int = 0,
+               check_content: Callable[..., None] | None = None) -> FirstPass:
     """One pass: NaN/inf check, the mean, ``||X||_F^2`` and the serial prefix rows (about ``prefix_size`` rows of
     lowest order key, see :func:`dclust._dask.occ.keyed_prefix`).
 

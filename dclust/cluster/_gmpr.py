@@ -3,30 +3,34 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any, Literal
 
+import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
 from .._dask import gmpr as _dgmpr
 from .._dask.init import take_rows
+from .._dask.passes import map_blocks
 from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator, check_array, check_constraints
+from .._validation import SEED, Interval, Options, as_generator, check_array
+from ..constraints._check import check_constraints
 from ..errors import (
     InfeasibleConstraintsError, InvalidDataError, message,
 )
-from ..kernels.gmpr import MixtureParams, m_step, update_alpha
+from ..kernels.gmpr import GaussianStats, MixtureParams, m_step, update_alpha
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import (
     PASS_PARAMETERS, BaseEstimator, ClusterMixin, HistoryStep, finite_rows, raise_if_bad_block, wrap_output,
 )
 from ._gmpr_init import chunklet_centers
-from typing import Literal
 from ..typing import ArrayLike, CheckpointLike, ConstraintsLike, Ignored, PersistMode, SeedLike
 
 __all__ = ["GMPR"]
 
 
-def _link_plan(constraints, arr, kind: str, n_classes: int):
+def _link_plan(constraints: ConstraintsLike, arr: da.Array, kind: str, n_classes: int) -> _dgmpr.LinkPlan:
     """The block plan of ``constraints`` for the row blocks of ``arr`` (None when there are no links)."""
     if constraints is None:
         return _dgmpr.LinkPlan.empty(arr.chunks[0])
@@ -45,7 +49,7 @@ def _link_plan(constraints, arr, kind: str, n_classes: int):
 
 
 @register
-class GMPR(ClusterMixin, BaseEstimator):
+class GMPR(ClusterMixin, BaseEstimator):  # type: ignore[misc]  # scikit-learn ships no type hints
     """Gaussian mixture with pairwise relations (GM-PR, Yu, Elhabian & Whitaker), fitted by EM on Dask.
 
     Each of ``n_classes`` classes is a mixture of ``clusters_per_class`` Gaussians. Must-linked points share one
@@ -117,6 +121,19 @@ class GMPR(ClusterMixin, BaseEstimator):
     (True, [100, 100])
     """
 
+    weights_: npt.NDArray[np.float64]
+    sub_weights_: npt.NDArray[np.float64]
+    means_: npt.NDArray[np.float64]
+    covariances_: npt.NDArray[np.float64]
+    log_likelihood_: float
+    objective_history_: list[float]
+    n_iter_: int
+    converged_: bool
+    n_must_: int
+    n_cannot_: int
+    n_features_in_: int
+    _warned: bool  # during a fit: the light-component warning was given
+
     _parameter_constraints = {
         "n_classes": [Interval("int", 1, None)],
         "clusters_per_class": [Interval("int", 1, None)],
@@ -147,7 +164,8 @@ class GMPR(ClusterMixin, BaseEstimator):
         self._check_fitted("means_")
         return MixtureParams.build(self.weights_, self.sub_weights_, self.means_, self.covariances_)
 
-    def _build(self, alpha, pi, means, cov) -> MixtureParams:
+    def _build(self, alpha: npt.NDArray[np.float64], pi: npt.NDArray[np.float64], means: npt.NDArray[np.float64],
+               cov: npt.NDArray[np.float64]) -> MixtureParams:
         try:
             return MixtureParams.build(alpha, pi, means, cov)
         except np.linalg.LinAlgError:
@@ -158,7 +176,8 @@ class GMPR(ClusterMixin, BaseEstimator):
                         "clusters_per_class, or remove duplicated points.")
             ) from None
 
-    def _seeds(self, arr, rng, constraints=None):
+    def _seeds(self, arr: da.Array, rng: np.random.Generator, constraints: ConstraintsLike = None
+               ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         n, d = arr.shape
         M, K = self.n_classes, self.clusters_per_class
         idx = np.sort(rng.choice(n, size=min(n, max(self.init_sample_size, M * K)), replace=False))
@@ -183,17 +202,18 @@ class GMPR(ClusterMixin, BaseEstimator):
                 subs[m] = self._pick(Pm, K, rng)
         return classes, subs
 
-    def _pick(self, P, k, rng):
+    def _pick(self, P: npt.NDArray[np.float64], k: int, rng: np.random.Generator) -> npt.NDArray[np.float64]:
         if self.init == "random":
             return P[np.sort(rng.choice(P.shape[0], size=k, replace=False))]
         return kmeans_plusplus(P, np.ones(P.shape[0]), k, rng, n_local_trials=1)
 
-    def _initial_params(self, arr, rng, constraints=None) -> MixtureParams:
+    def _initial_params(self, arr: da.Array, rng: np.random.Generator, constraints: ConstraintsLike = None
+                        ) -> MixtureParams:
         M, K, d = self.n_classes, self.clusters_per_class, arr.shape[1]
         diag = self.covariance_type == "diag"
         classes, subs = self._seeds(arr, rng, constraints)
         stats = _dgmpr.init_stats(arr, classes, subs, diag, self.split_every)
-        raise_if_bad_block(stats, arr)
+        raise_if_bad_block(stats, arr)  # type: ignore[arg-type]  # duck: it reads only .bad_block
         N = stats.weight.reshape(M, K)
         _, _, total_scatter = _pooled(stats)
         pooled = total_scatter / max(stats.weight.sum(), 1.0)
@@ -208,7 +228,7 @@ class GMPR(ClusterMixin, BaseEstimator):
         self._warn_light(stats.weight, d)
         return self._build(np.full(M, 1.0 / M), np.full((M, K), 1.0 / K), means, cov)
 
-    def _warn_light(self, weight, d) -> None:
+    def _warn_light(self, weight: npt.NDArray[np.float64], d: int) -> None:
         light = np.flatnonzero(weight < d + 1)
         if light.size and not self._warned:
             self._warned = True
@@ -226,6 +246,7 @@ class GMPR(ClusterMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like (n_samples, n_features)
+            Read chunk by chunk on every EM pass (never whole); at least ``n_classes * clusters_per_class`` rows.
         y : ignored
         constraints : ConstraintGraph, optional
             Must-link / cannot-link pairs over the rows of X, aligned to ``X.chunks[0]`` (for numpy input dclust
@@ -249,8 +270,8 @@ class GMPR(ClusterMixin, BaseEstimator):
         state = ck.resume()
         if restore_finished(self, ck, state) is not None:
             self._warn_unconverged()
-            return finish(self, ck, n_iter=self.n_iter_, objective=self.log_likelihood_, n_clusters=M * K,
-                          save=False)
+            finish(self, ck, n_iter=self.n_iter_, objective=self.log_likelihood_, n_clusters=M * K, save=False)
+            return self
         rng = as_generator(self.random_state)
         arr = persisted(arr, info.kind, self.persist)
         self._warned = False
@@ -271,7 +292,8 @@ class GMPR(ClusterMixin, BaseEstimator):
         self.n_features_in_ = d
         del self._warned
         self._warn_unconverged()
-        return finish(self, ck, n_iter=self.n_iter_, objective=self.log_likelihood_, n_clusters=M * K)
+        finish(self, ck, n_iter=self.n_iter_, objective=self.log_likelihood_, n_clusters=M * K)
+        return self
 
     def _warn_unconverged(self) -> None:
         if not self.converged_:
@@ -298,7 +320,7 @@ class GMPR(ClusterMixin, BaseEstimator):
         arr, info = check_array(X, n_features=self.means_.shape[2])
         plan = None if constraints is None else _link_plan(constraints, arr, info.kind, self.n_classes)
         p = _dgmpr.proba(finite_rows(arr, "predict"), params, plan)
-        labels = p.map_blocks(lambda b: np.argmax(b, axis=1).astype(np.int32), dtype=np.int32, drop_axis=1)
+        labels = map_blocks(p, lambda b: np.argmax(b, axis=1).astype(np.int32), dtype=np.int32, drop_axis=1)
         return wrap_output(labels, info, "labels")
 
     def fit_predict(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> ArrayLike:
@@ -314,30 +336,31 @@ class _EM(HistoryStep):
 
     name = "GMPR"
 
-    def __init__(self, est, arr, plan, links, rng, ck, constraints=None):
+    def __init__(self, est: GMPR, arr: da.Array, plan: _dgmpr.LinkPlan, links: da.Array | None,
+                 rng: np.random.Generator, ck: Any, constraints: ConstraintsLike = None) -> None:
         self.est, self.arr, self.plan, self.links, self.rng, self.ck = est, arr, plan, links, rng, ck
         self.constraints = constraints
         self.size = est.n_classes * est.clusters_per_class
 
-    def _estep(self, params):
+    def _estep(self, params: MixtureParams) -> GaussianStats:
         return _dgmpr.estep(self.arr, self.plan, params, self.est.split_every, self.links)
 
-    def _first_estep(self, params):
+    def _first_estep(self, params: MixtureParams) -> GaussianStats:
         """The E-step of the first pass of this process: NaN/inf checks and the data's content fingerprint."""
         stats = self._estep(params)
-        raise_if_bad_block(stats, self.arr)
+        raise_if_bad_block(stats, self.arr)  # type: ignore[arg-type]  # duck: it reads only .bad_block
         w_all, mean_all, scatter_all = _pooled(stats)  # independent of the parameters: the data's own sums
         self.ck.check_content(w_all, mean_all,
                               float(np.trace(scatter_all) if scatter_all.ndim == 2 else scatter_all.sum()))
         return stats
 
-    def start(self) -> dict:
+    def start(self) -> dict[str, Any]:
         params = self.est._initial_params(self.arr, self.rng, self.constraints)
         stats = self._first_estep(params)
         return {"params": params, "stats": stats,
                 "history": [_dgmpr.total_loglik(stats, params.alpha, self.plan.n_cannot)]}
 
-    def step(self, s: dict) -> dict:
+    def step(self, s: dict[str, Any]) -> dict[str, Any]:
         est, params = self.est, s["params"]
         stats = s["stats"] if s["stats"] is not None else self._first_estep(params)
         new, weight = m_step(stats, params, est.reg_covar)
@@ -348,19 +371,19 @@ class _EM(HistoryStep):
         ll = _dgmpr.total_loglik(stats, params.alpha, self.plan.n_cannot)
         return {"params": params, "stats": stats, "history": s["history"] + [ll]}
 
-    def converged(self, old: dict, new: dict) -> bool:
+    def converged(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
         ll_old, ll = new["history"][-2], new["history"][-1]
-        return abs(ll - ll_old) <= self.est.tol * abs(ll)
+        return bool(abs(ll - ll_old) <= self.est.tol * abs(ll))
 
-    def n_clusters(self, s: dict) -> int:
+    def n_clusters(self, s: dict[str, Any]) -> int:
         return self.size
 
-    def to_checkpoint(self, s: dict) -> dict:
+    def to_checkpoint(self, s: dict[str, Any]) -> dict[str, Any]:
         p = s["params"]
         return {"alpha": p.alpha, "pi": p.pi, "means": p.means, "covariances": p.covariances,
                 "history": s["history"], "warned": self.est._warned}
 
-    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+    def from_checkpoint(self, ck: Any, saved: dict[str, Any], iteration: int) -> dict[str, Any]:
         est, d = self.est, self.arr.shape[1]
         M, K = est.n_classes, est.clusters_per_class
         cov_shape = (M, K, d) if est.covariance_type == "diag" else (M, K, d, d)
@@ -375,7 +398,7 @@ class _EM(HistoryStep):
         return {"params": est._build(alpha, pi, means, cov), "stats": None, "history": history}
 
 
-def _pooled(stats):
+def _pooled(stats: GaussianStats) -> tuple[float, npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Weight, mean and scatter (matrix, or diagonal vector) of all rows together."""
     w = stats.weight
     total = w.sum()

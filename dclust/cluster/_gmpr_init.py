@@ -10,19 +10,21 @@ the linked rows (O(links) of them) and the sample reach the driver.
 
 from __future__ import annotations
 
+import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .._dask.init import take_rows
+from ..constraints import ConstraintGraph
 from ..kernels.kmeans import kmeans_plusplus
-from ._copkmeans import _sweep
+from ..kernels.constrained import cop_sweep
 
 __all__ = ["chunklet_centers"]
 
 
-def chunklet_centers(arr, constraints, sample: np.ndarray, n_classes: int, rng: np.random.Generator,
-                     n_sweeps: int = 10) -> np.ndarray:
+def chunklet_centers(arr: da.Array, constraints: ConstraintGraph, sample: np.ndarray, n_classes: int,
+                     rng: np.random.Generator, n_sweeps: int = 10) -> np.ndarray:
     """Class centres (n_classes, n_features) seeded from the chunklets of ``constraints`` and the row ``sample``.
 
     Parameters
@@ -62,7 +64,7 @@ def chunklet_centers(arr, constraints, sample: np.ndarray, n_classes: int, rng: 
     labels = np.empty(units.shape[0], dtype=np.int64)
     prev = None
     for _ in range(n_sweeps):
-        _sweep(units, w, centers, order, indptr, indices, labels)
+        cop_sweep(units, w, centers, order, indptr, indices, labels)
         sums = np.zeros_like(centers)
         np.add.at(sums, labels, units * w[:, None])
         cnt = np.bincount(labels, weights=w, minlength=n_classes)

@@ -4,23 +4,26 @@ compared with, in memory, seeded.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any, Literal
 
+import numpy as np
+import numpy.typing as npt
+
+from .._dask.passes import map_blocks
 from .._fit import ProgressEvent, Stopwatch, emit, rng_state
 from .._registry import register
-from .._validation import Interval, Options, as_generator
+from .._validation import COUNT, POSITIVE, Interval, Options, as_generator, constrain
 from ..errors import DclustError, message
 from ..kernels import ibp as K
 from ._base import MEMORY_PARAMETERS, TransformerMixin, wrap_output
 
 from ._inmemory import _InMemory
-from typing import Literal
 from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
 __all__ = ["IBPGibbs"]
 
 
-def _ibp_codes(Xb, features, probs, sigma_x):
+def _ibp_codes(Xb: npt.NDArray[Any], features: np.ndarray, probs: np.ndarray, sigma_x: float) -> np.ndarray:
     return K.ibp_map_codes(Xb, features, probs, sigma_x)
 
 
@@ -104,13 +107,14 @@ class IBPGibbs(TransformerMixin, _InMemory):
     (2, [[4.0, 0.0, 0.1, 0.0], [-0.0, -0.0, 3.9, 4.0]])
     """
 
+    allocation_: np.ndarray  # uint8
+    features_: npt.NDArray[np.float64]
+    feature_counts_: npt.NDArray[np.int64]
+    n_latent_features_: int
+
     _parameter_constraints = {
-        "alpha": [Interval("real", 0, None, "neither")],
-        "sigma_x": [Interval("real", 0, None, "neither")],
-        "sigma_a": [Interval("real", 0, None, "neither")],
-        "n_iter": [Interval("int", 1, None)],
-        "max_new_features": [Interval("int", 1, None)],
-        "max_features": [Interval("int", 1, None)],
+        **constrain(POSITIVE, "alpha", "sigma_x", "sigma_a"),
+        **constrain(COUNT, "n_iter", "max_new_features", "max_features"),
         "anneal_factor": [Interval("real", 1, None)],
         "keep": [Options(("best", "last"))],
         **MEMORY_PARAMETERS,
@@ -186,6 +190,7 @@ class IBPGibbs(TransformerMixin, _InMemory):
                          "B": B, "m": m, "kept": kept, "kept_log_joint": kept_lj, "history": history,
                          "n_features": ks})
             emit(ProgressEvent("IBPGibbs", "iter", it + 1, -lj, int(k), watch.lap()))
+        assert kept is not None  # set by a sweep after the annealing (kept_lj starts at -inf) or by the checkpoint
         order = np.lexsort(1 - kept[::-1].astype(np.int64)) if kept.shape[1] else np.zeros(0, dtype=np.int64)
         Zk = np.ascontiguousarray(kept[:, order])
         Zf = Zk.astype(np.float64)
@@ -193,7 +198,8 @@ class IBPGibbs(TransformerMixin, _InMemory):
         self.features_ = K.ibp_posterior_features(Zf.T @ Zf, Zf.T @ X, sx, sa)
         self.feature_counts_ = Zk.sum(axis=0).astype(np.int64)
         self.n_latent_features_ = int(Zk.shape[1])
-        return self._finish_sweeps(ck, kept_lj, history, ks, "n_latent_features_history_", self.n_latent_features_, d)
+        self._finish_sweeps(ck, kept_lj, history, ks, "n_latent_features_history_", self.n_latent_features_, d)
+        return self
 
     def transform(self, X: ArrayLike) -> ArrayLike:
         """Binary codes of rows with the features fixed at ``features_``: the MAP ``z`` under
@@ -205,8 +211,8 @@ class IBPGibbs(TransformerMixin, _InMemory):
         arr, info = self._new_input(X, "features_")
         probs = self.feature_counts_ / (self.allocation_.shape[0] + 1.0)
         k = self.n_latent_features_
-        out = arr.map_blocks(_ibp_codes, self.features_, probs, float(self.sigma_x), dtype=np.uint8,
-                             chunks=(arr.chunks[0], (k,)))
+        out = map_blocks(arr, _ibp_codes, self.features_, probs, float(self.sigma_x), dtype=np.uint8,
+                         chunks=(arr.chunks[0], (k,)))
         return wrap_output(out, info, "codes")
 
     def fit_transform(self, X: ArrayLike, y: Ignored = None) -> ArrayLike:

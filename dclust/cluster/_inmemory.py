@@ -5,13 +5,16 @@ xarray input, checks the size from metadata against ``max_samples`` (a clear
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
+import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
-from .._dask.passes import block_offsets
+from .._dask.passes import block_offsets, compute, from_array
 from .._fit import ProgressEvent, emit, set_rng_state
-from .._validation import _Kind, check_array, check_constraints
+from .._validation import InputInfo, _Kind, as_generator, check_array
+from ..constraints._check import check_constraints
 from ..errors import InvalidDataError, message
 from ..typing import ArrayLike, ConstraintsLike, Ignored
 from ._base import BaseEstimator, finite_rows
@@ -30,12 +33,13 @@ class _InMemory(BaseEstimator):
     #: what makes the estimator memory- or time-bound, for the size-limit message.
     _cost_note = ""
 
-    def _load(self, X, *, min_samples: int = 1):
+    def _load(self, X: ArrayLike, *, min_samples: int = 1) -> tuple[npt.NDArray[np.float64], InputInfo]:
         """``(X as a C-contiguous float64 ndarray, its InputInfo)``; see :meth:`_load_array`."""
         Xn, info, _ = self._load_array(X, min_samples=min_samples)
         return Xn, info
 
-    def _load_array(self, X, *, min_samples: int = 1):
+    def _load_array(self, X: ArrayLike, *,
+                    min_samples: int = 1) -> tuple[npt.NDArray[np.float64], InputInfo, da.Array]:
         """``(Xn, info, arr)``: ``X`` checked (at most ``max_samples`` rows, from metadata), computed into the
         float64 ndarray ``Xn`` and checked for NaN and infinity; ``arr`` is the checked dask array."""
         arr, info = check_array(X, min_samples=min_samples)
@@ -48,7 +52,7 @@ class _InMemory(BaseEstimator):
                         f"Subsample X (e.g. X[:{self.max_samples}]), raise max_samples if you have the memory and "
                         "time, or use the scalable estimators (KMeans, DPMeans) for large data.")
             )
-        Xn = np.ascontiguousarray(np.asarray(arr.compute(), dtype=np.float64))
+        Xn = np.ascontiguousarray(np.asarray(compute(arr)[0], dtype=np.float64))
         bad = ~np.isfinite(Xn).all(axis=1)
         if bad.any():
             row = int(np.argmax(bad))
@@ -61,7 +65,7 @@ class _InMemory(BaseEstimator):
             )
         return Xn, info, arr
 
-    def _memory_checkpointer(self, X: np.ndarray):
+    def _memory_checkpointer(self, X: npt.NDArray[np.float64]) -> tuple[Any, dict[str, Any] | None]:
         """``(checkpoint, state)`` of an in-memory fit of the computed rows ``X`` (see :mod:`dclust.io._checkpoint`).
 
         Without ``checkpoint=`` a no-op object and None. Otherwise the checkpoint is resumed (its estimator,
@@ -70,15 +74,13 @@ class _InMemory(BaseEstimator):
         """
         if getattr(self, "checkpoint", None) is None:
             return self._checkpointer(), None
-        import dask.array as da
-
-        ck = self._checkpointer(da.from_array(X, chunks=X.shape))
+        ck = self._checkpointer(from_array(X, chunks=X.shape))
         state = ck.resume()
         mean = X.mean(axis=0)
         ck.check_content(float(X.shape[0]), mean, float(((X - mean) ** 2).sum()))
         return ck, state
 
-    def _restore_done(self, ck, state) -> bool:
+    def _restore_done(self, ck: Any, state: dict[str, Any] | None) -> bool:
         """Set the model of a finished fit's checkpoint (True), or False when the state is not a finished fit."""
         if state is None or state.get("phase") != "done":
             return False
@@ -88,7 +90,8 @@ class _InMemory(BaseEstimator):
                            float(getattr(self, "objective_", float("nan"))), int(k), 0.0))
         return True
 
-    def _start_sweeps(self, ck, state: dict | None, count_key: str, rng) -> tuple[int, Any, float, list, list]:
+    def _start_sweeps(self, ck: Any, state: dict[str, Any] | None, count_key: str,
+                      rng: np.random.Generator) -> tuple[int, np.random.Generator, float, list[float], list[int]]:
         """Where a Gibbs sampler's chain starts: the first sweep, the generator, the log joint of the kept sample
         and the histories of the log joint and of ``count_key`` (clusters or features) -- those of a fresh chain
         (with ``rng``) when ``state`` is None, else those of the checkpoint (a damaged one raises through ``ck``)."""
@@ -103,8 +106,8 @@ class _InMemory(BaseEstimator):
                 raise ValueError(f"histories of {len(history)} and {len(ks)} sweeps; expected {first}")
             return first, rng, float(state["kept_log_joint"]), history, ks
 
-    def _finish_sweeps(self, ck, kept_lj: float, history: list[float], sizes: list[int], sizes_name: str, size: int,
-                       n_features: int):
+    def _finish_sweeps(self, ck: Any, kept_lj: float, history: list[float], sizes: list[int], sizes_name: str,
+                       size: int, n_features: int) -> Self:
         """The end of a Gibbs sampler's fit, once its model is set: the log joint of the kept sample, the histories
         (``sizes``, the clusters or features after every sweep, as ``sizes_name``), the finished checkpoint and the
         "done" event (``size``: the kept sample's). Returns ``self``."""
@@ -118,13 +121,14 @@ class _InMemory(BaseEstimator):
         emit(ProgressEvent(type(self).__name__, "done", self.n_iter, -kept_lj, size, 0.0))
         return self
 
-    def _new_input(self, X, attribute: str):
+    def _new_input(self, X: ArrayLike, attribute: str) -> tuple[da.Array, InputInfo]:
         self._check_fitted(attribute)
         arr, info = check_array(X, n_features=self.n_features_in_)
         return finite_rows(arr, "predict"), info
 
 
-def link_arrays(name: str, constraints, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def link_arrays(name: str, constraints: ConstraintsLike,
+                n: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """``(i, j, must)`` of the links of ``fit(constraints=...)`` (validated), empty arrays for None."""
     graph = check_constraints(name, constraints, n)
     if graph is None:
@@ -156,14 +160,17 @@ class _LinkedInMemory(_InMemory):
         self._validate_params()
         Xn, _ = self._load(X, min_samples=getattr(self, "n_clusters", 1))
         i, j, must = link_arrays(type(self).__name__, constraints, Xn.shape[0])
-        self._fit_links(Xn, i, j, must, constraints)
+        self._fit_links(Xn, i, j, must, constraints, as_generator(self.random_state))
+        self.n_features_in_ = Xn.shape[1]
         return self
 
-    def _fit_links(self, X: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, constraints) -> None:
-        """Fit the rows ``X`` (float64, finite) under the links ``(i[t], j[t])``, must-links where ``must[t]``."""
+    def _fit_links(self, X: npt.NDArray[np.float64], i: npt.NDArray[np.int64], j: npt.NDArray[np.int64],
+                   must: npt.NDArray[np.bool_], constraints: ConstraintsLike, rng: np.random.Generator) -> None:
+        """Fit the rows ``X`` (float64, finite) under the links ``(i[t], j[t])``, must-links where ``must[t]``, with
+        the fit's one generator ``rng`` (from ``random_state``); :meth:`fit` then sets ``n_features_in_``."""
         raise NotImplementedError
 
-    def _set_violations(self, i: np.ndarray, j: np.ndarray, must: np.ndarray) -> None:
+    def _set_violations(self, i: npt.NDArray[np.int64], j: npt.NDArray[np.int64], must: npt.NDArray[np.bool_]) -> None:
         """``n_violated_``: the must-links that ``labels_`` splits and the cannot-links it joins."""
         same = self.labels_[i] == self.labels_[j]
         self.n_violated_ = np.array([int((must & ~same).sum()), int((~must & same).sum())], dtype=np.int64)
@@ -173,7 +180,7 @@ class _LinkedInMemory(_InMemory):
         return self.fit(X, constraints=constraints).labels_
 
 
-def _first_appearance(labels: np.ndarray) -> np.ndarray:
+def _first_appearance(labels: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
     """Relabel to 0..K-1 in order of first appearance in the rows."""
     uniq, first = np.unique(labels, return_index=True)
     rank = np.empty(uniq.size, dtype=np.int64)

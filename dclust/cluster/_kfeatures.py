@@ -3,26 +3,30 @@ features, every row optimised independently (fully parallel), with greedy initia
 
 from __future__ import annotations
 
-
 import warnings
+from typing import Any, Callable, Literal, TypeAlias
 
+import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
 from .._dask.features import greedy_init, init_bits, kfeatures_pass
+from .._dask.passes import persist
 from .._fit import (
-    Step, best_of, finish, fit_loop, persisted, restore_finished, restore_rng, rng_state, warn_unconverged,
+    LoopResult, Step, best_of, finish, fit_loop, persisted, restore_finished, restore_rng, rng_state, warn_unconverged,
 )
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator, check_array
+from .._validation import SEED, InputInfo, Interval, Options, as_generator, check_array
 from ..errors import InvalidParameterError, message
 from ..kernels.bpmeans import feature_means
 from ..kernels.kfeatures import MAX_EXHAUSTIVE
 from ._base import HistoryStep, PASS_PARAMETERS, BaseEstimator, wrap_output
 from ._features import FeatureMixin, first_pass
-from typing import Literal
 from ..typing import ArrayLike, CheckpointLike, Ignored, PersistMode, SeedLike
 
 __all__ = ["KFeatures", "StepwiseKFeatures"]
+
+_Estimator: TypeAlias = "KFeatures | StepwiseKFeatures"  # what the shared helpers below take
 
 _COMMON = {
     "n_init": [Interval("int", 1, None)],
@@ -51,47 +55,48 @@ class _Run(HistoryStep):
 
     unit = "passes"
 
-    def __init__(self, est, arr, k, mean, sq_norm, rng):
+    def __init__(self, est: _Estimator, arr: da.Array, k: int, mean: npt.NDArray[np.float64], sq_norm: float,
+                 rng: np.random.Generator) -> None:
         self.name = type(est).__name__
         self.est, self.arr, self.k, self.mean, self.sq_norm, self.rng = est, arr, k, mean, sq_norm, rng
 
-    def start(self) -> dict:
+    def start(self) -> dict[str, Any]:
         seed = int(self.rng.integers(2**62))
         A, _, _ = greedy_init(self.arr, self.mean, lam=0.0, n_features=self.k, seed=seed, max_features=self.k,
                               split_every=self.est.split_every)
-        Z = init_bits(self.arr, A, True).persist()
+        Z = persist(init_bits(self.arr, A, True))
         return {"A": A, "A0": A.copy(), "Z": Z, "history": [], "assign": [], "flips": -1}
 
-    def step(self, s: dict) -> dict:
+    def step(self, s: dict[str, Any]) -> dict[str, Any]:
         Z, gram = kfeatures_pass(self.arr, s["Z"], s["A"], exhaustive=self.est.exhaustive,
                                  split_every=self.est.split_every)
         A = feature_means(gram.G, gram.B)
         return {"A": A, "A0": s["A0"], "Z": Z, "history": s["history"] + [float(self.sq_norm - np.sum(gram.B * A))],
                 "assign": s["assign"] + [gram.sse], "flips": gram.flips}
 
-    def converged(self, old: dict, new: dict) -> bool:
-        return new["flips"] == 0
+    def converged(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        return bool(new["flips"] == 0)
 
-    def n_clusters(self, s: dict) -> int:
+    def n_clusters(self, s: dict[str, Any]) -> int:
         return self.k
 
-    def to_checkpoint(self, s: dict) -> dict:
+    def to_checkpoint(self, s: dict[str, Any]) -> dict[str, Any]:
         return {key: s[key] for key in ("A", "A0", "Z", "history", "assign")}
 
-    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+    def from_checkpoint(self, ck: Any, saved: dict[str, Any], iteration: int) -> dict[str, Any]:
         s = self._checked(ck, saved, "the run's")
         if len(s["history"]) != iteration:
             raise ValueError(f"histories of {len(s['history'])} passes at pass {iteration}")
         return {**s, "flips": -1}
 
-    def result(self, s: dict, run) -> dict:
+    def result(self, s: dict[str, Any], run: LoopResult) -> dict[str, Any]:
         return {**self.to_checkpoint(s), "n_iter": run.n_iter, "converged": run.converged}
 
-    def result_from_checkpoint(self, ck, saved: dict) -> dict:
+    def result_from_checkpoint(self, ck: Any, saved: dict[str, Any]) -> dict[str, Any]:
         return {**self._checked(ck, saved, "the best run's"), "n_iter": int(saved["n_iter"]),
                 "converged": bool(saved["converged"])}
 
-    def _checked(self, ck, r: dict, what: str) -> dict:
+    def _checked(self, ck: Any, r: dict[str, Any], what: str) -> dict[str, Any]:
         """A run of a checkpoint (features, allocation, histories), shapes checked."""
         (n, d), k, max_iter = self.arr.shape, self.k, self.est.max_iter
         out = {"A": ck.require_shape(f"{what} features", r["A"], (k, d)).astype(np.float64),
@@ -106,14 +111,16 @@ class _Run(HistoryStep):
         return out
 
 
-def _best_run(est, arr, k, mean, sq_norm, rng, ck, resume, context=None, announce=True) -> dict:
+def _best_run(est: _Estimator, arr: da.Array, k: int, mean: npt.NDArray[np.float64], sq_norm: float,
+              rng: np.random.Generator, ck: Any, resume: dict[str, Any] | None,
+              context: Callable[[], dict[str, Any]] | None = None, announce: bool = True) -> dict[str, Any]:
     """The best of ``est.n_init`` K-features runs with ``k`` features (lowest ``||X - ZA||^2``)."""
     return best_of(lambda j, rng: _Run(est, arr, k, mean, sq_norm, rng), n_init=est.n_init, max_iter=est.max_iter,
                    rng=rng, key=lambda r: r["history"][-1], ck=ck, resume=resume, context=context,
                    announce=announce)
 
 
-def _start(est, X, max_k):
+def _start(est: _Estimator, X: ArrayLike, max_k: int) -> tuple[da.Array, InputInfo, Any, dict[str, Any] | None]:
     """The start of a fit: ``(data, input info, checkpointer, checkpoint state or None)`` after the checks of the
     parameters (``max_k``: the largest K, for the ``exhaustive`` bound)."""
     est._validate_params()
@@ -123,7 +130,8 @@ def _start(est, X, max_k):
     return arr, info, ck, ck.resume()
 
 
-def _first_pass(est, arr, info, ck):
+def _first_pass(est: _Estimator, arr: da.Array, info: InputInfo, ck: Any
+                ) -> tuple[da.Array, npt.NDArray[np.float64], float]:
     """``(data, mean, squared norm)``: the data persisted when they fit (dask input), and their mean and squared
     norm from one pass (which also checks that a resumed checkpoint's data are these)."""
     arr = persisted(arr, info.kind, est.persist)
@@ -132,7 +140,7 @@ def _first_pass(est, arr, info, ck):
     return arr, mean, sq_norm
 
 
-def _restore(est, ck, state, info, n):
+def _restore(est: _Estimator, ck: Any, state: dict[str, Any] | None, info: InputInfo, n: int) -> _Estimator | None:
     """The model of a finished fit's checkpoint (with its allocation Z) on ``est``, or None (no finished fit)."""
     extra = restore_finished(est, ck, state)
     if extra is None:
@@ -144,8 +152,8 @@ def _restore(est, ck, state, info, n):
     est.allocation_ = wrap_output(Z, info, "allocation")
     if not est.converged_:
         warn_unconverged(type(est).__name__, est.max_iter, unit="passes", fix="Increase max_iter.")
-    return finish(est, ck, n_iter=est.n_iter_, objective=est.objective_, n_clusters=est.n_latent_features_,
-                  save=False)
+    finish(est, ck, n_iter=est.n_iter_, objective=est.objective_, n_clusters=est.n_latent_features_, save=False)
+    return est
 
 
 @register
@@ -220,8 +228,8 @@ class KFeatures(FeatureMixin, BaseEstimator):
         arr, mean, sq_norm = _first_pass(self, arr, info, ck)
         best = _best_run(self, arr, k, mean, sq_norm, as_generator(self.random_state), ck, state)
         _store(self, best, info, arr.shape[1], 0.0)
-        return finish(self, ck, n_iter=self.n_iter_, objective=self.objective_, n_clusters=k,
-                      allocation=best["Z"])
+        finish(self, ck, n_iter=self.n_iter_, objective=self.objective_, n_clusters=k, allocation=best["Z"])
+        return self
 
     def _n_components(self) -> int:
         if self.n_features == "deprecated":
@@ -232,7 +240,7 @@ class KFeatures(FeatureMixin, BaseEstimator):
         return self.n_features
 
 
-def _store(est, best, info, d, lam_k):
+def _store(est: _Estimator, best: dict[str, Any], info: InputInfo, d: int, lam_k: float) -> None:
     if not best["converged"]:
         warn_unconverged(type(est).__name__, est.max_iter, unit="passes", fix="Increase max_iter.")
     est.features_ = best["A"]
@@ -312,8 +320,9 @@ class StepwiseKFeatures(FeatureMixin, BaseEstimator):
         prev = run.state["prev"]
         _store(self, prev, info, arr.shape[1], float(self.lam) * prev["A"].shape[0])
         self.objectives_by_k_ = run.state["objectives"]
-        return finish(self, ck, n_iter=len(self.objectives_by_k_), objective=self.objective_,
-                      n_clusters=self.n_latent_features_, allocation=prev["Z"])
+        finish(self, ck, n_iter=len(self.objectives_by_k_), objective=self.objective_,
+               n_clusters=self.n_latent_features_, allocation=prev["Z"])
+        return self
 
 
 class _Stepwise(Step):
@@ -326,14 +335,15 @@ class _Stepwise(Step):
 
     name = "StepwiseKFeatures"
 
-    def __init__(self, est, arr, mean, sq_norm, rng, ck, inner):
+    def __init__(self, est: StepwiseKFeatures, arr: da.Array, mean: npt.NDArray[np.float64], sq_norm: float,
+                 rng: np.random.Generator, ck: Any, inner: dict[str, Any] | None) -> None:
         self.est, self.arr, self.mean, self.sq_norm, self.rng, self.ck, self.inner = (
             est, arr, mean, sq_norm, rng, ck, inner)
 
-    def start(self) -> dict:
+    def start(self) -> dict[str, Any]:
         return {"objectives": [], "cur": None, "prev": None}
 
-    def step(self, s: dict) -> dict:
+    def step(self, s: dict[str, Any]) -> dict[str, Any]:
         est, objectives = self.est, s["objectives"]
         k = len(objectives) + 1
         if k > est.max_features:
@@ -351,19 +361,19 @@ class _Stepwise(Step):
         self.inner = None
         return {"objectives": objectives + [cur["history"][-1] + float(est.lam) * k], "cur": cur, "prev": s["cur"]}
 
-    def converged(self, old: dict, new: dict) -> bool:
-        return len(new["objectives"]) > 1 and new["objectives"][-1] >= new["objectives"][-2]
+    def converged(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        return len(new["objectives"]) > 1 and bool(new["objectives"][-1] >= new["objectives"][-2])
 
-    def objective(self, s: dict) -> float:
-        return s["objectives"][-1] if s["objectives"] else float("nan")
+    def objective(self, s: dict[str, Any]) -> float:
+        return float(s["objectives"][-1]) if s["objectives"] else float("nan")
 
-    def n_clusters(self, s: dict) -> int:
+    def n_clusters(self, s: dict[str, Any]) -> int:
         return len(s["objectives"])
 
-    def to_checkpoint(self, s: dict) -> dict:
+    def to_checkpoint(self, s: dict[str, Any]) -> dict[str, Any]:
         return {"objectives": s["objectives"], "last": s["cur"], "rng": rng_state(self.rng)}
 
-    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+    def from_checkpoint(self, ck: Any, saved: dict[str, Any], iteration: int) -> dict[str, Any]:
         objectives = [float(v) for v in saved["objectives"]]
         if len(objectives) != iteration:
             raise ValueError(f"objectives for {len(objectives)} values of K at K = {iteration + 1}")

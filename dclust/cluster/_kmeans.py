@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any, Callable
 
+import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
 from .._dask.init import farthest_rows, kmeans_parallel, kmeans_plusplus_sample, random_rows, reduce_stats
-from .._fit import Step, best_of, finish, logger, persisted, restore_finished
+from .._fit import LoopResult, Step, best_of, finish, logger, persisted, restore_finished
 from .._registry import register
 from .._validation import ARRAY, SEED, Interval, Options, as_generator, check_array, check_sample_weight
 from ..errors import ConvergenceWarning, InvalidDataError, InvalidParameterError, message
@@ -29,16 +32,17 @@ class Lloyd(Step):
     The result of a run (:meth:`result`) is ``centres``, ``inertia``, ``n_iter`` and ``history``.
     """
 
-    def __init__(self, X, w, seed, *, n_clusters: int, tol: float, split_every=None, name: str = "KMeans",
-                 check_content=None):
+    def __init__(self, X: da.Array, w: da.Array | None, seed: Callable[[], npt.ArrayLike], *, n_clusters: int,
+                 tol: float, split_every: int | None = None, name: str = "KMeans",
+                 check_content: Callable[..., None] | None = None) -> None:
         self.X, self.w, self.seed, self.k, self.tol = X, w, seed, n_clusters, tol
         self.split_every, self.name, self.check_content = split_every, name, check_content
 
-    def start(self) -> dict:
+    def start(self) -> dict[str, Any]:
         C = np.asarray(self.seed(), dtype=np.float64).copy()
         return {"centres": C, "history": [], "tol_abs": 0.0, "old_fp": None}
 
-    def step(self, s: dict) -> dict:
+    def step(self, s: dict[str, Any]) -> dict[str, Any]:
         X, w, C = self.X, self.w, s["centres"]
         stats = reduce_stats(X, w, C, self.split_every)
         if self.check_content is not None:
@@ -60,22 +64,22 @@ class Lloyd(Step):
                 "old_fp": stats.fingerprint, "shift": float(((new - C) ** 2).sum()), "strict": strict,
                 "scatter": float(stats.scatter.sum())}
 
-    def converged(self, old: dict, new: dict) -> bool:
-        return new["strict"] or new["shift"] <= new["tol_abs"]
+    def converged(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        return bool(new["strict"] or new["shift"] <= new["tol_abs"])
 
-    def objective(self, s: dict) -> float:
-        return s["history"][-1]
+    def objective(self, s: dict[str, Any]) -> float:
+        return float(s["history"][-1])
 
-    def n_clusters(self, s: dict) -> int:
-        return s["centres"].shape[0]
+    def n_clusters(self, s: dict[str, Any]) -> int:
+        return int(s["centres"].shape[0])
 
-    def extra(self, s: dict) -> dict:
+    def extra(self, s: dict[str, Any]) -> dict[str, Any]:
         return {"center_shift": s["shift"]}
 
-    def to_checkpoint(self, s: dict) -> dict:
+    def to_checkpoint(self, s: dict[str, Any]) -> dict[str, Any]:
         return {k: s[k] for k in ("centres", "history", "tol_abs", "old_fp")}
 
-    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+    def from_checkpoint(self, ck: Any, saved: dict[str, Any], iteration: int) -> dict[str, Any]:
         d = self.X.shape[1]
         C = ck.require_shape("centres", saved["centres"], (self.k, d)).astype(np.float64)
         old_fp = saved["old_fp"]
@@ -86,14 +90,14 @@ class Lloyd(Step):
             raise ValueError(f"a history of {len(history)} passes at iteration {iteration}")
         return {"centres": C, "history": history, "tol_abs": float(saved["tol_abs"]), "old_fp": old_fp}
 
-    def result(self, s: dict, run) -> dict:
+    def result(self, s: dict[str, Any], run: LoopResult) -> dict[str, Any]:
         if run.converged and s["strict"]:
             inertia = s["scatter"]  # unchanged partition: the centres are its means
         else:
             inertia = float(reduce_stats(self.X, self.w, s["centres"], self.split_every).cost)
         return {"centres": s["centres"], "inertia": inertia, "n_iter": run.n_iter, "history": s["history"]}
 
-    def result_from_checkpoint(self, ck, saved: dict) -> dict:
+    def result_from_checkpoint(self, ck: Any, saved: dict[str, Any]) -> dict[str, Any]:
         return {"centres": ck.require_shape("best centres", saved["centres"], (self.k, self.X.shape[1]))
                 .astype(np.float64), "inertia": float(saved["inertia"]), "n_iter": int(saved["n_iter"]),
                 "history": [float(v) for v in saved["history"]]}
@@ -153,6 +157,11 @@ class KMeans(CentroidMixin, BaseEstimator):
     1.0
     """
 
+    cluster_centers_: npt.NDArray[np.float64]
+    inertia_: float
+    n_iter_: int
+    objective_history_: list[float]
+
     _parameter_constraints = {
         "n_clusters": [Interval("int", 1, None)],
         "init": [Options(("k-means||", "k-means++", "random")), ARRAY],
@@ -197,7 +206,7 @@ class KMeans(CentroidMixin, BaseEstimator):
                         "Set n_init=1, or use a seeding method to draw several inits.")
             )
 
-    def _seed(self, X, w, rng) -> np.ndarray:
+    def _seed(self, X: da.Array, w: da.Array | None, rng: np.random.Generator) -> npt.NDArray[np.float64]:
         k = self.n_clusters
         if not isinstance(self.init, str):
             return np.asarray(self.init, dtype=np.float64)
@@ -227,12 +236,12 @@ class KMeans(CentroidMixin, BaseEstimator):
         state = ck.resume()
         if restore_finished(self, ck, state) is not None:
             _warn_if_duplicate_centers(self.cluster_centers_)
-            return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters,
-                          save=False)
+            finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters, save=False)
+            return self
         arr = persisted(arr, info.kind, self.persist)
         check_content = ck.check_content if ck.active else None
 
-        def make_step(j, rng):
+        def make_step(j: int, rng: np.random.Generator) -> Lloyd:
             return Lloyd(arr, w, lambda: self._seed(arr, w, rng), n_clusters=self.n_clusters, tol=self.tol,
                          split_every=self.split_every, check_content=check_content)
 
@@ -244,7 +253,8 @@ class KMeans(CentroidMixin, BaseEstimator):
         self.n_iter_ = best["n_iter"]
         self.objective_history_ = best["history"]
         self.n_features_in_ = d
-        return finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters)
+        finish(self, ck, n_iter=self.n_iter_, objective=self.inertia_, n_clusters=self.n_clusters)
+        return self
 
     def partial_fit(self, X: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None) -> "KMeans":
         """Update the centres with one batch of a stream (mini-batch k-means; see ``dclust.cluster._partial``).
@@ -259,7 +269,7 @@ class KMeans(CentroidMixin, BaseEstimator):
         return kmeans_partial_fit(self, X, sample_weight)
 
 
-def _warn_if_duplicate_centers(centers: np.ndarray) -> None:
+def _warn_if_duplicate_centers(centers: npt.NDArray[np.float64]) -> None:
     """Warn, as scikit-learn does, when the data held fewer distinct points than clusters (duplicate centres).
 
     Centres closer than summation rounding (``1e-9`` of the largest coordinate, per coordinate) count as one: the

@@ -4,11 +4,13 @@ tables (docs/algorithms.md 10.3). An in-memory reference, size-guarded; not a sc
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .._fit import ProgressEvent, Stopwatch, emit
 from .._registry import register
-from .._validation import SEED, Interval, as_generator
+from .._validation import SEED, Interval
 from ..kernels.constrained import lcvqe_assign
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import CentroidMixin
@@ -90,16 +92,16 @@ class LCVQE(CentroidMixin, _LinkedInMemory):
         self.n_clusters, self.n_init, self.max_iter, self.max_samples = n_clusters, n_init, max_iter, max_samples
         self.random_state = random_state
 
-    def _fit_links(self, Xn, i, j, must, constraints) -> None:
-        n, d = Xn.shape
-        rng = as_generator(self.random_state)
+    def _fit_links(self, Xn: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, constraints: Any,
+                   rng: np.random.Generator) -> None:
+        n = Xn.shape[0]
         k = self.n_clusters
         watch = Stopwatch()
         best = None
         for run in range(self.n_init):
             centers = kmeans_plusplus(Xn, np.ones(n), k, rng)
             labels = np.empty(n, dtype=np.int64)
-            sums, counts = np.zeros((k, d)), np.zeros(k)
+            sums, counts = np.zeros((k, Xn.shape[1])), np.zeros(k)
             prev, cost, it, trace = None, np.inf, 0, []
             for it in range(self.max_iter):
                 cost = lcvqe_assign(Xn, centers, i, j, must, labels, sums, counts)
@@ -112,6 +114,7 @@ class LCVQE(CentroidMixin, _LinkedInMemory):
                 prev = labels.copy()
             if best is None or cost < best[0]:
                 best = (cost, labels.copy(), centers.copy(), it + 1, trace)
+        assert best is not None  # n_init >= 1
         cost, labels, centers, n_iter, trace = best
         self.labels_ = labels
         self.cluster_centers_ = centers
@@ -119,7 +122,6 @@ class LCVQE(CentroidMixin, _LinkedInMemory):
         self._set_violations(i, j, must)
         self.n_iter_ = int(n_iter)
         self.objective_history_ = trace
-        self.n_features_in_ = d
         emit(ProgressEvent("LCVQE", "done", self.n_iter_, self.objective_, k, 0.0))
 
     fit_predict = _LinkedInMemory.fit_predict  # with constraints=, not ClusterMixin's

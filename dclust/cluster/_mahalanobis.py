@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
+import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
 from .._dask.init import kmeans_plusplus_sample
 from .._fit import ProgressEvent, Stopwatch, emit, logger
-from .._dask.passes import map_labels, map_reduce, persist_if_fits
+from .._dask.passes import compute, map_labels, map_reduce, persist_if_fits
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator, check_array
+from .._validation import COUNT, POSITIVE, SEED, Interval, Options, as_generator, check_array, constrain
 from ..errors import ConvergenceWarning, InvalidDataError, message
 from ..kernels.gmpr import GaussianStats
 from ..kernels.mahalanobis import covariance_step, mahalanobis_labels, mahalanobis_stats
@@ -89,13 +92,9 @@ class MahalanobisKMeans(BaseEstimator):
     """
 
     _parameter_constraints = {
-        "n_clusters": [Interval("int", 1, None)],
-        "lam": [Interval("real", 0, None, "neither")],
-        "reg_covar": [Interval("real", 0, None, "neither")],
-        "n_init": [Interval("int", 1, None)],
-        "max_iter": [Interval("int", 1, None)],
+        **constrain(COUNT, "n_clusters", "n_init", "max_iter", "init_sample_size"),
+        **constrain(POSITIVE, "lam", "reg_covar"),
         "tol": [Interval("real", 0, None)],
-        "init_sample_size": [Interval("int", 1, None)],
         "random_state": [SEED],
         "persist": [Options(("auto", True, False))],
         "split_every": [Interval("int", 2, None), Options((None,))],
@@ -110,14 +109,15 @@ class MahalanobisKMeans(BaseEstimator):
         self.max_iter, self.tol, self.init_sample_size = max_iter, tol, init_sample_size
         self.random_state, self.persist, self.split_every = random_state, persist, split_every
 
-    def _pass(self, arr, means, covs) -> GaussianStats:
+    def _pass(self, arr: da.Array, means: np.ndarray, covs: np.ndarray) -> GaussianStats:
         whiten = np.array([np.linalg.inv(np.linalg.cholesky(c)) for c in covs])
-        stats = map_reduce(mahalanobis_stats, GaussianStats.merge_all, arr, means=means, whiten=whiten,
-                           split_every=self.split_every).compute()[()]
-        raise_if_bad_block(stats, arr)
+        stats: GaussianStats = compute(map_reduce(mahalanobis_stats, GaussianStats.merge_all, arr, means=means,
+                                                  whiten=whiten, split_every=self.split_every))[0][()]
+        raise_if_bad_block(stats, arr)  # type: ignore[arg-type]  # duck: it reads only .bad_block
         return stats
 
-    def _run(self, arr, rng):
+    def _run(self, arr: da.Array, rng: np.random.Generator
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float], int, bool]:
         k, d = self.n_clusters, arr.shape[1]
         means = kmeans_plusplus_sample(arr, None, k, rng, self.init_sample_size)
         covs = np.repeat(np.eye(d)[None], k, axis=0)
@@ -164,6 +164,7 @@ class MahalanobisKMeans(BaseEstimator):
             run = self._run(arr, rng)
             if best is None or run[3][-1] < best[3][-1]:
                 best = run
+        assert best is not None  # n_init >= 1
         means, covs, sizes, history, n_iter, converged = best
         self.cluster_centers_ = means
         self.covariances_ = covs
@@ -193,5 +194,6 @@ class MahalanobisKMeans(BaseEstimator):
         return self.fit(X).predict(X)
 
 
-def _labels(Xb, *, offset, block_index, means, whiten):
+def _labels(Xb: npt.NDArray[Any], *, offset: int, block_index: int, means: np.ndarray, whiten: np.ndarray
+            ) -> np.ndarray:
     return mahalanobis_labels(Xb, means, whiten)[0].astype(np.int32)

@@ -4,19 +4,21 @@ tables (docs/algorithms.md 10.3). An in-memory reference, size-guarded; not a sc
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .._fit import ProgressEvent, Stopwatch, emit
 from .._dask.passes import map_labels
 from .._registry import register
-from .._validation import SEED, Interval, Options, as_generator
+from .._validation import SEED, Interval, Options
 from ..kernels.constrained import mpck_sweep, symmetric_links
 from ..kernels.kmeans import kmeans_plusplus
 from ._base import wrap_output
 from ._inmemory import _LinkedInMemory
-from typing import Literal
 from ..typing import ArrayLike, SeedLike
 
 __all__ = ["MPCKMeans"]
@@ -99,9 +101,9 @@ class MPCKMeans(_LinkedInMemory):
         self.n_clusters, self.metric, self.max_iter, self.max_samples = n_clusters, metric, max_iter, max_samples
         self.random_state = random_state
 
-    def _fit_links(self, Xn, i, j, must, constraints) -> None:
+    def _fit_links(self, Xn: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, constraints: Any,
+                   rng: np.random.Generator) -> None:
         n, d = Xn.shape
-        rng = as_generator(self.random_state)
         k = self.n_clusters
         centers = _initial_centers(Xn, i[must], j[must], k, rng)
         A = np.ones((k, d))
@@ -134,10 +136,11 @@ class MPCKMeans(_LinkedInMemory):
         self._set_violations(i, j, must)
         self.n_iter_ = n_iter
         self.objective_history_ = trace
-        self.n_features_in_ = d
         emit(ProgressEvent("MPCKMeans", "done", n_iter, self.objective_, k, 0.0))
 
-    def _metric(self, X, labels, centers, counts, i, j, must, range2, scale, A_old):
+    def _metric(self, X: np.ndarray, labels: np.ndarray, centers: np.ndarray, counts: np.ndarray, i: np.ndarray,
+                j: np.ndarray, must: np.ndarray, range2: np.ndarray, scale: np.ndarray, A_old: np.ndarray
+                ) -> np.ndarray:
         """The diagonal metrics of the M-step (denominators floored at 1e-6 of each feature's variance)."""
         k, d = centers.shape
         den = np.zeros((k, d))
@@ -158,7 +161,8 @@ class MPCKMeans(_LinkedInMemory):
         return A
 
     @staticmethod
-    def _objective(X, labels, centers, A, i, j, must, range2) -> float:
+    def _objective(X: np.ndarray, labels: np.ndarray, centers: np.ndarray, A: np.ndarray, i: np.ndarray,
+                   j: np.ndarray, must: np.ndarray, range2: np.ndarray) -> float:
         data = float((A[labels] * (X - centers[labels]) ** 2).sum() - np.log(A[labels]).sum())
         diff2 = (X[i] - X[j]) ** 2
         li, lj = labels[i], labels[j]
@@ -176,13 +180,15 @@ class MPCKMeans(_LinkedInMemory):
         return wrap_output(labels, info, "labels")
 
 
-def _metric_labels(Xb, *, offset, block_index, centers, weights):
+def _metric_labels(Xb: npt.NDArray[Any], *, offset: int, block_index: int, centers: np.ndarray, weights: np.ndarray
+                   ) -> np.ndarray:
     Xb = np.asarray(Xb, dtype=np.float64)
     cost = np.stack([(w * (Xb - c) ** 2).sum(axis=1) - np.log(w).sum() for c, w in zip(centers, weights)], axis=1)
-    return cost.argmin(axis=1).astype(np.int32)
+    labels: np.ndarray = cost.argmin(axis=1).astype(np.int32)
+    return labels
 
 
-def _initial_centers(X, mi, mj, k, rng) -> np.ndarray:
+def _initial_centers(X: np.ndarray, mi: np.ndarray, mj: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     """Centres from the must-link neighbourhoods: weighted farthest-first over the neighbourhood means (the first
     is the largest neighbourhood); with fewer neighbourhoods than ``k`` (counting only those of two or more rows),
     all of them and k-means++ seeds over the rows for the rest."""

@@ -25,6 +25,8 @@ clusters than batch DP-means on overlapping data and reached 1.2-1.6 x fit's obj
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from .._dask.init import reduce_stats
@@ -32,13 +34,18 @@ from .._validation import as_generator, check_array, check_sample_weight
 from ..errors import InvalidDataError, message
 from ._base import raise_if_bad_block
 
+if TYPE_CHECKING:  # the estimators import this module
+    from ..stream import AnytimeDPMeans
+    from ._dpmeans import DPMeans
+    from ._kmeans import KMeans
+
 __all__ = ["kmeans_partial_fit", "dpmeans_partial_fit", "SUMMARY_FACTOR"]
 
 #: The any-time stream behind DPMeans.partial_fit runs at ``SUMMARY_FACTOR * lam`` (finer summaries than the model).
 SUMMARY_FACTOR = 0.25
 
 
-def kmeans_partial_fit(est, X, sample_weight=None):
+def kmeans_partial_fit(est: KMeans, X: Any, sample_weight: Any = None) -> KMeans:
     """One mini-batch step of :class:`dclust.KMeans` on the rows ``X`` (see the module docstring). Returns ``est``."""
     est._validate_params()
     arr, _ = check_array(X)
@@ -73,7 +80,7 @@ def kmeans_partial_fit(est, X, sample_weight=None):
 _MIRRORED = ("cluster_centers_", "n_clusters_", "lam_", "objective_", "n_iter_", "converged_", "n_features_in_")
 
 
-def dpmeans_partial_fit(est, X, sample_weight=None):
+def dpmeans_partial_fit(est: DPMeans, X: Any, sample_weight: Any = None) -> DPMeans:
     """One any-time DP-means step of :class:`dclust.DPMeans` on the rows ``X``. Returns ``est``.
 
     The first batch starts the stream: it is clustered by ``fit`` (so ``init``, ``lam`` or the ``n_clusters``
@@ -100,11 +107,11 @@ def dpmeans_partial_fit(est, X, sample_weight=None):
                                            np.asarray(stream.weights_, dtype=np.float64), est.lam_)[0]
     est.n_clusters_ = int(est.cluster_centers_.shape[0])
     est._partial = (est.cluster_centers_, stream)
-    vars(est).pop("_order_records", None)  # serial_order_ belongs to fit's passes, not to a stream
+    est.__dict__.pop("_order_records", None)  # serial_order_ belongs to fit's passes, not to a stream
     return est
 
 
-def _fit_first_batch(est, X, sample_weight):
+def _fit_first_batch(est: DPMeans, X: Any, sample_weight: Any) -> DPMeans:
     """A fresh estimator of ``est``'s parameters (without checkpoint), fitted on the first batch, and the weight
     of each of its clusters (one pass over the batch)."""
     first = type(est)(**{**est.get_params(deep=False), "checkpoint": None})
@@ -115,7 +122,7 @@ def _fit_first_batch(est, X, sample_weight):
     return first
 
 
-def _any_time_stream(est, first):
+def _any_time_stream(est: DPMeans, first: DPMeans) -> AnytimeDPMeans:
     """An :class:`dclust.AnytimeDPMeans` whose clusters are those of ``first`` (ids 0..K-1, their weights)."""
     from ..stream import AnytimeDPMeans  # same layer, imported when used
 
@@ -130,7 +137,7 @@ def _any_time_stream(est, first):
     return stream
 
 
-def _stream_state(est):
+def _stream_state(est: KMeans | DPMeans) -> Any:
     """The counts (KMeans) or stream (DPMeans) of the last partial_fit, if the model still holds its centres."""
     state = vars(est).get("_partial")
     if state is None or state[0] is not vars(est).get("cluster_centers_"):

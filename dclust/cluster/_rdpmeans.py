@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-from .._dask.passes import map_labels
-from .._dask.links import build_layout
+import dask.array as da
+import numpy as np
+import numpy.typing as npt
+
+from .._dask.passes import map_blocks, map_labels
+from .._dask.links import LinkLayout, build_layout
 from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._dask.rdp import extract_linked, final_labels, init_pass, rdp_pass, records_from, records_state
 from .._registry import register
-from .._validation import Interval, Options, as_generator, check_array, check_constraints, check_lam_or_n_clusters
+from .._validation import Interval, Options, as_generator, check_array, check_lam_or_n_clusters
+from ..constraints._check import check_constraints
 from ..constraints import ConstraintGraph
 from ..errors import InvalidParameterError, message
 from ..kernels.distances import seed_mix
 from ..kernels.divergence import divergence_nearest, neg_entropy, smooth_rows
 from ..kernels.rdpmeans import link_term
+from ..kernels.stats import ClusterStats
 from ._dpmeans import heuristic_lam
 from ._base import HistoryStep, OCC_PARAMETERS, BaseEstimator, CentroidMixin, raise_if_bad_block, wrap_output
 from typing import Literal
@@ -23,7 +29,8 @@ from ..typing import ArrayLike, CheckpointLike, ConstraintsLike, Ignored, Persis
 __all__ = ["RDPMeans"]
 
 
-def _kl_labels(Xb, *, offset, block_index, centers, smoothing):
+def _kl_labels(Xb: npt.NDArray[Any], *, offset: int, block_index: int, centers: npt.NDArray[np.float64],
+               smoothing: float) -> npt.NDArray[Any]:
     return divergence_nearest(smooth_rows(Xb, smoothing), centers, "kl")[0]
 
 
@@ -41,28 +48,29 @@ class _Passes(HistoryStep):
 
     name = "RDPMeans"
 
-    def __init__(self, est: "RDPMeans", X, layout, ck):
+    def __init__(self, est: "RDPMeans", X: da.Array, layout: LinkLayout, ck: Any) -> None:
         self.est, self.X, self.layout, self.ck, self.kind = est, X, layout, ck, est.divergence
         self.max_xi = est.xi0 * est.xi_rate ** (est.max_iter - 1) if est.max_xi is None else float(est.max_xi)
-        self.prefix = None  # (end key, rows, their index) of the serial prefix: the first pass only
-        self.lparts = None  # the persisted linked rows
+        #: (end key, rows, their index) of the serial prefix: the first pass only
+        self.prefix: tuple[Any, Any, Any] | None = None
+        self.lparts: Any = None  # the persisted linked rows
         self.check_content = False  # the first pass after a resume compares the data with the interrupted run's
 
-    def links(self, z: np.ndarray) -> float:
+    def links(self, z: npt.NDArray[np.int64]) -> float:
         lay = self.layout
         return link_term(z[lay.pair_a], z[lay.pair_b], lay.pair_v) if lay.pair_v.size else 0.0
 
-    def data_term(self, stats, H: float) -> float:
+    def data_term(self, stats: ClusterStats, H: float) -> float:
         if self.kind == "euclidean":
             return float(stats.scatter.sum())
         return float(H - (stats.weight * neg_entropy(stats.mean)).sum())
 
-    def _linked(self, seed: int):
+    def _linked(self, seed: int) -> Any:
         if self.lparts is None and self.layout.n_nodes:
             self.lparts = extract_linked(self.X, self.layout, mix=seed_mix(seed))
         return self.lparts
 
-    def start(self) -> dict:
+    def start(self) -> dict[str, Any]:
         est, X, kind = self.est, self.X, self.kind
         seed = int(as_generator(est.random_state).integers(2**62))
         stats0, H, p_end, p_index, p_rows = init_pass(X, self.layout, mix=seed_mix(seed), prefix_size=est.prefix_size,
@@ -80,7 +88,7 @@ class _Passes(HistoryStep):
                 "data": self.data_term(stats0, H), "history": [], "assign_history": [], "start_history": [],
                 "xi_history": [], "records": []}
 
-    def step(self, s: dict) -> dict:
+    def step(self, s: dict[str, Any]) -> dict[str, Any]:
         est, lam, xi, C, H = self.est, s["lam"], s["next_xi"], s["centers"], s["H"]
         z = s["z"].copy()  # rdp_pass updates it in place
         start_objective = s["data"] + xi * self.links(z) + lam * C.shape[0]
@@ -109,23 +117,23 @@ class _Passes(HistoryStep):
                 "xi": xi, "changed": changed, "settled": not changed and xi >= self.max_xi,
                 "phase0_epochs": len(res.record.phase0.epochs), "pass": (res, z_pass, remap)}
 
-    def start_extra(self, s: dict) -> dict:
+    def start_extra(self, s: dict[str, Any]) -> dict[str, Any]:
         return {"lam": s["lam"], "colors": self.layout.n_colors, "linked_rows": self.layout.n_nodes}
 
-    def extra(self, s: dict) -> dict:
+    def extra(self, s: dict[str, Any]) -> dict[str, Any]:
         return {"xi": s["xi"], "changed": s["changed"], "phase0_epochs": s["phase0_epochs"]}
 
-    def unconverged_note(self, s: dict) -> str:
+    def unconverged_note(self, s: dict[str, Any]) -> str:
         xi = s["xi"]
         return (": the labels still changed in the last pass" if xi >= self.max_xi
                 else f": xi={xi:g} < max_xi={self.max_xi:g}")
 
-    def to_checkpoint(self, s: dict) -> dict:
+    def to_checkpoint(self, s: dict[str, Any]) -> dict[str, Any]:
         return {k: s[k] for k in ("seed", "lam", "H", "next_xi", "centers", "z", "fp", "data", "history",
                                   "assign_history", "start_history", "xi_history")} | {
             "records": records_state(s["records"])}
 
-    def from_checkpoint(self, ck, saved: dict, iteration: int) -> dict:
+    def from_checkpoint(self, ck: Any, saved: dict[str, Any], iteration: int) -> dict[str, Any]:
         lam = float(saved["lam"])
         if not (lam > 0 and np.isfinite(lam)):
             raise ValueError(f"lam={lam}")
@@ -230,6 +238,23 @@ class RDPMeans(CentroidMixin, BaseEstimator):
     (1, [0, 0, 0, 0])
     """
 
+    cluster_centers_: npt.NDArray[np.float64]
+    n_clusters_: int
+    labels_: ArrayLike
+    lam_: float
+    xi_: float
+    objective_: float
+    objective_paper_: float
+    objective_history_: list[float]
+    assignment_objective_history_: list[float]
+    start_objective_history_: list[float]
+    xi_history_: list[float]
+    n_iter_: int
+    converged_: bool
+    n_colors_: int
+    n_violated_: tuple[int, int]
+    _order_records: tuple[int, int, LinkLayout, list[Any]]
+
     _parameter_constraints = {
         "lam": [Interval("real", 0, None, "neither"), Options((None,))],
         "n_clusters": [Interval("int", 1, None), Options((None,))],
@@ -268,11 +293,12 @@ class RDPMeans(CentroidMixin, BaseEstimator):
             )
 
     @staticmethod
-    def _graph(constraints, arr, kind: str):
+    def _graph(constraints: ConstraintsLike, arr: da.Array, kind: str) -> ConstraintGraph:
         n = arr.shape[0]
         if constraints is None:
             return ConstraintGraph.from_pairs([], [], [], n_samples=n, chunks=arr.chunks[0])
-        return check_constraints("RDPMeans", constraints, n, arr.chunks[0], kind)
+        graph: ConstraintGraph = check_constraints("RDPMeans", constraints, n, arr.chunks[0], kind)
+        return graph
 
     def fit(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> "RDPMeans":
         """Cluster ``X`` (numpy, dask, zarr or xarray; shape (n_samples, n_features)) with side information.
@@ -300,10 +326,10 @@ class RDPMeans(CentroidMixin, BaseEstimator):
                 self._order_records = (seed_mix(int(extra["seed"])), n, layout, records_from(extra["records"]))
             if not self.converged_:
                 warn_unconverged("RDPMeans", self.max_iter)
-            return finish(self, ck, n_iter=self.n_iter_, objective=self.objective_, n_clusters=self.n_clusters_,
-                          save=False)
+            finish(self, ck, n_iter=self.n_iter_, objective=self.objective_, n_clusters=self.n_clusters_, save=False)
+            return self
         if self.divergence == "kl":
-            arr = arr.map_blocks(smooth_rows, float(self.smoothing), dtype=np.float64)
+            arr = map_blocks(arr, smooth_rows, float(self.smoothing), dtype=np.float64)
         arr = persisted(arr, info.kind, self.persist)
         layout = build_layout(G, tuple(arr.chunks[0]), self.mode)
         passes = _Passes(self, arr, layout, ck)
@@ -331,8 +357,9 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         self.n_violated_ = (int((~same & (layout.pair_v > 0)).sum()), int((same & (layout.pair_v < 0)).sum()))
         self.n_features_in_ = d
         self._order_records = (seed_mix(s["seed"]), n, layout, s["records"])
-        return finish(self, ck, n_iter=run.n_iter, objective=self.objective_, n_clusters=self.n_clusters_,
-                      seed=s["seed"], records=records_state(s["records"]))
+        finish(self, ck, n_iter=run.n_iter, objective=self.objective_, n_clusters=self.n_clusters_,
+               seed=s["seed"], records=records_state(s["records"]))
+        return self
 
     @property
     def serial_order_(self) -> list[np.ndarray]:

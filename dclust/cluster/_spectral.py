@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import numpy as np
+import numpy.typing as npt
 
 from .._dask.passes import map_labels
 from .._fit import ProgressEvent, Stopwatch, emit, rng_state, set_rng_state
@@ -14,21 +17,22 @@ from ..kernels import spectral as K
 from ._base import CHECKPOINT, ClusterMixin, wrap_output
 
 from ._inmemory import _InMemory, _first_appearance
-from typing import Literal
 from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
 __all__ = ["SpectralClustering"]
 
 
-def _nn_labels(Xb, *, offset, block_index, train, labels):
+def _nn_labels(Xb: npt.NDArray[Any], *, offset: int, block_index: int, train: np.ndarray, labels: np.ndarray
+               ) -> np.ndarray:
     from scipy.spatial import cKDTree
 
     _, idx = cKDTree(train).query(np.asarray(Xb, dtype=np.float64), k=1)
-    return labels[idx].astype(np.int32)
+    nearest: np.ndarray = labels[idx].astype(np.int32)  # (scipy has no stubs)
+    return nearest
 
 
 @register
-class SpectralClustering(ClusterMixin, _InMemory):
+class SpectralClustering(ClusterMixin, _InMemory):  # type: ignore[misc]  # scikit-learn ships no type hints
     """Spectral clustering by normalized cut (Shi & Malik; Ng, Jordan & Weiss), in memory (docs/algorithms.md 7).
 
     Builds the affinity W (RBF ``exp(-gamma ||x_i - x_j||^2)``, dense, or the symmetrised kNN connectivity,
@@ -94,6 +98,16 @@ class SpectralClustering(ClusterMixin, _InMemory):
     >>> np.bincount(sc.labels_).tolist(), len(set(sc.labels_[:60].tolist()))
     ([60, 60], 1)
     """
+
+    labels_: npt.NDArray[np.int64]
+    n_clusters_: int
+    embedding_: npt.NDArray[np.float64]
+    eigenvalues_: npt.NDArray[np.float64]
+    ncut_: float
+    objective_history_: list[float]
+    fit_X_: npt.NDArray[np.float64]
+    n_iter_: int
+    n_features_in_: int
 
     _parameter_constraints = {
         "n_clusters": [Interval("int", 1, None)],
@@ -175,7 +189,8 @@ class SpectralClustering(ClusterMixin, _InMemory):
             E = U / np.maximum(np.linalg.norm(U, axis=1), np.finfo(float).tiny)[:, None]
             count = [passes]
 
-            def step(s, inertia):  # after every Lloyd pass: save (when the run goes on), then announce it
+            # after every Lloyd pass: save (when the run goes on), then announce it
+            def step(s: dict[str, Any] | None, inertia: float) -> None:
                 count[0] += 1
                 if s is not None and ck.active:
                     ck.save({"phase": "kmeans", "rng": rng_state(rng), **emb, "n_passes": count[0], "lloyd": s})

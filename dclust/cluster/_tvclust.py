@@ -7,27 +7,32 @@ information is RDP-means, its small-variance limit.
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from .._dask.passes import map_blocks
 from .._fit import Step, finish, fit_loop, restore_finished, restore_rng, rng_state
 from .._registry import register
-from .._validation import Interval, Options, _Kind, as_generator, check_array, check_constraints
+from .._validation import Interval, Options, _Kind, as_generator, check_array
+from ..constraints._check import check_constraints
 from ..errors import InfeasibleConstraintsError, InvalidDataError, message
 from ..kernels.kmeans import kmeans_plusplus, lloyd
 from ..kernels.tvclust import Gibbs, GibbsState, LinkLists, NIWPrior, gaussian_logpdf
 from ._base import MEMORY_PARAMETERS, ClusterMixin, finite_rows, wrap_output
 from ._inmemory import _InMemory
-from typing import Any
 from ..typing import ArrayLike, CheckpointLike, ConstraintsLike, Ignored, SeedLike
 
 __all__ = ["TVClust"]
 
 
-def _beta_pair(v) -> bool:
+def _beta_pair(v: Any) -> bool:
     return (
         isinstance(v, tuple) and len(v) == 2
-        and all(isinstance(x, numbers.Real) and not isinstance(x, bool) and np.isfinite(x) and x > 0 for x in v)
+        and all(isinstance(x, numbers.Real) and not isinstance(x, bool)
+                and np.isfinite(x) and x > 0  # type: ignore[call-overload, operator]  # typeshed's numbers.Real
+                for x in v)
     )
 
 
@@ -35,7 +40,7 @@ BETA_PAIR = _Kind("a tuple (a, b) of two finite reals > 0", _beta_pair)
 
 
 @register
-class TVClust(ClusterMixin, _InMemory):
+class TVClust(ClusterMixin, _InMemory):  # type: ignore[misc]  # scikit-learn ships no type hints
     """TVClust (Khashabi et al.): Gibbs sampling of a DP mixture of Gaussians with must/cannot links as noisy data.
 
     The data view is a Dirichlet-process mixture with a Normal-inverse-Wishart base measure; the link view says
@@ -100,13 +105,25 @@ class TVClust(ClusterMixin, _InMemory):
     Examples
     --------
     >>> import numpy as np, dclust
-    >>> rng = np.random.default_rng(0)
-    >>> X = np.concatenate([rng.normal(0, 0.5, (30, 2)), rng.normal(6, 0.5, (30, 2))])
-    >>> G = dclust.ConstraintGraph.from_pairs([0, 30], [1, 31], [True, True], n_samples=60)
-    >>> tv = dclust.TVClust(init_clusters=2, n_sweeps=20, random_state=0).fit(X, constraints=G)
-    >>> tv.n_clusters_, bool(tv.labels_[0] != tv.labels_[30])
-    (2, True)
+    >>> b = dclust.make_blobs(60, 2, centers=[[0, 0], [6, 6]], cluster_std=0.5, random_state=0)
+    >>> y = b.labels.compute()
+    >>> i, j = np.arange(0, 10), np.arange(10, 20)  # ten links: must-link where the true blobs agree
+    >>> G = dclust.ConstraintGraph.from_pairs(i, j, y[i] == y[j], n_samples=60)
+    >>> tv = dclust.TVClust(init_clusters=2, n_sweeps=20, random_state=0).fit(b.X, constraints=G)
+    >>> tv.n_clusters_, dclust.metrics.adjusted_rand_score(y, tv.labels_)
+    (2, 1.0)
     """
+
+    labels_: npt.NDArray[np.int64]
+    cluster_centers_: npt.NDArray[np.float64]
+    covariances_: npt.NDArray[np.float64]
+    cluster_sizes_: npt.NDArray[np.int64]
+    n_clusters_: int
+    p_: float
+    q_: float
+    n_clusters_history_: list[int]
+    objective_history_: list[float]
+    n_features_in_: int
 
     _parameter_constraints = {
         "alpha": [Interval("real", 0, None, "neither")],
@@ -151,14 +168,14 @@ class TVClust(ClusterMixin, _InMemory):
         factor = dof - d - 1 if dof > d + 1 else 1.0
         return NIWPrior(X.mean(axis=0), float(self.prior_kappa), dof, var * factor * np.eye(d))
 
-    def _links(self, constraints, n: int):
+    def _links(self, constraints: ConstraintsLike, n: int) -> LinkLists:
         if constraints is None:
             return LinkLists.from_pairs(n, [], [], [])
         check_constraints("TVClust", constraints, n)
         i, j, sign = constraints.pairs()
         return LinkLists.from_pairs(n, i, j, sign > 0)
 
-    def _initial_labels(self, X, links: LinkLists, rng) -> np.ndarray:
+    def _initial_labels(self, X: npt.NDArray[np.float64], links: LinkLists, rng: np.random.Generator) -> np.ndarray:
         n = X.shape[0]
         k = min(self.init_clusters, n)
         _, z, _, _, _ = lloyd(X, None, kmeans_plusplus(X, np.ones(n), k, rng), max_iter=10)
@@ -186,13 +203,15 @@ class TVClust(ClusterMixin, _InMemory):
         ck = self._checkpointer(arr, constraints=constraints)
         resume = ck.resume()
         if restore_finished(self, ck, resume) is not None:
-            return finish(self, ck, n_iter=self.n_sweeps, objective=self.objective_history_[-1],
-                          n_clusters=self.n_clusters_, save=False)
+            finish(self, ck, n_iter=self.n_sweeps, objective=self.objective_history_[-1],
+                   n_clusters=self.n_clusters_, save=False)
+            return self
         diff = Xn - Xn.mean(axis=0)
         ck.check_content(float(n), Xn.mean(axis=0), float((diff * diff).sum()))
         rng = as_generator(self.random_state)
         chain = Gibbs(Xn, links, alpha=float(self.alpha), prior=self._prior(Xn), p=self.p, q=self.q,
-                      p_prior=tuple(map(float, self.p_prior)), q_prior=tuple(map(float, self.q_prior)), rng=rng)
+                      p_prior=(float(self.p_prior[0]), float(self.p_prior[1])),
+                      q_prior=(float(self.q_prior[0]), float(self.q_prior[1])), rng=rng)
         run = fit_loop(_Sweeps(self, chain, links), max_iter=self.n_sweeps, ck=ck,
                        resume=None if resume is None else resume["loop"])
         state = run.state
@@ -210,8 +229,8 @@ class TVClust(ClusterMixin, _InMemory):
         self.n_clusters_history_ = [int(k) for k in state.n_clusters_trace]
         self.objective_history_ = [float(v) for v in state.log_joint_trace]
         self.n_features_in_ = d
-        return finish(self, ck, n_iter=self.n_sweeps, objective=self.objective_history_[-1],
-                      n_clusters=self.n_clusters_)
+        finish(self, ck, n_iter=self.n_sweeps, objective=self.objective_history_[-1], n_clusters=self.n_clusters_)
+        return self
 
     def predict(self, X: ArrayLike) -> ArrayLike:
         """Most probable cluster of new rows under the last sample (``argmax_k log n_k + log N(x|μ_k, Σ_k)``),
@@ -221,12 +240,13 @@ class TVClust(ClusterMixin, _InMemory):
         logn = np.log(self.cluster_sizes_.astype(np.float64))
         means, covs = np.asarray(self.cluster_centers_), np.asarray(self.covariances_)
 
-        def block(Xb):
+        def block(Xb: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
             Xb = np.asarray(Xb, dtype=np.float64)
             s = np.stack([gaussian_logpdf(Xb, m, c) for m, c in zip(means, covs)], axis=1) + logn
-            return np.argmax(s, axis=1).astype(np.int32)
+            labels: npt.NDArray[np.int32] = np.argmax(s, axis=1).astype(np.int32)
+            return labels
 
-        return wrap_output(finite_rows(arr, "predict").map_blocks(block, dtype=np.int32, drop_axis=1), info, "labels")
+        return wrap_output(map_blocks(finite_rows(arr, "predict"), block, dtype=np.int32, drop_axis=1), info, "labels")
 
     def fit_predict(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> ArrayLike:
         """``fit(X, constraints=constraints)`` and return ``labels_``."""
@@ -241,7 +261,7 @@ class _Sweeps(Step):
     name = "TVClust"
     unit = "sweeps"
 
-    def __init__(self, est, chain: Gibbs, links: LinkLists):
+    def __init__(self, est: TVClust, chain: Gibbs, links: LinkLists) -> None:
         self.est, self.chain, self.links = est, chain, links
 
     def start(self) -> GibbsState:
@@ -250,7 +270,7 @@ class _Sweeps(Step):
     def step(self, state: GibbsState) -> GibbsState:
         return self.chain.sweep(state)
 
-    def converged(self, old, new) -> bool:
+    def converged(self, old: GibbsState, new: GibbsState) -> bool:
         return False
 
     def objective(self, state: GibbsState) -> float:
@@ -259,12 +279,12 @@ class _Sweeps(Step):
     def n_clusters(self, state: GibbsState) -> int:
         return int(state.means.shape[0])
 
-    def to_checkpoint(self, state: GibbsState) -> dict:
+    def to_checkpoint(self, state: GibbsState) -> dict[str, Any]:
         return {"z": state.z, "means": state.means, "covariances": state.covs, "p": state.p, "q": state.q,
                 "rng": rng_state(self.chain.rng), "n_clusters_history": state.n_clusters_trace,
                 "objective_history": state.log_joint_trace}
 
-    def from_checkpoint(self, ck, saved: dict, iteration: int) -> GibbsState:
+    def from_checkpoint(self, ck: Any, saved: dict[str, Any], iteration: int) -> GibbsState:
         n, d = self.chain.X.shape
         z = ck.require_shape("labels", saved["z"], (n,)).astype(np.int64)
         means = ck.require_shape("cluster means", saved["means"], (None, d)).astype(np.float64)
@@ -285,11 +305,11 @@ def _consistent(z: np.ndarray, links: LinkLists, hard: bool) -> np.ndarray:
     n = z.size
     parent = np.arange(n)
 
-    def find(a):
+    def find(a: int | np.integer[Any]) -> int:
         while parent[a] != a:
             parent[a] = parent[parent[a]]
             a = parent[a]
-        return a
+        return int(a)
 
     src = np.repeat(np.arange(n), np.diff(links.indptr))
     for a, b, m in zip(src, links.nbr, links.must):

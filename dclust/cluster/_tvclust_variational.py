@@ -13,7 +13,7 @@ from scipy.special import digamma, logsumexp
 
 from .._fit import ProgressEvent, Stopwatch, emit
 from .._registry import register
-from .._validation import SEED, Interval, as_generator
+from .._validation import SEED, Interval
 from ..kernels.tvclust import NIWPrior
 from ._inmemory import _LinkedInMemory
 from ._tvclust import TVClust
@@ -87,12 +87,11 @@ class TVClustVariational(_LinkedInMemory):
 
     Examples
     --------
-    >>> import numpy as np, dclust
-    >>> rng = np.random.default_rng(0)
-    >>> X = np.concatenate([rng.normal(0, 0.5, (30, 2)), rng.normal(6, 0.5, (30, 2))])
+    >>> import dclust
+    >>> X, y, _ = dclust.make_blobs(60, 2, centers=[[0, 0], [6, 6]], cluster_std=0.5, random_state=0)
     >>> tv = dclust.TVClustVariational(init_clusters=2, random_state=0).fit(X)
-    >>> tv.n_clusters_, bool(tv.labels_[0] != tv.labels_[30])
-    (2, True)
+    >>> tv.n_clusters_, dclust.metrics.adjusted_rand_score(y, tv.labels_)
+    (2, 1.0)
 
     References
     ----------
@@ -124,7 +123,8 @@ class TVClustVariational(_LinkedInMemory):
         self.init_clusters, self.n_components, self.max_iter, self.tol = init_clusters, n_components, max_iter, tol
         self.damping, self.max_samples, self.random_state = damping, max_samples, random_state
 
-    def _fit_links(self, Xn, i, j, must, constraints) -> None:
+    def _fit_links(self, Xn: np.ndarray, i: np.ndarray, j: np.ndarray, must: np.ndarray, constraints: Any,
+                   rng: np.random.Generator) -> None:
         n, d = Xn.shape
         T = max(self.n_components, min(self.init_clusters, n))
         prior = TVClust._prior(self, Xn)  # the Gibbs reference's NIW prior (same parameters) ...
@@ -132,7 +132,6 @@ class TVClustVariational(_LinkedInMemory):
             var = np.where(Xn.var(axis=0) > 0, Xn.var(axis=0), 1.0) if n > 1 else np.ones(d)
             factor = prior.dof - d - 1 if prior.dof > d + 1 else 1.0
             prior = NIWPrior(prior.mean, prior.kappa, prior.dof, np.diag(0.1 * var * factor))
-        rng = as_generator(self.random_state)
         z0 = TVClust._initial_labels(self, Xn, TVClust._links(self, constraints, n), rng)
         _, z0 = np.unique(z0, return_inverse=True)
         R = np.zeros((n, T))
@@ -184,7 +183,6 @@ class TVClustVariational(_LinkedInMemory):
         self.p_, self.q_ = float(p), float(q)
         self.n_iter_ = n_iter
         self.objective_history_ = trace
-        self.n_features_in_ = d
         emit(ProgressEvent("TVClustVariational", "done", n_iter, 0.0, self.n_clusters_, 0.0))
 
     predict = TVClust.predict
@@ -214,7 +212,8 @@ def _expected_log_weights(Nk: np.ndarray, alpha: float) -> np.ndarray:
     g1, g2 = 1.0 + Nk, alpha + tail
     dsum = digamma(g1 + g2)
     elog_v, elog_1mv = digamma(g1) - dsum, digamma(g2) - dsum
-    return elog_v + np.concatenate([[0.0], np.cumsum(elog_1mv)[:-1]])
+    elog_pi: np.ndarray = elog_v + np.concatenate([[0.0], np.cumsum(elog_1mv)[:-1]])  # (scipy has no stubs)
+    return elog_pi
 
 
 def _expected_loglik(X: np.ndarray, posts: list[NIWPrior]) -> np.ndarray:

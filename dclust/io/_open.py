@@ -16,6 +16,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
+from .._dask.passes import from_array, rechunk
 from .._feature_names import register_feature_names
 from .._validation import DEFAULT_BLOCK_BYTES, _is_xarray, _one_feature_chunk
 from ..errors import InvalidDataError, InvalidParameterError, StorageError, message
@@ -99,7 +100,7 @@ def _finish(arr: da.Array, rows: int | tuple[int, ...] | None) -> da.Array:
         )
     if rows is not None:
         _check_row_sum(rows, arr.shape[0])
-        arr = arr.rechunk({0: rows})
+        arr = rechunk(arr, {0: rows})
     if arr.ndim == 2:
         arr = _one_feature_chunk(arr, "X")
     return arr
@@ -247,10 +248,10 @@ def _from_numpy(arr: np.ndarray, rows: int | tuple[int, ...] | None) -> da.Array
     """A numpy array as dask, in row blocks of ``rows`` (default about 64 MiB)."""
     if arr.ndim in (1, 2):
         _check_row_sum(rows, arr.shape[0])
-        out = da.from_array(arr, chunks=(rows or _default_rows(arr.shape, arr.dtype.itemsize),) + (-1,) * (arr.ndim - 1))
+        out = from_array(arr, (rows or _default_rows(arr.shape, arr.dtype.itemsize),) + (-1,) * (arr.ndim - 1))
         rows = None
     else:
-        out = da.from_array(arr)
+        out = from_array(arr, "auto")
     return _finish(out, rows)
 
 
@@ -299,7 +300,7 @@ def _pick_array(group: Any, component: str | None, where: str) -> Any:
     return node
 
 
-def _open_node(url: str, shown: str, storage_options: dict | None) -> Any:
+def _open_node(url: str, shown: str, storage_options: dict[str, Any] | None) -> Any:
     extra: dict[str, Any] = {"storage_options": storage_options} if storage_options else {}
     try:
         return zarr.open(store=url, mode="r", **extra)
@@ -375,7 +376,7 @@ def _format_of(fs: Any, root: str, shown: str, local: str | None) -> str:
 
 
 def _open_path(source: Any, component: str | None, sample_dim: str | None, rows: Any, columns: list[str] | None,
-               storage_options: dict | None) -> Any:
+               storage_options: dict[str, Any] | None) -> Any:
     url, local = _resolve(source, "open_array")
     shown = repr(local if local is not None else url)
     if local is not None:
@@ -416,7 +417,7 @@ def _open_path(source: Any, component: str | None, sample_dim: str | None, rows:
 
 
 def _open_xarray_path(url: str, shown: str, component: str | None, sample_dim: str, rows: Any,
-                      storage_options: dict | None) -> Any:
+                      storage_options: dict[str, Any] | None) -> Any:
     import xarray as xr
 
     extra: dict[str, Any] = {"storage_options": storage_options} if storage_options else {}

@@ -34,7 +34,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import InvalidDataError, InvalidParameterError, StorageError, message
-from ._write import _atomic_write, _check_new_target, _compressors, _resolve
+from .._store._atomic import _atomic_write, _check_new_target, _resolve
+from ._write import _compressors
 
 __all__ = [
     "FEATURES",
@@ -88,7 +89,8 @@ class PointFrame:
         return int(self.xyz.shape[0])
 
     def get(self, feature: str) -> np.ndarray | None:
-        return getattr(self, feature)
+        value: np.ndarray | None = getattr(self, feature)
+        return value
 
 
 @dataclass
@@ -98,7 +100,7 @@ class FrameInfo:
     name: str
     kind: str  # "ply", "las", "npy", "zarr"
     n_points: int
-    has: frozenset = field(default_factory=frozenset)  # subset of {"rgb", "normals"}
+    has: frozenset[str] = field(default_factory=frozenset)  # subset of {"rgb", "normals"}
     loc: Any = None  # path, or (zarr array, frame index) / zarr member
 
 
@@ -137,7 +139,7 @@ def _ply_header(path: str) -> tuple[int, set[str]]:
     return count, props
 
 
-def _has(props: set[str] | Sequence[str]) -> frozenset:
+def _has(props: set[str] | Sequence[str]) -> frozenset[str]:
     props = set(props)
     out = set()
     if {"red", "green", "blue"} <= props:
@@ -154,7 +156,7 @@ def _color(cols: Sequence[np.ndarray]) -> np.ndarray:
     return c.astype(np.float64)
 
 
-def _from_fields(get: Callable[[str], np.ndarray], has: frozenset, name: str) -> PointFrame:
+def _from_fields(get: Callable[[str], np.ndarray], has: frozenset[str], name: str) -> PointFrame:
     xyz = np.stack([np.asarray(get(a), dtype=np.float64) for a in ("x", "y", "z")], axis=1)
     rgb = _color([get(a) for a in ("red", "green", "blue")]) if "rgb" in has else None
     nrm = (np.stack([np.asarray(get(a), dtype=np.float64) for a in ("nx", "ny", "nz")], axis=1)
@@ -162,7 +164,7 @@ def _from_fields(get: Callable[[str], np.ndarray], has: frozenset, name: str) ->
     return PointFrame(xyz, rgb, nrm, name)
 
 
-def _read_ply(path: str, has: frozenset) -> PointFrame:
+def _read_ply(path: str, has: frozenset[str]) -> PointFrame:
     plyfile = _import("plyfile", "reading .ply frames")
     data = plyfile.PlyData.read(path)
     v = data["vertex"].data
@@ -183,7 +185,7 @@ def _las_header(path: str) -> tuple[int, set[str]]:
         return int(reader.header.point_count), dims
 
 
-def _read_las(path: str, has: frozenset) -> PointFrame:
+def _read_las(path: str, has: frozenset[str]) -> PointFrame:
     laspy = _laspy("reading .las/.laz frames")
     try:
         las = laspy.read(path)
@@ -198,7 +200,7 @@ def _read_las(path: str, has: frozenset) -> PointFrame:
 # -------------------------------------------------------------------------------------------------- NPY
 
 
-def _npy_layout(shape: tuple, dtype: np.dtype) -> tuple[int, frozenset]:
+def _npy_layout(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, frozenset[str]]:
     """(points, attributes) of a .npy / Zarr frame array, or ValueError with what is wrong."""
     if dtype.names:
         if not {"x", "y", "z"} <= set(dtype.names):
@@ -213,7 +215,7 @@ def _npy_layout(shape: tuple, dtype: np.dtype) -> tuple[int, frozenset]:
     return int(shape[0]), frozenset({3: (), 6: ("rgb",), 9: ("rgb", "normals")}[shape[1]])
 
 
-def _plain_frame(a: np.ndarray, has: frozenset, name: str) -> PointFrame:
+def _plain_frame(a: np.ndarray, has: frozenset[str], name: str) -> PointFrame:
     a = np.asarray(a)
     if a.dtype.names:
         return _from_fields(lambda f: a[f], has, name)
@@ -232,7 +234,7 @@ _DIMS_FIX = ("Give each frame as (n, 3) xyz, (n, 6) xyz+rgb or (n, 9) xyz+rgb+no
 # -------------------------------------------------------------------------------------------------- source
 
 
-def _natural_key(path: str) -> list:
+def _natural_key(path: str) -> list[int | str]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", os.path.basename(path))]
 
 
@@ -254,7 +256,7 @@ class FrameSource:
     def counts(self) -> np.ndarray:
         return np.array([f.n_points for f in self.frames], dtype=np.int64)
 
-    def common_attributes(self) -> frozenset:
+    def common_attributes(self) -> frozenset[str]:
         """Attributes every frame has."""
         out = frozenset({"rgb", "normals"})
         for f in self.frames:
@@ -496,10 +498,10 @@ def _frame_fields(xyz: np.ndarray, rgb: np.ndarray | None, normals: np.ndarray |
 
 
 def _check_xyz(xyz: Any, what: str) -> np.ndarray:
-    xyz = np.asarray(xyz)
-    if xyz.ndim != 2 or xyz.shape[1] != 3:
-        raise InvalidDataError(message(f"{what}(xyz=...)", "an (n, 3) array", f"shape {xyz.shape}", "Pass x, y, z."))
-    return xyz
+    arr = np.asarray(xyz)
+    if arr.ndim != 2 or arr.shape[1] != 3:
+        raise InvalidDataError(message(f"{what}(xyz=...)", "an (n, 3) array", f"shape {arr.shape}", "Pass x, y, z."))
+    return arr
 
 
 def _atomic_file(path: str | os.PathLike[str], write: Callable[[str], None]) -> str:
@@ -531,7 +533,8 @@ def _atomic_file(path: str | os.PathLike[str], write: Callable[[str], None]) -> 
 atomic_file = _atomic_file
 
 
-def write_ply(path: str | os.PathLike, xyz: Any, rgb: Any = None, normals: Any = None, *, binary: bool = True) -> str:
+def write_ply(path: str | os.PathLike[str], xyz: Any, rgb: Any = None, normals: Any = None, *,
+              binary: bool = True) -> str:
     """Write one frame as a PLY file (float32 x, y, z; uchar colours from ``rgb`` in [0, 1]; float32 normals).
 
     Examples
@@ -556,7 +559,7 @@ def write_ply(path: str | os.PathLike, xyz: Any, rgb: Any = None, normals: Any =
     return _atomic_file(path, lambda tmp: data.write(tmp))
 
 
-def write_las(path: str | os.PathLike, xyz: Any, rgb: Any = None, *, scale: float = 1e-4) -> str:
+def write_las(path: str | os.PathLike[str], xyz: Any, rgb: Any = None, *, scale: float = 1e-4) -> str:
     """Write one frame as LAS 1.4 (``.las``) or compressed LAZ (``.laz``, lazrs): point format 7 with colour
     (16-bit, from ``rgb`` in [0, 1]) or 6 without.
 
@@ -591,7 +594,7 @@ def write_las(path: str | os.PathLike, xyz: Any, rgb: Any = None, *, scale: floa
     return _atomic_file(path, write)
 
 
-def write_npy(path: str | os.PathLike, xyz: Any, rgb: Any = None, normals: Any = None) -> str:
+def write_npy(path: str | os.PathLike[str], xyz: Any, rgb: Any = None, normals: Any = None) -> str:
     """Write one frame as a plain ``.npy`` array: (n, 3), (n, 6) with rgb, or (n, 9) with rgb and normals.
 
     Examples
@@ -668,7 +671,7 @@ class FrameLabelsWriter:
     [[0, 0, 1], [1, 1, -1]]
     """
 
-    def __init__(self, tmp: str, n_frames: int, max_points: int, counts: np.ndarray, attrs: dict) -> None:
+    def __init__(self, tmp: str, n_frames: int, max_points: int, counts: np.ndarray, attrs: dict[str, Any]) -> None:
         import zarr
 
         group = zarr.create_group(store=tmp, zarr_format=3, attributes=attrs)
@@ -687,11 +690,11 @@ class FrameLabelsWriter:
         row[: labels.shape[0]] = labels
         self.labels[t] = row
 
-    def set_attrs(self, attrs: dict) -> None:
+    def set_attrs(self, attrs: dict[str, Any]) -> None:
         self.group.attrs.update(attrs)
 
 
-def check_new_store(path: str | os.PathLike, overwrite: bool, option: str = "OUT.zarr") -> str:
+def check_new_store(path: str | os.PathLike[str], overwrite: bool, option: str = "OUT.zarr") -> str:
     """Absolute local path of a new Zarr store; raises StorageError (before anything is written) for a remote URL,
     an existing store without ``overwrite``, or an existing path that is not a Zarr store.
 

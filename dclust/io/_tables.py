@@ -145,7 +145,7 @@ def _resolve_lengths(arr: Any, where: str) -> Any:
     return arr
 
 
-def read_table(url: str, kind: str, columns: list[str] | None, storage_options: dict | None,
+def read_table(url: str, kind: str, columns: list[str] | None, storage_options: dict[str, Any] | None,
                shown: str) -> tuple[Any, list[str]]:
     """``(dask array, column names)`` of a Parquet (``kind="parquet"``) or CSV file, directory or glob."""
     dd = _dask_dataframe()
@@ -188,7 +188,7 @@ def _short(exc: BaseException) -> str:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _natural(path: str) -> list:
+def _natural(path: str) -> list[int | str]:
     """Sort key: 'part.10' after 'part.9' (as dask.dataframe orders part files)."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
 
@@ -216,8 +216,9 @@ def _read_row_groups(fs: Any, path: str, groups: tuple[int, ...], columns: list[
 
 def _read_parquet_files(fs: Any, files: list[str], columns: list[str] | None, shown: str) -> tuple[Any, list[str]]:
     import dask
-    import dask.array as da
     import pyarrow.parquet as pq
+
+    from .._dask.passes import concatenate, from_delayed
 
     if not files:
         raise StorageError(message("open_array", "a directory holding Parquet files", f"{shown}, which holds none",
@@ -244,6 +245,6 @@ def _read_parquet_files(fs: Any, files: list[str], columns: list[str] | None, sh
     if not blocks:
         raise InvalidDataError(message(f"open_array on {shown}", "a table with rows", "0 rows", "Check the file."))
     read = dask.delayed(_read_row_groups, pure=True)
-    parts = [da.from_delayed(read(fs, path, groups, columns, dtype), shape=(n, len(columns)), dtype=dtype)
+    parts = [from_delayed(read(fs, path, groups, columns, dtype), (n, len(columns)), dtype)
              for path, groups, n in blocks]
-    return (da.concatenate(parts) if len(parts) > 1 else parts[0]), columns
+    return (concatenate(parts) if len(parts) > 1 else parts[0]), columns

@@ -67,7 +67,7 @@ def import_av() -> Any:
     return av
 
 
-def is_zarr_path(path: str | os.PathLike) -> bool:
+def is_zarr_path(path: str | os.PathLike[str]) -> bool:
     """True for a path that names (or will name) a Zarr store: an existing Zarr directory or a ``.zarr`` suffix.
 
     Examples
@@ -153,7 +153,7 @@ def _unreadable(path: str, exc: BaseException | None) -> InvalidDataError:
     )
 
 
-def open_frames(path: str | os.PathLike) -> FrameSource:
+def open_frames(path: str | os.PathLike[str]) -> FrameSource:
     """Open ``path`` (a video file, or a Zarr array ``(T, H, W, 3)`` uint8) from its metadata.
 
     Raises
@@ -362,7 +362,7 @@ class _ZarrSink(FrameSink):
             _remove_tmp(self.tmp) if os.path.isdir(self.tmp) else os.remove(self.tmp)
 
 
-def create_sink(path: str | os.PathLike, width: int, height: int, fps: Fraction, *, n_frames: int | None = None,
+def create_sink(path: str | os.PathLike[str], width: int, height: int, fps: Fraction, *, n_frames: int | None = None,
                 codec: str | None = None) -> FrameSink:
     """A new output for frames of ``width`` x ``height``: a Zarr store for ``*.zarr`` paths, else a video file
     whose container follows the extension (H.264 via libx264 when available, else the best encoder offered).
@@ -386,7 +386,7 @@ def create_sink(path: str | os.PathLike, width: int, height: int, fps: Fraction,
     return _VideoSink(target, width, height, fps, codec)
 
 
-def write_video(frames: Any, path: str | os.PathLike, *, fps: float | Fraction = 25, codec: str | None = None,
+def write_video(frames: Any, path: str | os.PathLike[str], *, fps: float | Fraction = 25, codec: str | None = None,
                 overwrite: bool = False) -> str:
     """Write an iterable of ``(H, W, 3)`` uint8 RGB frames to a video file or a Zarr store, atomically.
 
@@ -469,7 +469,7 @@ def write_frame(path: str, t: int, frame: np.ndarray) -> None:
     zarr.open_array(path, mode="r+")[t] = frame
 
 
-def write_png(image: np.ndarray, path: str | os.PathLike, *, overwrite: bool = False) -> str:
+def write_png(image: np.ndarray, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
     """Write an ``(H, W, 3)`` RGB or ``(H, W, 4)`` RGBA uint8 image as a PNG (zlib only), atomically.
 
     Examples

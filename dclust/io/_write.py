@@ -35,6 +35,7 @@ import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, ZstdCodec
 
+from .._dask.passes import from_array, rechunk
 from .._validation import DEFAULT_BLOCK_BYTES, _is_xarray
 from .._store._atomic import (  # noqa: F401 - also the names other io modules and the CLI import from here
     _atomic_write,
@@ -65,7 +66,7 @@ _CODECS = ("auto", "none", "lz4", "zstd")
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _compressors(codec: Any, dtype: np.dtype) -> list | None:
+def _compressors(codec: Any, dtype: np.dtype) -> list[Any] | None:
     if not isinstance(codec, str) or codec not in _CODECS:
         raise InvalidParameterError(
             message("codec", "one of " + ", ".join(repr(c) for c in _CODECS), repr(codec),
@@ -108,7 +109,8 @@ def _as_dask(x: Any, chunks: Any, what: str) -> da.Array:
             )
         row_bytes = max(1, int(np.prod(xn.shape[1:], dtype=np.int64)) * xn.dtype.itemsize)
         rows = max(1, DEFAULT_BLOCK_BYTES // row_bytes)
-        x = da.from_array(xn, chunks=(rows,) + tuple(-1 for _ in xn.shape[1:])) if xn.ndim else da.from_array(xn)
+        x = from_array(xn, (rows,) + tuple(-1 for _ in xn.shape[1:])) if xn.ndim else from_array(xn, "auto")
+    assert isinstance(x, da.Array)  # a dask array given, or the numpy one wrapped above
     if x.dtype.kind not in "biufc":
         raise InvalidDataError(
             message(f"{what}(x=...)", "numeric or boolean data", f"dtype {x.dtype}", "Convert it first.")
@@ -119,7 +121,7 @@ def _as_dask(x: Any, chunks: Any, what: str) -> da.Array:
         )
     chunks = _check_chunks(chunks, x.ndim)
     if isinstance(chunks, tuple):
-        return x.rechunk(chunks)
+        return rechunk(x, chunks)
     if isinstance(chunks, int):
         rows = chunks
     else:
@@ -128,7 +130,7 @@ def _as_dask(x: Any, chunks: Any, what: str) -> da.Array:
     first = x.chunks[0]
     regular = all(c == rows for c in first[:-1]) and (not first or first[-1] <= rows)
     if not regular or any(len(c) > 1 for c in x.chunks[1:]):
-        x = x.rechunk(target)
+        return rechunk(x, target)
     return x
 
 
@@ -141,6 +143,7 @@ def _check_component(component: Any, what: str) -> str | None:
             message(f"{what}(component=...)", "None or a '/'-separated name like 'labels' or 'run1/labels'",
                     repr(component), "Names may not be empty, '.', '..', or start with '__'.")
         )
+    assert isinstance(component, str)  # else parts is empty
     return component
 
 
@@ -151,7 +154,7 @@ def _check_component(component: Any, what: str) -> str | None:
 
 def write_array(
     x: Any,
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     component: str | None = None,
     overwrite: bool = False,
@@ -251,7 +254,7 @@ def _write(
 
 
 def _write_member(
-    arr: da.Array, local: str, component: str, overwrite: bool, compressors: list | None, what: str
+    arr: da.Array, local: str, component: str, overwrite: bool, compressors: list[Any] | None, what: str
 ) -> None:
     """Add (or replace) the array ``component`` inside the existing local Zarr v3 group ``local``, atomically."""
     where = f"{what}(path={local!r}, component={component!r})"
@@ -306,8 +309,8 @@ def _write_member(
 
 
 def _write_remote(
-    arr: da.Array, url: str, component: str | None, overwrite: bool, compressors: list | None, what: str,
-    options: dict | None,
+    arr: da.Array, url: str, component: str | None, overwrite: bool, compressors: list[Any] | None, what: str,
+    options: dict[str, Any] | None,
 ) -> None:
     """Write to a non-local fsspec URL: a temporary prefix, then the commit (:mod:`dclust._store._atomic`)."""
     exists = _remote_exists(url, options)
@@ -363,7 +366,7 @@ def _write_remote(
     )
 
 
-def _open_remote_group(url: str, what: str, options: dict | None) -> Any:
+def _open_remote_group(url: str, what: str, options: dict[str, Any] | None) -> Any:
     extra: dict[str, Any] = {"storage_options": options} if options else {}
     try:
         return zarr.open_group(store=url, mode="r+", **extra)

@@ -243,7 +243,9 @@ def _serial_sweep(X, Z0, R, A0, lam, k_from, max_new, saturate):
     return Zo[:, :K].copy(), A[K0:K].copy(), q, flips, overflow
 
 
-def serial_sweep(X, Z, A, lam, *, R=None, k_from=None, max_new=None, saturate=False):
+def serial_sweep(X: np.ndarray, Z: np.ndarray, A: np.ndarray, lam: float, *, R: np.ndarray | None = None,
+                 k_from: np.ndarray | None = None, max_new: int | None = None,
+                 saturate: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
     """Serial BP-means step 1 over the rows of ``X`` in order, opening features (docs/algorithms.md 2.2 and 8.3).
 
     Parameters
@@ -592,7 +594,8 @@ def delete_redundant(X, Z, A, lam):
     return Z, A
 
 
-def sample_restarts(X, lam, *, n_init, seed, max_features, cap=None, max_iter=100):
+def sample_restarts(X: np.ndarray, lam: float, *, n_init: int, seed: int, max_features: int, cap: int | None = None,
+                    max_iter: int = 100) -> tuple[np.ndarray, float]:
     """The ``init="sample"`` features: ``n_init`` restarts of serial BP-means on the in-memory sample ``X``.
 
     Each restart visits the rows in its own random order, runs BP-means to convergence, deletes redundant

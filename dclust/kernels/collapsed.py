@@ -13,6 +13,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .distances import row_sq_dist
+from .dpmeans import dpmeans_reference
+
 __all__ = [
     "collapsed_stats",
     "collapsed_objective",
@@ -201,10 +204,7 @@ def _capped_pass(X, order, C, z, lam, kmax):
         best = np.inf
         bk = -1
         for c in range(k):
-            s = 0.0
-            for j in range(d):
-                u = X[i, j] - centers[c, j]
-                s += u * u
+            s = row_sq_dist(X, i, centers, c)
             if s < best:  # T2
                 best = s
                 bk = c
@@ -237,32 +237,7 @@ def capped_pass(X: np.ndarray, order: np.ndarray, centers: np.ndarray, labels: n
 
 def capped_dpmeans_reference(X, lam, order, max_clusters, *, init="mean", max_iter=100):
     """Capped DP-means (docs/algorithms.md 1.5) in plain Python. Returns ``(labels, centres, history)``."""
-    X = np.asarray(X, dtype=np.float64)
-    n = X.shape[0]
-    if init == "mean":
-        centers, z = [X.mean(axis=0)], np.zeros(n, dtype=np.int64)
-    else:
-        centers, z = [], np.full(n, -1, dtype=np.int64)
-    history = []
-    for _ in range(max_iter):
-        new = z.copy()
-        for i in order:
-            d = [float(((X[i] - c) ** 2).sum()) for c in centers]
-            if len(centers) < max_clusters and (not d or min(d) > lam):
-                centers.append(X[i].copy())
-                new[i] = len(centers) - 1
-            else:
-                new[i] = int(np.argmin(d))
-        used = [c for c in range(len(centers)) if (new == c).any()]
-        remap = {c: r for r, c in enumerate(used)}
-        new = np.array([remap[c] for c in new], dtype=np.int64)
-        centers = [X[new == c].mean(axis=0) for c in range(len(used))]
-        history.append(collapsed_objective(X, new, lam))
-        changed = not np.array_equal(new, z)
-        z = new
-        if not changed:
-            break
-    return z, np.array(centers), history
+    return dpmeans_reference(X, lam, order, init=init, max_iter=max_iter, max_clusters=max_clusters)
 
 
 # ------------------------------------------------------------------------------ collapsed BP-means (2.3)

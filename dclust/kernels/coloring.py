@@ -22,6 +22,16 @@ def link_adjacency(graph) -> tuple[np.ndarray, sp.csr_matrix]:
     return nodes, A
 
 
+@numba.njit(inline="always")
+def mark_neighbor_labels(indptr, indices, labels, v, mark):
+    """``mark[labels[u]] = v`` for every neighbour ``u`` of ``v`` in the CSR graph ``(indptr, indices)`` that has
+    a label (>= 0): afterwards ``mark[c] == v`` says that label ``c`` is taken by a neighbour of ``v``."""
+    for p in range(indptr[v], indptr[v + 1]):
+        c = labels[indices[p]]
+        if c >= 0:
+            mark[c] = v
+
+
 @numba.njit(cache=True, nogil=True)
 def _greedy(indptr, indices, order):
     m = indptr.size - 1
@@ -29,10 +39,7 @@ def _greedy(indptr, indices, order):
     mark = np.full(m + 1, -1, dtype=np.int64)  # mark[c] == v: colour c is used by a neighbour of v
     for t in range(order.size):
         v = order[t]
-        for p in range(indptr[v], indptr[v + 1]):
-            c = color[indices[p]]
-            if c >= 0:
-                mark[c] = v
+        mark_neighbor_labels(indptr, indices, color, v, mark)
         c = 0
         while mark[c] == v:
             c += 1

@@ -1,8 +1,9 @@
 """Assignment kernels of the in-memory constrained k-means references of [TV] 5.2: MPCK-means (Bilenko, Basu and
-Mooney 2004) and LCVQE (Pelleg and Baras 2007, as described by Covoes, Hruschka and Ghosh 2013).
+Mooney 2004) and LCVQE (Pelleg and Baras 2007, as described by Covoes, Hruschka and Ghosh 2013), and the sweep of
+COP-KMeans (Wagstaff et al. 2001).
 
-Pure numpy/numba: arrays in, arrays out. Each numba kernel has a plain-numpy twin (``*_numpy``) used as the test
-oracle.
+Pure numpy/numba: arrays in, arrays out. The MPCK-means and LCVQE kernels have a plain-numpy twin (``*_numpy``)
+used as the test oracle.
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["mpck_sweep", "mpck_sweep_numpy", "lcvqe_assign", "lcvqe_assign_numpy", "symmetric_links"]
+from .coloring import mark_neighbor_labels
+from .distances import row_sq_dist
+
+__all__ = ["cop_sweep", "mpck_sweep", "mpck_sweep_numpy", "lcvqe_assign", "lcvqe_assign_numpy", "symmetric_links"]
 
 
 def symmetric_links(n: int, i: np.ndarray, j: np.ndarray, must: np.ndarray):
@@ -97,15 +101,6 @@ def mpck_sweep_numpy(X, centers, A, logdet, maxsep, order, indptr, nbr, is_must,
 
 
 @numba.njit(cache=True, nogil=True)
-def _sq(X, i, C, h):
-    s = 0.0
-    for f in range(X.shape[1]):
-        diff = X[i, f] - C[h, f]
-        s += diff * diff
-    return s
-
-
-@numba.njit(cache=True, nogil=True)
 def lcvqe_assign(X, centers, li, lj, must, labels, sums, counts):
     """One LCVQE assignment step; fills ``labels`` and the centre update's ``sums`` (k, d) and ``counts`` (k,)
     (zeroed here) and returns the LCVQE cost.
@@ -123,7 +118,7 @@ def lcvqe_assign(X, centers, li, lj, must, labels, sums, counts):
     for i in range(n):
         best, bd = 0, np.inf
         for h in range(k):
-            v = _sq(X, i, centers, h)
+            v = row_sq_dist(X, i, centers, h)
             if v < bd:
                 best, bd = h, v
         labels[i] = best
@@ -135,10 +130,10 @@ def lcvqe_assign(X, centers, li, lj, must, labels, sums, counts):
         if must[t]:
             if a == b:
                 continue
-            both_a = 0.5 * (_sq(X, i, centers, a) + _sq(X, j, centers, a))
-            both_b = 0.5 * (_sq(X, i, centers, b) + _sq(X, j, centers, b))
-            keep = 0.5 * (_sq(X, i, centers, a) + _sq(X, j, centers, b) + _sq(X, i, centers, b)
-                          + _sq(X, j, centers, a))
+            both_a = 0.5 * (row_sq_dist(X, i, centers, a) + row_sq_dist(X, j, centers, a))
+            both_b = 0.5 * (row_sq_dist(X, i, centers, b) + row_sq_dist(X, j, centers, b))
+            keep = 0.5 * (row_sq_dist(X, i, centers, a) + row_sq_dist(X, j, centers, b)
+                          + row_sq_dist(X, i, centers, b) + row_sq_dist(X, j, centers, a))
             if both_a <= both_b and both_a <= keep:
                 labels[j] = a
             elif both_b <= keep:
@@ -147,11 +142,11 @@ def lcvqe_assign(X, centers, li, lj, must, labels, sums, counts):
                 pull_i[t] = b
                 pull_j[t] = a
         elif a == b and k > 1:
-            far = i if _sq(X, i, centers, a) >= _sq(X, j, centers, a) else j
+            far = i if row_sq_dist(X, i, centers, a) >= row_sq_dist(X, j, centers, a) else j
             r, rd = -1, np.inf
             for h in range(k):
                 if h != a:
-                    v = _sq(X, far, centers, h)
+                    v = row_sq_dist(X, far, centers, h)
                     if v < rd:
                         r, rd = h, v
             labels[far] = r
@@ -163,7 +158,7 @@ def lcvqe_assign(X, centers, li, lj, must, labels, sums, counts):
     for i in range(n):
         h = labels[i]
         counts[h] += 1.0
-        cost += 0.5 * _sq(X, i, centers, h)
+        cost += 0.5 * row_sq_dist(X, i, centers, h)
         for f in range(d):
             sums[h, f] += X[i, f]
     for t in range(li.size):
@@ -173,7 +168,7 @@ def lcvqe_assign(X, centers, li, lj, must, labels, sums, counts):
                 continue  # a later link joined the pair: no longer a violation
             for row, h in ((i, pull_i[t]), (j, pull_j[t])):
                 counts[h] += 1.0
-                cost += 0.5 * _sq(X, row, centers, h)
+                cost += 0.5 * row_sq_dist(X, row, centers, h)
                 for f in range(d):
                     sums[h, f] += X[row, f]
     return cost
@@ -218,3 +213,32 @@ def lcvqe_assign_numpy(X, centers, li, lj, must, labels, sums, counts):
             cost += 0.5 * D[row, h]
             sums[h] += X[row]
     return cost
+
+
+@numba.njit(cache=True, nogil=True)
+def cop_sweep(P, w, centers, order, indptr, indices, labels):
+    """One COP-KMeans assignment sweep (Wagstaff et al. 2001) over the must-link components ``P`` (m, d) in
+    ``order``: each goes to its nearest centre among those holding no component it cannot-link to (CSR graph
+    ``indptr``/``indices`` over the components), or, if none is feasible, to its nearest one. ``labels`` (m,) is
+    overwritten; returns the number of components that had no feasible cluster."""
+    m = P.shape[0]
+    k = centers.shape[0]
+    for t in range(m):
+        labels[t] = -1
+    forbidden = np.full(k, -1, dtype=np.int64)
+    n_bad = 0
+    for t in range(order.size):
+        c = order[t]
+        mark_neighbor_labels(indptr, indices, labels, c, forbidden)
+        best, best_d, near, near_d = -1, np.inf, 0, np.inf
+        for j in range(k):
+            dist = row_sq_dist(P, c, centers, j)
+            if dist < near_d:
+                near, near_d = j, dist
+            if forbidden[j] != c and dist < best_d:
+                best, best_d = j, dist
+        if best < 0:
+            n_bad += 1
+            best = near
+        labels[c] = best
+    return n_bad

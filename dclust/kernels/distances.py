@@ -89,6 +89,38 @@ def _key(i):
     return z ^ (z >> np.uint64(31))
 
 
+@numba.njit(inline="always")
+def row_sq_dist(X, i, C, k):
+    """``||X[i] - C[k]||^2`` in float64, feature by feature: the row-to-centre distance of the serial kernels."""
+    s = 0.0
+    for j in range(X.shape[1]):
+        u = np.float64(X[i, j]) - C[k, j]
+        s += u * u
+    return s
+
+
+@numba.njit(inline="always")
+def row_diff_sq(X, i, C, k, t):
+    """``t = X[i] - C[k]`` (float64) and returns ``||t||^2``: the distance of a row whose difference is folded
+    into ``w (x - c)`` accumulators next."""
+    q = 0.0
+    for j in range(X.shape[1]):
+        t[j] = np.float64(X[i, j]) - C[k, j]
+        q += t[j] * t[j]
+    return q
+
+
+@numba.njit(inline="always")
+def fold_row(weight, cost_k, fp, delta, k, wi, q, key, t):
+    """Folds one row into slot ``k``'s running accumulators: weight ``wi``, cost ``wi q``, fingerprint ``key``
+    and ``wi t`` with ``t = x - c`` (as :func:`row_diff_sq` leaves it)."""
+    weight[k] += wi
+    cost_k[k] += wi * q
+    fp[k] += key
+    for j in range(t.shape[0]):
+        delta[k, j] += wi * t[j]
+
+
 #: Rows per tile of the assignment kernel (the tile's distances stay in L1/L2 cache, as in scikit-learn).
 _TILE = 256
 #: Up to this many features the kernel transposes a tile itself; beyond, BLAS reads it transposed (CPU time per

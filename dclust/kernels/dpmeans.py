@@ -7,6 +7,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .distances import row_sq_dist
+
 __all__ = ["serial_assign", "dpmeans_reference"]
 
 
@@ -23,10 +25,7 @@ def _serial_assign(P, C, lam):
         best = np.inf
         bk = -1
         for c in range(k):
-            s = 0.0
-            for j in range(d):
-                t = P[i, j] - centers[c, j]
-                s += t * t
+            s = row_sq_dist(P, i, centers, c)
             if s < best:
                 best = s
                 bk = c
@@ -51,11 +50,12 @@ def serial_assign(P: np.ndarray, C: np.ndarray, lam: float):
     return _serial_assign(P, C, float(lam))
 
 
-def dpmeans_reference(X, lam, orders, *, init="mean", max_iter=100, sample_weight=None):
+def dpmeans_reference(X, lam, orders, *, init="mean", max_iter=100, sample_weight=None, max_clusters=None):
     """Serial DP-means (docs/algorithms.md 1.2), plain numpy and Python loops: the oracle of the tests.
 
     ``orders`` is one permutation (reused every pass) or a list with one permutation per pass. Ties go to the
-    lowest centre index; a cluster opens only when every centre is strictly farther than ``lam``.
+    lowest centre index; a cluster opens only when every centre is strictly farther than ``lam`` (and, with
+    ``max_clusters``, while fewer than ``max_clusters`` centres exist: capped DP-means, docs/algorithms.md 1.5).
     Returns ``(labels, centres, history)`` where history holds ``SSE + lam*K`` after each mean update.
     """
     X = np.asarray(X, dtype=np.float64)
@@ -75,7 +75,7 @@ def dpmeans_reference(X, lam, orders, *, init="mean", max_iter=100, sample_weigh
         new_z = z.copy()
         for i in order:
             d = [float(((X[i] - c) ** 2).sum()) for c in centers]
-            if not d or min(d) > lam:
+            if (max_clusters is None or len(centers) < max_clusters) and (not d or min(d) > lam):
                 centers.append(X[i].copy())
                 new_z[i] = len(centers) - 1
             else:

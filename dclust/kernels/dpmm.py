@@ -9,6 +9,7 @@ import math
 
 import numba
 import numpy as np
+import numpy.typing as npt
 from scipy.special import gammaln
 
 
@@ -120,7 +121,8 @@ def dpmm_sweep(X, labels, counts, sums, order, alpha, sigma2, rho2, mu0, rng):
     return K
 
 
-def dpmm_posterior(counts, sums, sigma2, rho2, mu0):
+def dpmm_posterior(counts: npt.ArrayLike, sums: npt.ArrayLike, sigma2: float, rho2: float, mu0: npt.ArrayLike
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Posterior variance ``v_k`` (K,) and mean ``m_k`` (K, D) of the cluster means (non-empty slots given)."""
     counts = np.asarray(counts, dtype=np.float64)
     v = 1.0 / (1.0 / rho2 + counts / sigma2)
@@ -128,7 +130,8 @@ def dpmm_posterior(counts, sums, sigma2, rho2, mu0):
     return v, m
 
 
-def dpmm_log_joint(counts, sums, sq_total, n_samples, alpha, sigma2, rho2, mu0):
+def dpmm_log_joint(counts: npt.ArrayLike, sums: npt.ArrayLike, sq_total: float, n_samples: int, alpha: float,
+                   sigma2: float, rho2: float, mu0: npt.ArrayLike) -> float:
     """``log p(X, z)`` of the DP mixture: the CRP EPPF times the per-cluster marginal likelihoods.
 
     Parameters
@@ -163,7 +166,8 @@ def dpmm_log_joint(counts, sums, sq_total, n_samples, alpha, sigma2, rho2, mu0):
     return float(crp + lik)
 
 
-def dpmm_predict(Xb, counts, means, variances, sigma2):
+def dpmm_predict(Xb: npt.ArrayLike, counts: npt.ArrayLike, means: np.ndarray, variances: npt.ArrayLike, sigma2: float
+                 ) -> np.ndarray:
     """MAP cluster of every row under the posterior predictive: ``argmax_k log n_k + log N(x | m_k, (sigma2+v_k)I)``.
 
     Returns int32 labels (lowest index on ties).

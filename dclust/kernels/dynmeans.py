@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from .distances import _FAST, _TILE, _float_block, _key, _one_blas_thread, order_keys, stats_from_assignment
+from .distances import (_FAST, _TILE, _float_block, _key, _one_blas_thread, fold_row, order_keys, row_diff_sq,
+                        row_sq_dist, stats_from_assignment)
 from .stats import ClusterStats
 
 __all__ = [
@@ -89,10 +90,12 @@ class StepState:
 
     @property
     def n_old(self) -> int:
+        """Clusters carried over from earlier batches (rows of ``phi``)."""
         return int(self.phi.shape[0])
 
     @property
     def n_slots(self) -> int:
+        """Cluster slots of this batch: the old clusters, then the new ones (entries of ``inst``)."""
         return int(self.inst.shape[0])
 
     @property
@@ -107,17 +110,8 @@ class StepState:
 
 
 @numba.njit(inline="always", **_JIT)
-def _sqdist(Y, i, C, k):
-    s = 0.0
-    for j in range(Y.shape[1]):
-        t = Y[i, j] - C[k, j]
-        s += t * t
-    return s
-
-
-@numba.njit(inline="always", **_JIT)
 def _row_dists(Y, i, CT, n, out):
-    """``out[k] = ||Y[i] - C[k]||^2`` for the first ``n`` columns of ``CT = C.T``, terms summed as in _sqdist."""
+    """``out[k] = ||Y[i] - C[k]||^2`` for the first ``n`` columns of ``CT = C.T``, terms summed as in row_sq_dist."""
     for k in range(n):
         out[k] = 0.0
     for j in range(Y.shape[1]):
@@ -132,7 +126,7 @@ def _label_pass(Y, order, z, cost, theta, inst, phi, gamma, revc, revb, n_slots,
     n_old = phi.shape[0]
     d = Y.shape[1]
     # Centres transposed (D, slots) so that a row's distances to every slot run along contiguous memory; each
-    # distance sums its D terms in the order of _sqdist, so the arithmetic (and every decision) is the same.
+    # distance sums its D terms in the order of row_sq_dist, so the arithmetic (and every decision) is the same.
     thT = np.empty((d, theta.shape[0]))
     for k in range(n_slots):
         for j in range(d):
@@ -222,13 +216,13 @@ def _best_options(Y, theta, inst, phi, revc, revb):
     for i in range(n):
         for k in range(inst.shape[0]):
             if inst[k]:
-                c = _sqdist(Y, i, theta, k)
+                c = row_sq_dist(Y, i, theta, k)
                 if c < icost[i]:
                     icost[i] = c
                     islot[i] = k
         for k in range(n_old):
             if not inst[k]:
-                c = revb[k] + revc[k] * _sqdist(Y, i, phi, k)
+                c = revb[k] + revc[k] * row_sq_dist(Y, i, phi, k)
                 if c < rcost[i]:
                     rcost[i] = c
                     rslot[i] = k
@@ -323,19 +317,8 @@ def _dm_block(X, o, CT, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
                 if v < brv:
                     brv = v
                     br = c
-            q = np.inf
-            if bi >= 0:
-                q = 0.0
-                for j in range(d):
-                    t[j] = np.float64(X[i, j]) - C[bi, j]
-                    q += t[j] * t[j]
-            rv = np.inf
-            if br >= 0:
-                rv = 0.0
-                for j in range(d):
-                    u = np.float64(X[i, j]) - C[br, j]
-                    rv += u * u
-                rv = base[br] + scale[br] * rv
+            q = row_diff_sq(X, i, C, bi, t) if bi >= 0 else np.inf
+            rv = base[br] + scale[br] * row_sq_dist(X, i, C, br) if br >= 0 else np.inf
             finite = np.isfinite(q) if bi >= 0 else True
             if bi < 0:
                 for j in range(d):
@@ -349,13 +332,7 @@ def _dm_block(X, o, CT, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
                     proposals[n_prop] = i
                 n_prop += 1
                 continue
-            sl = slot[bi]
-            wi = w[i] if has_w else 1.0
-            weight[sl] += wi
-            cost_k[sl] += wi * q
-            fp[sl] += _key(offset + i)
-            for j in range(d):
-                delta[sl, j] += wi * t[j]
+            fold_row(weight, cost_k, fp, delta, slot[bi], w[i] if has_w else 1.0, q, _key(offset + i), t)
     return n_bad, n_taken, n_prop
 
 

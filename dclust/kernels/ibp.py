@@ -9,6 +9,7 @@ import math
 
 import numba
 import numpy as np
+import numpy.typing as npt
 from scipy.special import gammaln
 
 
@@ -190,7 +191,7 @@ def ibp_sweep(X, Z, G, B, m, K, order, alpha, sigma_x, sigma_a, max_new, rng):
     return K
 
 
-def ibp_posterior_features(G, B, sigma_x, sigma_a):
+def ibp_posterior_features(G: np.ndarray, B: np.ndarray, sigma_x: float, sigma_a: float) -> np.ndarray:
     """Posterior mean of the feature matrix given Z: ``(Z^T Z + sigma_x^2/sigma_a^2 I)^-1 Z^T X`` (K, D)."""
     K = G.shape[0]
     if K == 0:
@@ -198,7 +199,8 @@ def ibp_posterior_features(G, B, sigma_x, sigma_a):
     return np.linalg.solve(G + (sigma_x**2 / sigma_a**2) * np.eye(K), B)
 
 
-def ibp_log_joint(Z, G, B, sq_total, alpha, sigma_x, sigma_a):
+def ibp_log_joint(Z: np.ndarray, G: np.ndarray, B: np.ndarray, sq_total: float, alpha: float, sigma_x: float,
+                  sigma_a: float) -> float:
     """``log P(X | Z) + log P([Z])`` of the IBP linear-Gaussian model (Griffiths & Ghahramani 2006, eqs. 14, 26).
 
     ``log P(X|Z) = -ND/2 log 2pi - (N-K)D log sigma_x - KD log sigma_a - D/2 log|Z^T Z + r I|
@@ -229,7 +231,8 @@ def ibp_log_joint(Z, G, B, sq_total, alpha, sigma_x, sigma_a):
     return float(lik + prior)
 
 
-def ibp_map_codes(Xb, features, feature_probs, sigma_x, *, exhaustive_max=10):
+def ibp_map_codes(Xb: npt.ArrayLike, features: npt.ArrayLike, feature_probs: npt.ArrayLike, sigma_x: float, *,
+                  exhaustive_max: int = 10) -> np.ndarray:
     """Binary codes of new rows with the features fixed: ``argmax_z log N(x | z A, sigma_x^2 I) + log prior(z)``.
 
     The prior is independent Bernoulli with ``feature_probs`` (the IBP predictive ``m_k / (N + 1)``). Exact

@@ -5,7 +5,10 @@ Pure numpy/scipy; randomness only from the ``numpy.random.Generator`` passed in.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.linalg import eigh
 from scipy.sparse.linalg import eigsh
@@ -22,7 +25,7 @@ __all__ = ['rbf_affinity', 'knn_affinity', 'spectral_embedding', 'kmeans_lloyd',
 # --------------------------------------------------------------------------------------------------------------
 
 
-def rbf_affinity(X, gamma):
+def rbf_affinity(X: npt.ArrayLike, gamma: float) -> np.ndarray:
     """Dense ``W_ij = exp(-gamma ||x_i - x_j||^2)`` (``gamma = 1/sigma_X^2`` of [SL]); ``W_ii = 1``."""
     X = np.asarray(X, dtype=np.float64)
     sq = (X * X).sum(axis=1)
@@ -31,7 +34,7 @@ def rbf_affinity(X, gamma):
     return np.exp(-gamma * d2)
 
 
-def knn_affinity(X, n_neighbors):
+def knn_affinity(X: npt.ArrayLike, n_neighbors: int) -> Any:
     """Sparse symmetric kNN connectivity ``(C + C^T) / 2``, each row of C marking the row itself and its
     ``n_neighbors - 1`` nearest other rows (scikit-learn's ``include_self=True`` convention)."""
     X = np.asarray(X, dtype=np.float64)
@@ -52,7 +55,8 @@ def _sign_flip(U):
     return U * signs
 
 
-def spectral_embedding(W, n_components, rng):
+def spectral_embedding(W: Any, n_components: int, rng: np.random.Generator
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``n_components`` smallest eigenpairs of the symmetric normalised Laplacian
     ``L_sym = I - D^-1/2 W D^-1/2``.
 
@@ -87,7 +91,10 @@ def spectral_embedding(W, n_components, rng):
     return 1.0 - vals, _sign_flip(vecs), degree
 
 
-def kmeans_lloyd(P, k, rng, *, n_init=10, max_iter=300, state=None, step=None):
+def kmeans_lloyd(P: npt.ArrayLike, k: int, rng: np.random.Generator, *, n_init: int = 10, max_iter: int = 300,
+                 state: dict[str, Any] | None = None,
+                 step: Callable[[dict[str, Any] | None, float], None] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, float, list[float]]:
     """Seeded in-memory k-means (k-means++ then Lloyd), best of ``n_init`` runs by inertia.
 
     Checkpoints: ``step(s, inertia)``, when given, is called after every label pass with the loop state ``s`` (a
@@ -143,7 +150,7 @@ def kmeans_lloyd(P, k, rng, *, n_init=10, max_iter=300, state=None, step=None):
     return best
 
 
-def ncut_value(W, labels, degree):
+def ncut_value(W: Any, labels: npt.ArrayLike, degree: np.ndarray) -> float:
     """``sum_k cut(A_k, complement) / vol(A_k)``; for two classes this is [SL]'s ``Ncut(A, B)``."""
     labels = np.asarray(labels)
     k = int(labels.max()) + 1
@@ -156,7 +163,7 @@ def ncut_value(W, labels, degree):
         return float(np.where(vol > 0, cut / vol, 0.0).sum())
 
 
-def ncut_sweep(W, y, degree):
+def ncut_sweep(W: Any, y: np.ndarray, degree: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Two-way normalized cut by threshold sweep over ``y`` (the second generalised eigenvector).
 
     Sorts the rows by ``y``, evaluates ``Ncut(A_t, B_t) = cut/vol(A_t) + cut/vol(B_t)`` for every split of the

@@ -8,12 +8,12 @@ the driver. Every score in :mod:`dclust.metrics` is computed from this table.
 from __future__ import annotations
 
 import numbers
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import dask.array as da
 import numpy as np
 
-from .._dask.passes import map_reduce
+from .._dask.passes import compute, from_array, map_reduce, rechunk
 from ..errors import InvalidDataError, InvalidParameterError, message
 
 __all__ = ["contingency_table"]
@@ -87,12 +87,12 @@ def _aligned(ys: Sequence[tuple[Any, str]]) -> list[np.ndarray | da.Array]:
     if not dask_arrs:
         return arrs
     chunks = dask_arrs[0].chunks[0]
-    out = []
+    out: list[np.ndarray | da.Array] = []
     for a in arrs:
         if not isinstance(a, da.Array):
-            a = da.from_array(a, chunks=(chunks,))
+            a = from_array(a, (chunks,))
         elif a.chunks[0] != chunks:
-            a = a.rechunk((chunks,))
+            a = rechunk(a, (chunks,))
         out.append(a)
     return out
 
@@ -126,7 +126,8 @@ def _check_weight_values(w: np.ndarray, name: str, upper: float | None, where: s
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _encode(t: np.ndarray, p: np.ndarray):
+def _encode(t: np.ndarray, p: np.ndarray
+            ) -> tuple[np.ndarray, int, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]]:
     """Integer codes increasing with (t, p) lexicographically, their range, and a decoder back to label pairs."""
     n = t.size
     tmin, tmax, pmin, pmax = int(t.min()), int(t.max()), int(p.min()), int(p.max())
@@ -217,7 +218,7 @@ class Table:
         return self.cells.values
 
     @property
-    def total(self):
+    def total(self) -> int | float:
         """N (a Python int for counts) or the total weight (a float)."""
         s = self.values.sum()
         return int(s) if self.values.dtype.kind == "i" else float(s)
@@ -238,11 +239,14 @@ def compute_table(y_true: Any, y_pred: Any, *, weights: Any = None, weight_name:
     arrs = _aligned(ys)
     t, p = arrs[0], arrs[1]
     w = arrs[2] if weights is not None else None
-    kw = dict(weight_name=weight_name, weight_upper=weight_upper)
     if not isinstance(t, da.Array):
-        cells = _block_cells(t, p, w, offset=0, block_index=0, lazy=False, **kw)
+        assert not isinstance(p, da.Array) and not isinstance(w, da.Array)  # _aligned: all numpy or all dask
+        cells = _block_cells(t, p, w, offset=0, block_index=0, lazy=False, weight_name=weight_name,
+                             weight_upper=weight_upper)
     else:
-        cells = map_reduce(_block_cells, _merge_cells, t[:, None], p, w, split_every=split_every, **kw).compute()[()]
+        assert isinstance(p, da.Array) and not isinstance(w, np.ndarray)
+        cells = compute(map_reduce(_block_cells, _merge_cells, t[:, None], p, w, split_every=split_every,
+                                   weight_name=weight_name, weight_upper=weight_upper))[0][()]
     return Table(cells)
 
 

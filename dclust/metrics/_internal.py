@@ -11,13 +11,13 @@ sample of rows gathered in one pass (Rousseeuw 1987; the sampled estimate as in 
 from __future__ import annotations
 
 import numbers
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence, TypeVar
 
 import dask.array as da
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from .._dask.passes import map_reduce
+from .._dask.passes import compute, from_array, map_reduce, rechunk
 from .._validation import as_generator, check_array
 from ..errors import InvalidDataError, InvalidParameterError, message
 from ..kernels.stats import ClusterStats
@@ -43,14 +43,16 @@ def _finite_or_raise(Xb: np.ndarray, offset: int, block_index: int) -> None:
         )
 
 
-def _block_label_stats(Xb, yb, *, offset: int, block_index: int, centers=None, center_labels=None) -> _LabelStats:
+def _block_label_stats(Xb: np.ndarray, yb: np.ndarray, *, offset: int, block_index: int,
+                       centers: np.ndarray | None = None, center_labels: np.ndarray | None = None) -> _LabelStats:
     """Partial of one row block: statistics per label value (and, given ``centers``, summed distances to them)."""
     Xb = np.asarray(Xb, dtype=np.float64)
     _finite_or_raise(Xb, offset, block_index)
     labels, inverse = np.unique(np.asarray(yb), return_inverse=True)
     stats = ClusterStats.from_labels(Xb, inverse, labels.size, offset=offset)
-    dist_sum = np.zeros(labels.size)
+    dist_sum: np.ndarray = np.zeros(labels.size)
     if centers is not None:
+        assert center_labels is not None  # given together (the second Davies-Bouldin pass)
         rows = np.searchsorted(center_labels, labels)
         d = np.sqrt(((Xb - centers[rows][inverse]) ** 2).sum(axis=1))
         dist_sum = np.bincount(inverse, weights=d, minlength=labels.size)
@@ -86,22 +88,25 @@ def _checked(X: Any, labels: Any) -> tuple[da.Array | np.ndarray, np.ndarray | d
         )
     lazy = info.kind != "numpy" or isinstance(y, da.Array)
     if lazy and isinstance(y, da.Array) and y.chunks[0] != arr.chunks[0]:
-        y = y.rechunk((arr.chunks[0],))
+        y = rechunk(y, (arr.chunks[0],))
     elif lazy and not isinstance(y, da.Array):
-        y = da.from_array(np.asarray(y), chunks=(arr.chunks[0],))
+        y = from_array(np.asarray(y), (arr.chunks[0],))
     return arr, y, lazy
 
 
-def reduce_blocks(fn, merge, X, *aligned, split_every: int | None = None, **kwargs) -> Any:
+def reduce_blocks(fn: Callable[..., Any], merge: Callable[[Sequence[Any]], Any], X: da.Array,
+                  *aligned: da.Array | None, split_every: int | None = None, **kwargs: Any) -> Any:
     """One pass: ``fn`` on every row block of ``X`` (with the aligned arrays), partials merged by ``merge`` in a
     tree (fan-in ``split_every``); the merged partial (internal helper shared with the lam sweep)."""
-    return map_reduce(fn, merge, X, *aligned, split_every=split_every, **kwargs).compute()[()]
+    return compute(map_reduce(fn, merge, X, *aligned, split_every=split_every, **kwargs))[0][()]
 
 
-def _reduce(arr, y, lazy: bool, split_every, **kwargs) -> _LabelStats:
+def _reduce(arr: Any, y: Any, lazy: bool, split_every: int | None, **kwargs: Any) -> _LabelStats:
     if not lazy:
         return _block_label_stats(np.asarray(arr), np.asarray(y), offset=0, block_index=0, **kwargs)
-    return reduce_blocks(_block_label_stats, _merge_label_stats, arr, y, split_every=split_every, **kwargs)
+    red: _LabelStats = reduce_blocks(_block_label_stats, _merge_label_stats, arr, y, split_every=split_every,
+                                     **kwargs)
+    return red
 
 
 def _first_pass(X: Any, labels: Any, split_every: Any) -> tuple[Any, _LabelStats]:
@@ -147,7 +152,10 @@ _INDEX_DOC = """Parameters
         Labels of the wrong shape or type; fewer than 2 or as many labels as points; NaN or inf in ``X``."""
 
 
-def _index_doc(score):
+_Score = TypeVar("_Score", bound=Callable[..., float])
+
+
+def _index_doc(score: _Score) -> _Score:
     if score.__doc__:  # None under python -OO
         score.__doc__ = score.__doc__.replace("{index_parameters}", _INDEX_DOC)
     return score
@@ -173,7 +181,9 @@ def calinski_harabasz_score(X: Any, labels: Any, *, split_every: int | None = No
     200.0
     """
     _, red = _first_pass(X, labels, split_every)
-    return calinski_harabasz_from_stats(red.stats)
+    score = calinski_harabasz_from_stats(red.stats)
+    assert score is not None  # _first_pass checked 2 <= K < N (every label has weight)
+    return score
 
 
 def calinski_harabasz_from_stats(stats: ClusterStats) -> float | None:
@@ -327,7 +337,7 @@ def silhouette_score(X: Any, labels: Any, *, sample_size: int | None = 10_000, r
     else:
         index = np.sort(rng.choice(n, size=sample_size, replace=False))
     if lazy:
-        P, ly = da.compute(arr[index], y[index])
+        P, ly = compute(arr[index], y[index])
     else:
         P, ly = np.asarray(arr)[index], np.asarray(y)[index]
     P = np.asarray(P, dtype=np.float64)

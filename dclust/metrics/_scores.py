@@ -7,12 +7,13 @@ correctly rounded values of exact rationals and agree with scikit-learn's to the
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import dask.array as da
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from .._dask.passes import asarray, astype, compute
 from ..errors import InvalidDataError, InvalidParameterError, message
 from ._contingency import check_split_every, compute_table
 
@@ -47,12 +48,15 @@ _LABELINGS_DOC = """Parameters
         Fan-in of the tree reduction for dask inputs."""
 
 
-def _labelings_doc(returns: str | None = None):
+_Score = TypeVar("_Score", bound=Callable[..., Any])
+
+
+def _labelings_doc(returns: str | None = None) -> Callable[[_Score], _Score]:
     """Decorator: put the Parameters of a score of two labelings (and, given ``returns``, the Returns section of a
     float described by ``returns``) in place of ``{labelings}`` in the score's docstring."""
     section = _LABELINGS_DOC + (f"\n\n    Returns\n    -------\n    float\n        {returns}" if returns else "")
 
-    def decorate(score):
+    def decorate(score: _Score) -> _Score:
         if score.__doc__:  # None under python -OO
             score.__doc__ = score.__doc__.replace("{labelings}", section)
         return score
@@ -71,7 +75,7 @@ def _c2_sum(x: np.ndarray, n_total: int) -> int:
 def _pair_counts(y_true: Any, y_pred: Any, split_every: int | None) -> tuple[int, int, int, int]:
     """``(TP, P_true, P_pred, P_all)``: pairs together in both, in y_true, in y_pred, and all pairs."""
     table = compute_table(y_true, y_pred, split_every=split_every)
-    n = table.total
+    n = int(table.total)  # counts: an int already
     return _c2_sum(table.values, n), _c2_sum(table.a, n), _c2_sum(table.b, n), n * (n - 1) // 2
 
 
@@ -194,6 +198,8 @@ def pairwise_f_measure(y_true: Any, y_pred: Any, *, split_every: int | None = No
     --------
     >>> pairwise_f_measure([0, 0, 0, 1], [0, 0, 1, 1])
     0.4
+    >>> pairwise_f_measure([0, 0, 1], [5, 5, 2])  # the same partition under other label names
+    1.0
     """
     tp, pt, pp, _ = _pair_counts(y_true, y_pred, split_every)
     return 2 * tp / (pt + pp) if tp else 0.0
@@ -214,16 +220,19 @@ def purity_score(y_true: Any, y_pred: Any, *, split_every: int | None = None) ->
     --------
     >>> purity_score([0, 0, 1, 1, 1], [0, 0, 0, 1, 1])
     0.8
+    >>> purity_score([0, 0, 1, 1], [0, 1, 2, 3])  # one cluster per point is pure: purity rewards over-splitting
+    1.0
     """
     table = compute_table(y_true, y_pred, split_every=split_every)
     col_max = np.maximum.reduceat(table.values[table.order_by_col], table.col_starts)
     return int(col_max.sum()) / table.total
 
 
-def _matched(counts: np.ndarray) -> float:
+def _matched(counts: np.ndarray) -> np.number[Any]:
     """Weight of a maximum-weight one-to-one matching of rows to columns (rectangular allowed)."""
     rows, cols = linear_sum_assignment(counts, maximize=True)  # same optimum as linear_sum_assignment(-counts)
-    return counts[rows, cols].sum()
+    weight: np.number[Any] = counts[rows, cols].sum()  # (scipy has no stubs)
+    return weight
 
 
 @_labelings_doc("In (0, 1].")
@@ -349,7 +358,7 @@ def tracking_accuracy(steps: Iterable[tuple[Any, Any]], *, tracked: bool = True,
                 images.add(b)
             if mapping.get(a) == b:
                 correct += c
-        total += table.total
+        total += int(table.total)  # counts: an int already
     if t < 0:
         raise InvalidDataError(message("steps", "at least one time step", "an empty iterable",
                                        "Pass one (y_true_t, y_pred_t) pair per time step."))
@@ -361,7 +370,7 @@ def tracking_accuracy(steps: Iterable[tuple[Any, Any]], *, tracked: bool = True,
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _frame(x: Any, name: str, t: int, shape: tuple | None) -> np.ndarray:
+def _frame(x: Any, name: str, t: int, shape: tuple[int, ...] | None) -> np.ndarray:
     f = np.asarray(x)
     if f.dtype.kind not in "iufb" or f.size == 0 or (shape is not None and f.shape != shape):
         expected = f"a non-empty numeric array of shape {shape}" if shape else "a non-empty numeric array"
@@ -415,10 +424,11 @@ def _dask_series(q: da.Array, o: da.Array) -> tuple[np.ndarray, np.ndarray]:
     axes = tuple(range(1, q.ndim))
 
     def series(x: da.Array) -> da.Array:
-        x = x.astype(np.float64)
-        return da.abs(x[1:] - x[:-1]).mean(axis=axes)
+        x = astype(x, np.float64)
+        diffs: da.Array = da.abs(x[1:] - x[:-1]).mean(axis=axes)
+        return diffs
 
-    num, den = da.compute(series(q), series(o))
+    num, den = compute(series(q), series(o))
     return np.asarray(num), np.asarray(den)
 
 
@@ -449,7 +459,8 @@ def flicker(quantized_frames: Any, original_frames: Any) -> np.ndarray:
     array([0.5, nan, 0. ])
     """
     if isinstance(quantized_frames, da.Array) or isinstance(original_frames, da.Array):
-        num, den = _dask_series(da.asarray(quantized_frames), da.asarray(original_frames))
+        num, den = _dask_series(asarray(quantized_frames),
+                                asarray(original_frames))
     else:
         num, den = _mean_abs_diff_series(quantized_frames, original_frames)
     with np.errstate(divide="ignore", invalid="ignore"):

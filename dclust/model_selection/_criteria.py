@@ -58,10 +58,9 @@ def bic(model: GMPR, X: Any) -> float:
 
     Examples
     --------
-    >>> import numpy as np, dclust
+    >>> import dclust
     >>> from dclust.model_selection import bic
-    >>> rng = np.random.default_rng(0)
-    >>> X = np.concatenate([rng.normal(0, 1, (100, 2)), rng.normal(8, 1, (100, 2))])
+    >>> X = dclust.make_blobs(200, 2, centers=[[0, 0], [8, 8]], random_state=0).X
     >>> scores = {m: bic(dclust.GMPR(n_classes=m, max_iter=20, random_state=0).fit(X), X) for m in (1, 2)}
     >>> min(scores, key=scores.get)
     2

@@ -26,7 +26,7 @@ import numbers
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import dask
 import numpy as np
@@ -91,13 +91,13 @@ class LamSweep:
     ['calinski_harabasz', 'lam', 'n_clusters']
     """
 
-    lam: list
-    n_clusters: list
-    n_clusters_sample: list
-    objective: list
-    sse: list
-    calinski_harabasz: list
-    silhouette: list
+    lam: list[float]
+    n_clusters: list[int]
+    n_clusters_sample: list[int]
+    objective: list[float]
+    sse: list[float | None]
+    calinski_harabasz: list[float | None]
+    silhouette: list[float | None]
     suggested_lam: float | None
     suggested_n_clusters: int | None
     rule: str
@@ -106,9 +106,9 @@ class LamSweep:
     sample_size: int
     silhouette_sample_size: int
     n_passes: int = 2
-    seconds: dict = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict of every field.
 
         Examples
@@ -121,7 +121,7 @@ class LamSweep:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "LamSweep":
+    def from_dict(cls, d: dict[str, Any]) -> "LamSweep":
         """The inverse of :meth:`to_dict` (e.g. from the JSON of ``dclust sweep dpmeans --json``).
 
         Examples
@@ -141,7 +141,8 @@ class LamSweep:
         defaults = {"n_clusters_sample": d["n_clusters"], "sse": [None] * n, "calinski_harabasz": [None] * n,
                     "silhouette": [None] * n, "suggested_lam": None, "suggested_n_clusters": None, "rule": "",
                     "n_samples": 0, "n_features": 0, "sample_size": 0, "silhouette_sample_size": 0}
-        return cls(**{k: d.get(k, defaults.get(k)) for k in names if k in d or k in defaults})
+        fields: dict[str, Any] = {k: d.get(k, defaults.get(k)) for k in names if k in d or k in defaults}
+        return cls(**fields)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -187,11 +188,12 @@ def furthest_first_lams(P: np.ndarray, k: int) -> np.ndarray:
     return np.array(out)
 
 
-def _score_partial(Xb, *, offset, block_index, centers):
+def _score_partial(Xb: np.ndarray, *, offset: int, block_index: int, centers: list[np.ndarray]
+                   ) -> list[ClusterStats]:
     return [assign_stats(Xb, C, offset=offset, block_index=block_index)[0] for C in centers]
 
 
-def _merge_scores(parts):
+def _merge_scores(parts: Sequence[list[ClusterStats]]) -> list[ClusterStats]:
     return [ClusterStats.merge_all(group) for group in zip(*parts)]
 
 
@@ -361,7 +363,7 @@ def sweep_dpmeans(
     sub = np.sort(rng.choice(m, size=ms, replace=False)) if ms < m else np.arange(m)
     Q = P[sub]
     D = cdist(Q, Q)
-    silhouettes = []
+    silhouettes: list[float | None] = []
     for C in centers:
         labels, _ = nearest(Q, C)
         ok = 1 < np.unique(labels).size < ms
@@ -373,7 +375,7 @@ def sweep_dpmeans(
     t_end = time.perf_counter()
     return LamSweep(
         lam=[float(v) for v in lam_grid], n_clusters=ks, n_clusters_sample=k_sample,
-        objective=[c + float(lam) * k for c, lam, k in zip(sse, lam_grid, ks)], sse=sse,
+        objective=[c + float(lam) * k for c, lam, k in zip(sse, lam_grid, ks)], sse=list(sse),
         calinski_harabasz=[calinski_harabasz_from_stats(s) for s in stats], silhouette=silhouettes,
         suggested_lam=suggested, suggested_n_clusters=suggested_k, rule=SUGGESTION_RULE,
         n_samples=n, n_features=d, sample_size=m, silhouette_sample_size=ms, n_passes=2,

@@ -6,7 +6,7 @@ import io
 import json
 import numbers
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
@@ -42,7 +42,10 @@ _AXES_DOC = """ax : matplotlib Axes, optional
     matplotlib.figure.Figure"""
 
 
-def _axes_doc(plot):
+_Plot = TypeVar("_Plot", bound=Callable[..., Any])
+
+
+def _axes_doc(plot: _Plot) -> _Plot:
     if plot.__doc__:  # None under python -OO
         plot.__doc__ = plot.__doc__.replace("{axes}", _AXES_DOC)
     return plot
@@ -274,7 +277,7 @@ def plot_sweep(sweep: Any, *, ax: Any = None) -> Any:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def palette_image(records: list[dict], *, cell_height: int = 8, max_width: int = 2048) -> np.ndarray:
+def palette_image(records: list[dict[str, Any]], *, cell_height: int = 8, max_width: int = 2048) -> np.ndarray:
     """RGBA image of a palette over time: column = frame, row = persistent color id (in id order), transparent
     where the color is absent.
 
@@ -476,7 +479,7 @@ def plot_link_satisfaction(labels: Any, constraints: Any, *, ax: Any = None) -> 
 # --------------------------------------------------------------------------------------------------------------
 
 
-def check_figure_path(path: str | os.PathLike, *, overwrite: bool = False) -> str:
+def check_figure_path(path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
     """Check, before any long work, that :func:`save_figure` may write ``path``; returns its absolute path.
 
     Raises
@@ -497,7 +500,7 @@ def check_figure_path(path: str | os.PathLike, *, overwrite: bool = False) -> st
     return check_output(path, overwrite, "figure")
 
 
-def save_figure(fig: Any, path: str | os.PathLike, *, overwrite: bool = False, dpi: int = 100) -> str:
+def save_figure(fig: Any, path: str | os.PathLike[str], *, overwrite: bool = False, dpi: int = 100) -> str:
     """Write ``fig`` to ``path`` atomically (a temporary sibling renamed into place); the format follows the
     extension (``.png``, ``.svg``, ``.pdf``, ...). Returns the absolute path.
 

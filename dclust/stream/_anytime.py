@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterator, Self
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Self
 
+import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
+from .._dask.passes import persist, rechunk
 from .._registry import register
 from .._validation import SEED, Interval, Options, check_array, check_sample_weight
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
@@ -20,21 +23,28 @@ from ._consolidate import refine_pass
 from ._dynamic import DynamicBase
 from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
+if TYPE_CHECKING:
+    from .._dask.occ import KeyedPass
+    from .._store._checkpoint import Checkpointer
+    from ..kernels.dynmeans import StepResult, StepState
+
 __all__ = ["AnytimeDPMeans"]
 
 _BATCH_STREAM = 0xA7
 
 
-def _prefetched(arr, w, order, start: int):
+def _prefetched(arr: da.Array, w: da.Array | None, order: npt.NDArray[np.int64], start: int
+                ) -> Iterator[tuple[int, tuple[da.Array | None, ...]]]:
     """``(j, (batch, weights))`` for the batches ``order[start:]`` of ``arr`` (and ``w``), each loaded (persisted)
     in a background thread while the one before it is processed."""
 
-    def load(j):
-        return tuple(None if a is None else a.blocks[int(order[j])].persist() for a in (arr, w))
+    def load(j: int) -> tuple[da.Array | None, ...]:
+        return tuple(None if a is None else persist(a.blocks[int(order[j])]) for a in (arr, w))
 
     with ThreadPoolExecutor(1) as pool:
         nxt = pool.submit(load, start) if start < len(order) else None
         for j in range(start, len(order)):
+            assert nxt is not None  # submitted for every j < len(order)
             current = nxt.result()
             nxt = pool.submit(load, j + 1) if j + 1 < len(order) else None
             yield j, current
@@ -127,6 +137,11 @@ class AnytimeDPMeans(DynamicBase):
     max_proposals = 4096
     split_every = None
 
+    lam_: float
+    n_seen_: int
+    batch_order_: npt.NDArray[np.int64]
+    _ck_fp: dict[str, Any] | None
+
     def __init__(
         self, *, lam: float | None = None, batch_rows: int | None = None, max_iter: int = 100, n_restarts: int = 1,
         random_state: SeedLike = None, checkpoint: CheckpointLike = None, summary_factor: float = 1.0,
@@ -137,6 +152,7 @@ class AnytimeDPMeans(DynamicBase):
         self.n_restarts, self.random_state, self.checkpoint = n_restarts, random_state, checkpoint
 
     def _rates(self) -> tuple[float, float, float]:
+        assert self.lam is not None  # lam=None is refused by _validate_params
         self.lam_ = float(self.lam)
         return self.lam_ * float(self.summary_factor), 0.0, 0.0
 
@@ -152,13 +168,14 @@ class AnytimeDPMeans(DynamicBase):
         """Process one batch (see :meth:`DynamicMeans.partial_fit`)."""
         return super().partial_fit(batch, sample_weight=sample_weight)
 
-    def _check_restored(self, ck) -> None:
+    def _check_restored(self, ck: Checkpointer) -> None:
         super()._check_restored(ck)
         order = ck.require_shape("batch_order_", self.batch_order_, (None,))
         if order.size and (int(self.n_batches_) > order.size or np.sort(order).tolist() != list(range(order.size))):
             raise ValueError(f"batch_order_ that is a permutation covering the {self.n_batches_} batches done")
 
-    def _step(self, X, w, state, t, arr):
+    def _step(self, X: ArrayLike, w: ArrayLike | None, state: StepState, t: int, arr: da.Array
+              ) -> tuple[StepResult | None, npt.NDArray[Any] | None, tuple[int, int, list[KeyedPass]] | None]:
         """The batch with :func:`~dclust.stream._anytime_step.sampled_step` (``sample_rows`` set), the best of
         ``n_restarts`` samples and orders; ``labels_`` stay lazy (computed from the batch when read)."""
         if self.sample_rows is None:
@@ -169,19 +186,21 @@ class AnytimeDPMeans(DynamicBase):
             res, check = sampled_step(X, w, state, mix=mix, sample_rows=self.sample_rows, max_iter=self.max_iter,
                                       max_proposals=self.max_proposals, split_every=self.split_every)
             raise_if_bad_block(check, arr, "batch")
+            assert res is not None  # None only with a bad block, which raised
             if best is None or res.result.objective < best.result.objective:
                 best, best_mix = res, mix
+        assert best is not None and best_mix is not None  # n_restarts >= 1
         return best, None, (best_mix, X.shape[0], best.orders)
 
     def _after_batch(self) -> None:
         self.n_seen_ = int(self.n_seen_) + int(self.history_["n_samples"][-1])
 
-    def _batches(self, X, sample_weight=None):
+    def _batches(self, X: ArrayLike, sample_weight: ArrayLike | None = None) -> tuple[da.Array, da.Array | None]:
         """``(X, sample_weight)`` validated, as dask arrays whose row blocks are the batches."""
         self._validate_params()
         arr, _ = check_array(X)
         if self.batch_rows is not None and arr.chunks[0][0] != self.batch_rows:
-            arr = arr.rechunk({0: self.batch_rows})
+            arr = rechunk(arr, {0: self.batch_rows})
         return arr, check_sample_weight(sample_weight, arr)
 
     def iter_fit(

@@ -22,16 +22,22 @@ every row on average over seeds (tests/stream/test_anytime_sample.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from .._dask.occ import KEY_END, DMRule, KeyedPass, keyed_pass, run_pass
-from ..kernels.dynmeans import StepResult, StepState, end_of_pass, keyed_rows, serial_step
+from ..kernels.dynmeans import PassResult, StepResult, StepState, end_of_pass, keyed_rows, serial_step
 from ..kernels.stats import ClusterStats
+from ..typing import ArrayLike
 
 __all__ = ["sampled_step"]
 
 
-def _sample_partial(Xb, wb, *, offset, block_index, mix, end, check):
+def _sample_partial(Xb: npt.NDArray[Any], wb: npt.NDArray[Any] | None, *, offset: int, block_index: int, mix: int,
+                    end: int, check: bool) -> tuple[int, float, npt.NDArray[Any], npt.NDArray[np.int64],
+                                                    npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     local, keys, first_bad = keyed_rows(Xb, mix=mix, offset=offset, end=end, check=check)
     total = float(Xb.shape[0]) if wb is None else float(np.sum(wb, dtype=np.float64))
     w = np.ones(local.size) if wb is None else np.asarray(wb, dtype=np.float64)[local]
@@ -39,17 +45,20 @@ def _sample_partial(Xb, wb, *, offset, block_index, mix, end, check):
     return (block_index if first_bad >= 0 else -1), total, keys, local + offset, rows, w
 
 
-def _merge_sample(parts):
+def _merge_sample(parts: list[tuple[Any, ...]]) -> tuple[Any, ...]:
     bad = [p[0] for p in parts if p[0] >= 0]
     return (min(bad) if bad else -1, sum(p[1] for p in parts)) + tuple(
         np.concatenate([p[i] for p in parts]) for i in (2, 3, 4, 5))
 
 
-def _fresh(state: StepState, theta=None, inst=None) -> StepState:
-    return StepState(state.phi, state.gamma, state.ages, state.lam, state.Q, theta, inst)
+def _fresh(state: StepState, theta: npt.NDArray[np.float64] | None = None,
+           inst: npt.NDArray[np.bool_] | None = None) -> StepState:
+    # StepState types theta/inst as arrays, yet takes None for them (its default: __post_init__ fills them)
+    return StepState(state.phi, state.gamma, state.ages, state.lam, state.Q, theta, inst)  # type: ignore[arg-type]
 
 
-def _full_pass(X, w, rule: DMRule, *, mix, start, rate, max_proposals, split_every):
+def _full_pass(X: ArrayLike, w: ArrayLike | None, rule: DMRule, *, mix: int, start: int, rate: float,
+               max_proposals: int, split_every: Any) -> tuple[PassResult, KeyedPass]:
     """One keyed OCC label pass of ``rule`` over the keys from ``start``; ``(PassResult, KeyedPass)``."""
     epochs, _ = keyed_pass(X, w, rule, mix=mix, start=start, rate=rate, max_proposals=max_proposals,
                            split_every=split_every)
@@ -57,8 +66,8 @@ def _full_pass(X, w, rule: DMRule, *, mix, start, rate, max_proposals, split_eve
     return end_of_pass(stats.weight, stats.mean, stats.scatter, rule.state), KeyedPass(start, epochs)
 
 
-def sampled_step(X, w, state: StepState, *, mix: int, sample_rows: int, max_iter: int, max_proposals: int,
-                 split_every=None) -> tuple[StepResult | None, ClusterStats]:
+def sampled_step(X: ArrayLike, w: ArrayLike | None, state: StepState, *, mix: int, sample_rows: int, max_iter: int,
+                 max_proposals: int, split_every: Any = None) -> tuple[StepResult | None, ClusterStats]:
     """One restart of an any-time DP-means batch on ``X`` (numpy in memory, or dask): see the module docstring.
 
     Returns ``(StepResult, check)``; ``check.bad_block`` names a block holding NaN/inf (the StepResult is then

@@ -10,18 +10,21 @@ shapes of what it got back in ``_check_restored(ck)``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._store._checkpoint import Checkpointer
 
 __all__ = ["resume_state", "save_state", "fingerprint_of", "check_resumed_length"]
 
 
-def _checkpointer(model: Any, fingerprint: dict | None, path: Any):
+def _checkpointer(model: Any, fingerprint: dict[str, Any] | None, path: Any) -> Checkpointer:
     from .._store._checkpoint import Checkpointer  # imported lazily: only with a checkpoint
 
     return Checkpointer(model.checkpoint if path is None else path, model, fingerprint)
 
 
-def fingerprint_of(model: Any, X: Any, w: Any = None) -> dict | None:
+def fingerprint_of(model: Any, X: Any, w: Any = None) -> dict[str, Any] | None:
     """The data fingerprint of a whole-array fit (None without a checkpoint: nothing is read); pass it to
     :func:`resume_state` to refuse a checkpoint of other data.
 
@@ -42,7 +45,7 @@ def fingerprint_of(model: Any, X: Any, w: Any = None) -> dict | None:
     return data_fingerprint(X, w)
 
 
-def resume_state(model: Any, fingerprint: dict | None = None, path: Any = None) -> bool:
+def resume_state(model: Any, fingerprint: dict[str, Any] | None = None, path: Any = None) -> bool:
     """Restore the checkpoint's state into ``model``; False when there is no checkpoint (or none yet).
 
     ``path`` (default: ``model.checkpoint``) lets a caller that saves at its own moments (the CLI, after writing
@@ -76,7 +79,7 @@ def resume_state(model: Any, fingerprint: dict | None = None, path: Any = None) 
     return True
 
 
-def save_state(model: Any, fingerprint: dict | None = None, path: Any = None) -> None:
+def save_state(model: Any, fingerprint: dict[str, Any] | None = None, path: Any = None) -> None:
     """Replace the checkpoint (``path``, default ``model.checkpoint``) by the state of ``model``, atomically (see
     :func:`resume_state` for an example).
 

@@ -14,7 +14,11 @@ over the data, tree-reduced) followed by a consolidation, and converges to a fix
 
 from __future__ import annotations
 
+from typing import Any
+
+import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["consolidate", "refine_pass"]
 
@@ -75,7 +79,8 @@ def consolidate(means: np.ndarray, weights: np.ndarray, lam: float, *, max_iter:
     return centers, gw, groups
 
 
-def _means(mu, w, groups):
+def _means(mu: npt.NDArray[np.float64], w: npt.NDArray[np.float64], groups: npt.NDArray[np.int64]
+           ) -> tuple[npt.NDArray[Any], npt.NDArray[np.float64], npt.NDArray[Any]]:
     """Renumber non-empty groups by their first member and compute weighted means."""
     _, first = np.unique(groups, return_index=True)
     rank = np.empty(groups.max() + 1, np.int64)
@@ -87,7 +92,8 @@ def _means(mu, w, groups):
     return g, centers / gw[:, None], gw
 
 
-def refine_pass(X, sample_weight, centers: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray, float]:
+def refine_pass(X: da.Array, sample_weight: da.Array | None, centers: np.ndarray, lam: float
+                ) -> tuple[np.ndarray, np.ndarray, float]:
     """One read of X: a Lloyd pass (nearest-centre statistics, tree-reduced) then :func:`consolidate`.
 
     Returns ``(centers, weights, objective)`` where ``objective = SSE + lam K`` of the data for the centres given

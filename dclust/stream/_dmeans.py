@@ -7,9 +7,8 @@ from typing import Any, Iterable, Self
 import numpy as np
 
 from .._registry import register
-from .._validation import SEED, Interval, Options, check_array, check_temporal_pair
+from .._validation import SEED, Interval, Options, check_array, temporal_rates
 from ..errors import InvalidParameterError, message
-from ..kernels.dynmeans import reparameterise
 from ..cluster._base import CHECKPOINT
 from ._checkpoint import check_resumed_length as _check_resumed_length
 from ._checkpoint import fingerprint_of, resume_state
@@ -113,6 +112,10 @@ class DynamicMeans(DynamicBase):
         "checkpoint": [CHECKPOINT],
     }
 
+    lam_: float
+    Q_: float
+    tau_: float
+
     def __init__(
         self, *, lam: float | None = None, T_Q: float | None = None, k_tau: float | None = None, Q: float | None = None,
         tau: float | None = None, max_iter: int = 100, n_restarts: int = 1, random_state: SeedLike = None,
@@ -124,12 +127,9 @@ class DynamicMeans(DynamicBase):
         self.max_proposals, self.split_every, self.checkpoint = max_proposals, split_every, checkpoint
 
     def _rates(self) -> tuple[float, float, float]:
-        check_temporal_pair(type(self).__name__, self.T_Q, self.k_tau, self.Q, self.tau)
+        assert self.lam is not None  # lam=None is refused by _validate_params
         lam = float(self.lam)
-        if self.T_Q is not None:
-            Q, tau = reparameterise(lam, float(self.T_Q), float(self.k_tau))
-        else:
-            Q, tau = float(self.Q), float(self.tau)
+        Q, tau = temporal_rates(type(self).__name__, lam, self.T_Q, self.k_tau, self.Q, self.tau)
         self.lam_, self.Q_, self.tau_ = lam, Q, tau
         return lam, Q, tau
 

@@ -8,23 +8,29 @@ The randomness of batch ``t``, restart ``r`` comes from ``(seed_, t, r)`` alone,
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
-from .._dask.passes import block_offsets, map_labels
+from .._dask.passes import block_offsets, compute, from_array, map_labels
 from .._dask.occ import DMRule, KeyedPass, keyed_pass, keyed_prefix
 from .._fit import ProgressEvent, Step, Stopwatch, emit, fit_loop
-from .._validation import as_generator, check_array, check_sample_weight
+from .._validation import InputInfo, as_generator, check_array, check_sample_weight
 from ..cluster._base import BaseEstimator, finite_rows, raise_if_bad_block, wrap_output
 from ..errors import ConvergenceWarning, InvalidDataError, NotFittedError, message
 from ..kernels.distances import seed_mix
 from ..kernels.dynmeans import (StepResult, StepState, assign_instantiated, carry_over, end_of_pass,
                                 first_nonfinite_row, gammas)
 from ..kernels.kmeans import block_rng
+from ..kernels.stats import ClusterStats
 from ._checkpoint import resume_state, save_state
 from typing import Self
-from ..typing import ArrayLike, Ignored
+from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
+
+if TYPE_CHECKING:
+    from .._store._checkpoint import Checkpointer
 
 __all__ = ["DynamicBase"]
 
@@ -32,12 +38,13 @@ _ORDER_STREAM = 0xD3
 _HISTORY_KEYS = ("n_clusters", "objective", "births", "deaths", "revivals", "n_samples", "n_iter", "seconds")
 
 
-def _labels_kernel(Xb, *, offset, block_index, theta, ids):
+def _labels_kernel(Xb: npt.NDArray[Any], *, offset: int, block_index: int, theta: npt.NDArray[np.float64],
+                   ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     slots = assign_instantiated(Xb, theta)
     return ids[slots] if ids.size else np.full(Xb.shape[0], -1, np.int64)
 
 
-def _as_float(batch) -> np.ndarray:
+def _as_float(batch: Any) -> np.ndarray:
     """A validated numpy batch with the dtype rules of ``check_array`` (ints -> float64, float16 -> float32)."""
     Y = np.asarray(batch)
     if Y.dtype.kind in "iu":
@@ -50,6 +57,32 @@ class DynamicBase(BaseEstimator):
 
     _transient_attributes = ("serial_order_",)
     _estimator_name = "DynamicMeans"
+
+    # the parameters the subclasses' constructors set, which the shared machinery reads
+    random_state: SeedLike
+    checkpoint: CheckpointLike
+    max_iter: int
+    n_restarts: int
+    prefix_size: int
+    max_proposals: int
+    split_every: Any
+
+    # learned attributes
+    seed_: int
+    n_features_in_: int
+    n_batches_: int
+    next_id_: int
+    cluster_ids_: npt.NDArray[np.int64]
+    cluster_centers_: npt.NDArray[np.float64]
+    weights_: npt.NDArray[np.float64]
+    ages_: npt.NDArray[np.int64]
+    labels_: Any  # of the last batch, shaped like it (numpy, dask or xarray); None before the first batch
+    objective_: float
+    objective_history_: list[float]
+    n_iter_: int
+    converged_: bool
+    history_: dict[str, list[Any]]
+    _order_records: tuple[int, int, list[KeyedPass]] | None
 
     # ------------------------------------------------------------------------------------------ state
     def _rates(self) -> tuple[float, float, float]:  # pragma: no cover - abstract
@@ -75,7 +108,7 @@ class DynamicBase(BaseEstimator):
     def _after_batch(self) -> None:
         """Subclass hook: update derived state after a batch (before the checkpoint is saved)."""
 
-    def _check_restored(self, ck) -> None:
+    def _check_restored(self, ck: Checkpointer) -> None:
         """Shapes of a state restored from a checkpoint (see :mod:`dclust.stream._checkpoint`)."""
         d = int(self.n_features_in_)
         k = ck.require_shape("cluster_ids_", self.cluster_ids_, (None,)).shape[0]
@@ -114,7 +147,7 @@ class DynamicBase(BaseEstimator):
         return [r.permutation(mix, n) for r in records]
 
     # ------------------------------------------------------------------------------------------ input
-    def _check_batch(self, batch, name="batch"):
+    def _check_batch(self, batch: ArrayLike, name: str = "batch") -> tuple[da.Array, InputInfo]:
         fitted = hasattr(self, "cluster_ids_")
         arr, info = check_array(batch, name=name, n_features=self.n_features_in_ if fitted else None,
                                 min_samples=0)
@@ -123,10 +156,11 @@ class DynamicBase(BaseEstimator):
         return arr, info
 
     @staticmethod
-    def _weights(sample_weight, arr):
+    def _weights(sample_weight: ArrayLike | None, arr: da.Array) -> da.Array | None:
         if sample_weight is None:
             return None
         w = check_sample_weight(sample_weight, arr)
+        assert w is not None  # None only for sample_weight=None
         if arr.shape[0] and bool((w <= 0).any().compute()):
             raise InvalidDataError(
                 message("sample_weight", "weights > 0 (D-Means needs w > 0 for every observed cluster)",
@@ -161,11 +195,12 @@ class DynamicBase(BaseEstimator):
         watch = Stopwatch()
         t = int(self.n_batches_)
         state = StepState(self.cluster_centers_, gammas(self.weights_, self.ages_, tau), self.ages_, lam, Q)
+        labels: npt.NDArray[Any] | None
         if arr.shape[0] == 0:
             best, labels, order_rec = None, np.zeros(0, dtype=np.int64), None
         elif info.kind == "numpy" or arr.numblocks[0] == 1:  # one block: the same epochs, in memory
-            Y = _finite(_as_float(batch) if info.kind == "numpy" else np.asarray(arr.compute()))
-            wn = None if w is None else np.asarray(w.compute(), dtype=np.float64)
+            Y = _finite(_as_float(batch) if info.kind == "numpy" else np.asarray(compute(arr)[0]))
+            wn = None if w is None else np.asarray(compute(w)[0], dtype=np.float64)
             best, labels, order_rec = self._step(Y, wn, state, t, arr)
         else:
             best, labels, order_rec = self._step(arr, w, state, t, arr)
@@ -179,7 +214,8 @@ class DynamicBase(BaseEstimator):
     def _seed(self, t: int, r: int) -> int:
         return int(block_rng(self.seed_, _ORDER_STREAM, t, r).integers(2**62))
 
-    def _step(self, X, w, state, t, arr):
+    def _step(self, X: ArrayLike, w: ArrayLike | None, state: StepState, t: int, arr: da.Array
+              ) -> tuple[StepResult | None, npt.NDArray[Any] | None, tuple[int, int, list[KeyedPass]] | None]:
         """The time step on ``X`` (numpy in memory, or dask) with keyed OCC: the best of ``n_restarts`` orders.
         Returns ``(best StepResult, labels (kept slots) or None for dask, order record)``."""
         best, best_mix = None, None
@@ -189,15 +225,18 @@ class DynamicBase(BaseEstimator):
                                          max_proposals=self.max_proposals, split_every=self.split_every)
             if res is None:
                 raise_if_bad_block(all_stats, arr, "batch")
+            assert res is not None  # None only with a bad block, which raised
             if best is None or res.result.objective < best.result.objective:
                 best, best_mix = res, mix
+        assert best is not None and best_mix is not None  # n_restarts >= 1
         labels = None
         if isinstance(X, np.ndarray):
             has = np.flatnonzero(best.result.has_data)
             labels = has[assign_instantiated(X, best.result.theta[has])] if has.size else np.zeros(0, np.int64)
         return best, labels, (best_mix, X.shape[0], best.orders)
 
-    def _commit(self, best, state, arr, info, labels, watch, lam, Q):
+    def _commit(self, best: StepResult | None, state: StepState, arr: da.Array, info: InputInfo,
+                labels: npt.NDArray[Any] | None, watch: Stopwatch, lam: float, Q: float) -> ProgressEvent:
         n_old = state.n_old
         if best is None:  # empty batch: only the ages advance
             from ..kernels.dynmeans import PassResult
@@ -216,7 +255,7 @@ class DynamicBase(BaseEstimator):
         if labels is not None:
             out = slot_ids[labels] if labels.size else labels
             self.labels_ = out if info.kind == "numpy" else wrap_output(
-                da.from_array(out, chunks=(arr.chunks[0],)), info, "labels")
+                from_array(out, (arr.chunks[0],)), info, "labels")
         else:
             has = res.has_data
             lazy = map_labels(_labels_kernel, arr, dtype=np.int64, theta=res.theta[has], ids=slot_ids[has])
@@ -276,21 +315,23 @@ class _DMPasses(Step):
 
     name = "DynamicMeans"
 
-    def __init__(self, X, w, state: StepState, prefix, *, mix, max_proposals, split_every):
+    def __init__(self, X: ArrayLike, w: ArrayLike | None, state: StepState, prefix: tuple[int, Any, Any, Any], *,
+                 mix: int, max_proposals: int, split_every: Any) -> None:
         self.X, self.w, self.state, self.prefix, self.mix = X, w, state, prefix, mix
         self.max_proposals, self.split_every = max_proposals, split_every
 
-    def start(self) -> dict:
+    def start(self) -> dict[str, Any]:
         st = self.state
         return {"cur": StepState(st.phi, st.gamma, st.ages, st.lam, st.Q), "res": None, "fp": None, "history": [],
                 "records": []}
 
-    def step(self, s: dict) -> dict:
+    def step(self, s: dict[str, Any]) -> dict[str, Any]:
         st, cur, first = self.state, s["cur"], not s["history"]
         prefix_end, p_index, p_rows, p_w = self.prefix if first else (0, None, None, None)
         rule = DMRule(cur)
         rate = 0.0
         if first:
+            assert p_index is not None  # the prefix of the first pass
             rate = rule.accept(None, p_index, p_rows, p_w, ()) / max(p_index.size, 1) if p_index.size else 1.0
         epochs, _ = keyed_pass(self.X, self.w, rule, mix=self.mix, start=prefix_end, rate=rate,
                                max_proposals=self.max_proposals, split_every=self.split_every)
@@ -302,17 +343,18 @@ class _DMPasses(Step):
                 "res": res, "fp": fp[res.keep], "history": s["history"] + [res.objective],
                 "records": s["records"] + [KeyedPass(prefix_end, epochs)]}
 
-    def converged(self, old: dict, new: dict) -> bool:
+    def converged(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
         return old["fp"] is not None and np.array_equal(new["fp"], old["fp"])
 
-    def objective(self, s: dict) -> float:
+    def objective(self, s: dict[str, Any]) -> float:
         return s["history"][-1] if s["history"] else float("nan")
 
-    def n_clusters(self, s: dict) -> int:
+    def n_clusters(self, s: dict[str, Any]) -> int:
         return 0 if s["res"] is None else int(np.count_nonzero(s["res"].has_data))
 
 
-def _keyed_step(X, w, state: StepState, *, mix, max_iter, prefix_size, max_proposals, split_every=None):
+def _keyed_step(X: ArrayLike, w: ArrayLike | None, state: StepState, *, mix: int, max_iter: int, prefix_size: int,
+                max_proposals: int, split_every: Any = None) -> tuple[StepResult | None, ClusterStats]:
     """One time step (one restart) of D-Means with keyed OCC (docs/algorithms.md 8.5) on ``X`` (numpy or dask): the
     passes of :class:`_DMPasses`, run by the fit loop (no events or checkpoints of their own: a stream announces
     and saves whole batches).

@@ -49,7 +49,8 @@ class KernelDynamicMeans(SpectralDynamicMeans):
     ([0, 1], 2)
     """
 
-    def _partition(self, rng, kyy, kyphi, kphiphi, gamma, penalty, lam):
+    def _partition(self, rng: np.random.Generator, kyy: np.ndarray, kyphi: np.ndarray, kphiphi: np.ndarray,
+                   gamma: np.ndarray, penalty: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray, float, float]:
         N = kyy.shape[0]
         if N == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0, float("nan")
@@ -59,4 +60,5 @@ class KernelDynamicMeans(SpectralDynamicMeans):
                                                       rng.permutation(N), int(self.max_iter))
             if best is None or J < best[2]:
                 best = (labels, linked, J)
+        assert best is not None  # n_restarts >= 1
         return (*best, float("nan"))

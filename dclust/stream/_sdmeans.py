@@ -4,23 +4,28 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Any, Callable, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 import dask.array as da
 import numpy as np
 from scipy.linalg import eigvalsh
 
 from .._dask.gram import pairwise_matrix
+from .._dask.passes import compute
 from .._fit import ProgressEvent, emit
 from .._registry import register
-from .._validation import CALLABLE, SEED, Interval, Options, check_array, check_temporal_pair, validate_params
+from .._validation import (
+    CALLABLE, SEED, Interval, Options, check_array, check_temporal_pair, temporal_rates, validate_params,
+)
 from ..cluster._base import CHECKPOINT, BaseEstimator
 from ..errors import DclustError, InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels import sdmeans as K
-from ..kernels.dynmeans import reparameterise
 from ._checkpoint import check_resumed_length, fingerprint_of, resume_state, save_state
 from ._sdstate import OldClusters
 from ..typing import CheckpointLike, SeedLike
+
+if TYPE_CHECKING:
+    from .._store._checkpoint import Checkpointer
 
 __all__ = ["SpectralDynamicMeans"]
 
@@ -136,6 +141,27 @@ class SpectralDynamicMeans(BaseEstimator):
         "checkpoint": [CHECKPOINT],
     }
 
+    # learned attributes (_STATE_ATTRIBUTES)
+    labels_: np.ndarray
+    cluster_ids_: np.ndarray
+    ages_: np.ndarray
+    weights_: np.ndarray
+    support_: np.ndarray
+    support_coef_: np.ndarray
+    support_size_: np.ndarray
+    objective_: float
+    lower_bound_: float
+    n_clusters_: int
+    n_steps_: int
+    next_id_: int
+    seed_: int
+    n_features_in_: int
+    history_: dict[str, list[Any]]
+    lam_: float
+    Q_: float
+    tau_: float
+    _ck_fp: dict[str, Any] | None
+
     def __init__(
         self, *, lam: float | None = None, T_Q: float | None = None, k_tau: float | None = None, Q: float | None = None,
         tau: float | None = None, kernel: Literal["rbf", "linear", "mst", "mst-rss"] | Callable[..., Any] = "rbf",
@@ -168,11 +194,7 @@ class SpectralDynamicMeans(BaseEstimator):
                         f"bandwidth={self.bandwidth!r} with kernel {kname!r}",
                         "Pass bandwidth=omega for 'rbf'/'mst' (e.g. 0.07 for the rings), and leave it None otherwise."))
         lam = float(self.lam)
-        if self.T_Q is not None:
-            Q, tau = reparameterise(lam, float(self.T_Q), float(self.k_tau))
-        else:
-            Q, tau = float(self.Q), float(self.tau)
-        return lam, Q, tau
+        return (lam, *temporal_rates(name, lam, self.T_Q, self.k_tau, self.Q, self.tau))
 
     # ----------------------------------------------------------------------------------------------------------
     # kernel
@@ -188,10 +210,13 @@ class SpectralDynamicMeans(BaseEstimator):
         if self.kernel == "linear":
             return pairwise_matrix(P, K.linear_kernel)
         if self.kernel == "rbf":
+            assert self.bandwidth is not None  # _resolve_params: rbf and mst kernels have a bandwidth
             return pairwise_matrix(P, partial(K.rbf_kernel, bandwidth=float(self.bandwidth)))
         if self.kernel in ("mst", "mst-rss"):
             combine = "rss" if self.kernel == "mst-rss" else "sum"
+            assert self.bandwidth is not None  # _resolve_params: rbf and mst kernels have a bandwidth
             return K.mst_kernel(pairwise_matrix(P, K.squared_distances), float(self.bandwidth), n_data, combine)
+        assert callable(self.kernel)  # validate_params: the named kernels are handled above
         G = pairwise_matrix(P, _checked_callable(self.kernel))
         if G.shape != (n, n) or not np.isfinite(G).all():
             raise InvalidParameterError(
@@ -218,7 +243,7 @@ class SpectralDynamicMeans(BaseEstimator):
                         f"{gib:.2f} GiB (and the eigendecomposition costs O(side^3))",
                         "Split the stream into smaller batches (e.g. X.rechunk({0: 2000})), or raise max_batch "
                         "if the memory is available."))
-        Y = np.asarray(arr.compute() if isinstance(arr, da.Array) else arr, dtype=np.float64)
+        Y = np.asarray(compute(arr)[0] if isinstance(arr, da.Array) else arr, dtype=np.float64)
         bad = ~np.isfinite(Y).all(axis=1)
         if bad.any():
             raise InvalidDataError(
@@ -234,7 +259,7 @@ class SpectralDynamicMeans(BaseEstimator):
         if isinstance(self.random_state, np.random.Generator):
             seed = int(self.random_state.integers(2**63))
         elif self.random_state is None:
-            seed = int(np.random.SeedSequence().entropy % 2**63)
+            seed = int(np.random.SeedSequence().entropy % 2**63)  # type: ignore[operator]  # an int: drawn from the OS
         else:
             seed = int(self.random_state)
         self.seed_ = seed
@@ -343,7 +368,7 @@ class SpectralDynamicMeans(BaseEstimator):
             self._ck_fp = None
         return self
 
-    def _check_restored(self, ck) -> None:
+    def _check_restored(self, ck: Checkpointer) -> None:
         """Shapes of a state restored from a checkpoint (see :mod:`dclust.stream._checkpoint`)."""
         d = int(self.n_features_in_)
         k = ck.require_shape("cluster_ids_", self.cluster_ids_, (None,)).shape[0]
@@ -383,13 +408,15 @@ class SpectralDynamicMeans(BaseEstimator):
         Gp = self._gram(np.vstack([Y, U]), N)
         kyphi, kphiphi = old.feature_products(Gp[:N, N:], Gp[N:, N:])
         d = np.diag(Gp)[:N, None] - 2.0 * kyphi + kphiphi[None, :]
-        return old.ids[np.argmin(d, axis=1)].astype(np.int64)
+        ids: np.ndarray = old.ids[np.argmin(d, axis=1)].astype(np.int64)
+        return ids
 
     # ----------------------------------------------------------------------------------------------------------
     # one step
     # ----------------------------------------------------------------------------------------------------------
 
-    def _partition(self, rng, kyy, kyphi, kphiphi, gamma, penalty, lam):
+    def _partition(self, rng: np.random.Generator, kyy: np.ndarray, kyphi: np.ndarray, kphiphi: np.ndarray,
+                   gamma: np.ndarray, penalty: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray, float, float]:
         """(labels in [0, L), linked (L,), exact cost eq. 32, spectral lower bound) of one batch."""
         N, Kold = kyphi.shape
         const = K.relaxation_constant(float(np.trace(kyy)), kphiphi, gamma, penalty, lam)
@@ -401,7 +428,9 @@ class SpectralDynamicMeans(BaseEstimator):
         return (*self._best_partition(Vbar, rng, kyy, kyphi, kphiphi, gamma, penalty, lam),
                 K.lower_bound(sigma, lam, const))
 
-    def _best_partition(self, Vbar, rng, kyy, kyphi, kphiphi, gamma, penalty, lam):
+    def _best_partition(self, Vbar: np.ndarray, rng: np.random.Generator, kyy: np.ndarray, kyphi: np.ndarray,
+                        kphiphi: np.ndarray, gamma: np.ndarray, penalty: np.ndarray, lam: float
+                        ) -> tuple[np.ndarray, np.ndarray, float]:
         """(labels in [0, L), linked (L,), exact cost) of the best restart."""
         best = None
         for _ in range(self.n_restarts):
@@ -414,6 +443,7 @@ class SpectralDynamicMeans(BaseEstimator):
             J = K.exact_cost(labels, linked, kyy, kyphi, kphiphi, gamma, penalty, lam)
             if best is None or J < best[2]:
                 best = (labels.astype(np.int64), linked, J)
+        assert best is not None  # n_restarts >= 1
         return best
 
     def _support_gram(self, V: np.ndarray, gram: np.ndarray) -> np.ndarray:
@@ -426,10 +456,12 @@ class SpectralDynamicMeans(BaseEstimator):
         the cluster (so the old centre stays an average over its shape).
         """
         if self.kernel in ("mst", "mst-rss"):
+            assert self.bandwidth is not None  # _resolve_params: rbf and mst kernels have a bandwidth
             return K.rbf_kernel(V, V, float(self.bandwidth))
         return gram
 
-    def _carry_over(self, old: OldClusters, P, Gp, labels, linked, gamma, N, Q, lam):
+    def _carry_over(self, old: OldClusters, P: np.ndarray, Gp: np.ndarray, labels: np.ndarray, linked: np.ndarray,
+                    gamma: np.ndarray, N: int, Q: float, lam: float) -> tuple[OldClusters, np.ndarray, dict[str, int]]:
         """Eq. 24 with the feature-space centres of 4.2, then deletion; returns (state, point ids, counts)."""
         offsets = old.offsets()
         coef_flat = old.flat_coef()
@@ -437,8 +469,8 @@ class SpectralDynamicMeans(BaseEstimator):
         weights = list(old.weights)
         ages = list(old.ages + 1)
         U_old = [P[N + offsets[k]:N + offsets[k + 1]] for k in range(old.n_clusters)]
-        supports = list(U_old)
-        coefs = [coef_flat[offsets[k]:offsets[k + 1]] for k in range(old.n_clusters)]
+        supports: list[Any] = list(U_old)  # (None marks a new cluster's slot until it is filled below)
+        coefs: list[Any] = [coef_flat[offsets[k]:offsets[k + 1]] for k in range(old.n_clusters)]
         point_ids = np.empty(N, np.int64)
         births = revivals = 0
         next_id = int(self.next_id_)
@@ -479,7 +511,7 @@ class SpectralDynamicMeans(BaseEstimator):
         return state, point_ids, dict(births=births, deaths=deaths, revivals=revivals)
 
 
-def _checked_callable(fn):
+def _checked_callable(fn: Callable[..., Any]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     def call(A: np.ndarray, B: np.ndarray) -> np.ndarray:
         return np.asarray(fn(A, B), dtype=np.float64)
 

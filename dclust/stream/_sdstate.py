@@ -7,6 +7,7 @@ the number of valid entries per cluster, next to the persistent ids, weights ``w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -30,7 +31,8 @@ class OldClusters:
                    np.zeros((0, 1)), np.zeros(0, np.int64))
 
     @classmethod
-    def from_lists(cls, ids, weights, ages, supports, coefs, n_features: int) -> "OldClusters":
+    def from_lists(cls, ids: Sequence[int], weights: Sequence[float], ages: Sequence[int],
+                   supports: Sequence[np.ndarray], coefs: Sequence[np.ndarray], n_features: int) -> "OldClusters":
         """Pack per-cluster support points (list of (s_k, D) arrays) and coefficients into padded arrays."""
         K = len(ids)
         if K == 0:

@@ -5,9 +5,17 @@ are removed by the next write into the same directory and by ``dclust clean``.""
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -30,42 +38,101 @@ def _recorded(reads: list) -> da.Array:
     return da.from_array(x, chunks=(100, 2)).map_blocks(record, dtype=np.float64)
 
 
+#: uid and gid of ``nobody``: as root, where the directory cannot be made immutable, the write runs as nobody.
+NOBODY = 65534
+
+
+class Unwritable:
+    """A directory nobody may create files in (``path``), beside a directory every user may read (``base``, for
+    the inputs of a test), and :meth:`run`, which runs a test's check against them.
+
+    As root, permission bits are not enforced (root bypasses them): the directory is made immutable (``chattr +i``:
+    EPERM even for root) and the check runs here; where the kernel refuses ``chattr +i`` (no CAP_LINUX_IMMUTABLE),
+    the directory is chmod 555 and the check runs in a forked child that has dropped to uid/gid 65534 (nobody). As
+    any other user, chmod 555 is enough and the check runs here.
+    """
+
+    def __init__(self, base: Path, as_nobody: bool) -> None:
+        self.base, self.path, self.as_nobody = base, base / "immut", as_nobody
+
+    def run(self, check: Callable[[Path], None], timeout: float = 120.0) -> None:
+        """``check(path)``; as nobody in a child process when the directory is only chmod 555 and we are root."""
+        if not self.as_nobody:
+            check(self.path)
+            return
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            status = 1
+            try:
+                os.close(read)
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+                with dask.config.set(scheduler="synchronous"):  # no thread pool of the parent (its threads are gone)
+                    check(self.path)
+                status = 0
+            except BaseException:  # noqa: BLE001 - every failure goes back to the parent as text
+                os.write(write, traceback.format_exc().encode())
+            finally:
+                os._exit(status)
+        os.close(write)
+        deadline = time.monotonic() + timeout
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail(f"the check did not finish in {timeout:.0f} s as nobody (did a pass over the data start?)")
+            time.sleep(0.05)
+        with os.fdopen(read, "rb") as f:
+            report = f.read().decode(errors="replace")
+        assert os.waitstatus_to_exitcode(done[1]) == 0, f"the check failed as nobody (uid {NOBODY}):\n{report}"
+
+
 @pytest.fixture
-def unwritable(tmp_path):
-    """A directory nobody may create files in. As root, permission bits are not enforced (root bypasses them), so
-    the directory is made immutable (chattr +i: EPERM even for root); otherwise chmod 555 is enough."""
-    d = tmp_path / "immut"
+def unwritable():
+    base = Path(tempfile.mkdtemp(prefix="dclust-locations-"))
+    base.chmod(0o755)  # traversable and readable by nobody (tmp_path's parents are private to the user)
+    d = base / "immut"
     d.mkdir()
+    immutable = False
     if os.geteuid() == 0:
-        if subprocess.run(["chattr", "+i", str(d)], capture_output=True).returncode != 0:
-            pytest.skip("chattr +i is not permitted here")
         try:
-            yield d
-        finally:
-            subprocess.run(["chattr", "-i", str(d)], check=True)
-    else:
+            immutable = subprocess.run(["chattr", "+i", str(d)], capture_output=True).returncode == 0
+        except OSError:  # no chattr at all
+            immutable = False
+    if not immutable:
         d.chmod(0o555)
-        try:
-            yield d
-        finally:
-            d.chmod(0o755)
+    try:
+        yield Unwritable(base, as_nobody=os.geteuid() == 0 and not immutable)
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(d)], check=True)
+        d.chmod(0o755)
+        shutil.rmtree(base)
 
 
 def _targets(base) -> dict:
+    model = dclust.KMeans(n_clusters=2).fit(np.eye(4))  # fitted here: only the writes are timed against base
     return {
         "write_array": lambda reads: dclust.write_array(_recorded(reads), base / "x.zarr"),
         "write_labels": lambda reads: dclust.write_labels(_recorded(reads)[:, 0].astype(np.int32), base / "l.zarr"),
-        "save": lambda reads: dclust.save(dclust.KMeans(n_clusters=2).fit(np.eye(4)), base / "m.zarr"),
+        "save": lambda reads: dclust.save(model, base / "m.zarr"),
     }
 
 
 @pytest.mark.parametrize("function", ["write_array", "write_labels", "save"])
 def test_unwritable_directory_fails_before_any_work(unwritable, function):
-    reads: list = []
-    with pytest.raises(StorageError, match="expected a directory where dclust may create files") as info:
-        _targets(unwritable)[function](reads)
-    assert "received Operation not permitted" in str(info.value) or "Permission denied" in str(info.value)
-    assert reads == [] and os.listdir(unwritable) == []
+    write = _targets(unwritable.path)[function]
+
+    def check(d):
+        reads: list = []
+        with pytest.raises(StorageError, match="expected a directory where dclust may create files") as info:
+            write(reads)
+        assert "received Operation not permitted" in str(info.value) or "Permission denied" in str(info.value)
+        assert reads == [] and os.listdir(d) == []
+
+    unwritable.run(check)
 
 
 @pytest.mark.parametrize("function", ["write_array", "write_labels", "save"])
@@ -77,26 +144,38 @@ def test_path_under_a_regular_file_fails_before_any_work(tmp_path, function):
     assert reads == []
 
 
-def test_checkpoint_location_fails_before_any_pass(tmp_path, unwritable):
-    (tmp_path / "file").write_text("x")
-    X = dclust.write_array(np.random.default_rng(0).normal(size=(400, 2)), tmp_path / "x.zarr", chunks=100)
-    for where in (tmp_path / "file" / "ck", unwritable / "ck"):
-        events: list = []
-        with dclust.on_progress(events.append), pytest.raises(StorageError, match="checkpoint"):
-            dclust.KMeans(n_clusters=2, random_state=0, checkpoint=where).fit(dclust.open_array(X))
-        assert events == []
+def test_checkpoint_location_fails_before_any_pass(unwritable):
+    base = unwritable.base
+    (base / "file").write_text("x")
+    X = dclust.write_array(np.random.default_rng(0).normal(size=(400, 2)), base / "x.zarr", chunks=100)
+
+    def check(d):
+        for where in (base / "file" / "ck", d / "ck"):
+            events: list = []
+            with dclust.on_progress(events.append), pytest.raises(StorageError, match="checkpoint"):
+                dclust.KMeans(n_clusters=2, random_state=0, checkpoint=where).fit(dclust.open_array(X))
+            assert events == []
+
+    unwritable.run(check)
 
 
-def test_cli_refuses_an_unwritable_output_before_the_fit(tmp_path, unwritable):
-    X = dclust.write_array(np.random.default_rng(0).normal(size=(400, 2)), tmp_path / "x.zarr", chunks=100)
-    (tmp_path / "file").write_text("x")
-    for labels in (unwritable / "l.zarr", tmp_path / "file" / "l.zarr"):
-        r = CliRunner().invoke(app, ["fit", "kmeans", X, "--k", "2", "--labels", str(labels),
-                                     "--model", str(tmp_path / "m.zarr"), "--quiet"])
-        assert r.exit_code == 1, r.output
-        (line,) = [x for x in r.output.splitlines() if x.strip()]
-        assert line.startswith("dclust: error: --labels") and "expected" in line and "Errno" not in line
-        assert not (tmp_path / "m.zarr").exists()  # nothing was fitted or written
+def test_cli_refuses_an_unwritable_output_before_the_fit(unwritable):
+    base = unwritable.base
+    X = dclust.write_array(np.random.default_rng(0).normal(size=(400, 2)), base / "x.zarr", chunks=100)
+    (base / "file").write_text("x")
+    (base / "out").mkdir(mode=0o777)
+    (base / "out").chmod(0o777)  # the model's directory is writable by anyone: only --labels may be refused
+
+    def check(d):
+        for labels in (d / "l.zarr", base / "file" / "l.zarr"):
+            r = CliRunner().invoke(app, ["fit", "kmeans", X, "--k", "2", "--labels", str(labels),
+                                         "--model", str(base / "out" / "m.zarr"), "--quiet"])
+            assert r.exit_code == 1, r.output
+            (line,) = [x for x in r.output.splitlines() if x.strip()]
+            assert line.startswith("dclust: error: --labels") and "expected" in line and "Errno" not in line
+            assert not (base / "out" / "m.zarr").exists()  # nothing was fitted or written
+
+    unwritable.run(check)
 
 
 def _stale(tmp_path):
