@@ -19,9 +19,9 @@ from ..kernels.gmpr import (
     GaussianStats, MixtureParams, class_posteriors, link_partial, pair_posteriors, sub_log_density,
     unlinked_partial,
 )
-from .passes import map_partials, map_reduce
+from .passes import map_partials, map_reduce, persist
 
-__all__ = ["LinkPlan", "estep", "init_stats", "link_payload", "proba", "total_loglik"]
+__all__ = ["LinkPlan", "estep", "init_stats", "link_payload", "persist_payload", "proba", "total_loglik"]
 
 
 @dataclass
@@ -190,6 +190,26 @@ def link_payload(X: da.Array, plan: LinkPlan) -> da.Array | None:
         task = dask.delayed(_assemble, pure=True)(xb[b], plan.linked[b], own, must, *pieces)
         parts.append(da.from_delayed(task, shape=(1,), dtype=object, meta=np.empty(0, dtype=object)))
     return da.concatenate(parts) if nb > 1 else parts[0]
+
+
+def persist_payload(links: da.Array | None) -> da.Array | None:
+    """Persist :func:`link_payload` once per fit and, on a distributed cluster of several workers, copy it to every
+    worker (``O(links · D)`` floats each): the E-step tasks, which read their own row blocks, then go wherever the
+    scheduler balances them instead of to the worker that holds their share of the links (one worker held most of
+    them and ran most of every pass)."""
+    if links is None:
+        return None
+    links = persist(links)
+    try:
+        from distributed import default_client, futures_of
+
+        client = default_client()
+    except (ImportError, ValueError):
+        return links
+    futures = futures_of(links)
+    if futures and len(client.nthreads()) > 1:
+        client.replicate(futures)
+    return links
 
 
 def _estep_kernel(Xb, links, *, offset, block_index, params):

@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from .._dask import gmpr as _dgmpr
 from .._dask.init import take_rows
-from .._dask.passes import map_blocks, persist
+from .._dask.passes import map_blocks
 from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._registry import register
 from .._validation import SEED, Interval, Options, as_generator, check_array
@@ -275,9 +275,7 @@ class GMPR(ClusterMixin, BaseEstimator):  # type: ignore[misc]  # scikit-learn s
         rng = as_generator(self.random_state)
         arr = persisted(arr, info.kind, self.persist)
         self._warned = False
-        links = _dgmpr.link_payload(arr, plan)
-        if links is not None:
-            links = persist(links)  # O(links · D) floats on the cluster, gathered once
+        links = _dgmpr.persist_payload(_dgmpr.link_payload(arr, plan))  # O(links · D) floats, gathered once
         em = _EM(self, arr, plan, links, rng, ck, constraints)
         run = fit_loop(em, max_iter=self.max_iter, ck=ck, resume=None if state is None else state["loop"])
         params, history = run.state["params"], run.state["history"]

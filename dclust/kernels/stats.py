@@ -38,6 +38,16 @@ def _pad(a: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+def chan_means(w: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Chan's parallel rule for the means of ``P`` parts of ``K`` clusters: from their weights ``w`` (P, K) and
+    means ``m`` (P, K, D), the merged weights (K,), the merged means (K, D) (0 for an empty cluster) and every
+    part's offset ``m - mean`` (P, K, D), which the merged scatter adds weighted."""
+    weight = w.sum(axis=0)
+    safe = np.where(weight > 0, weight, 1.0)
+    mean = np.einsum("pk,pkd->kd", w, m) / safe[:, None]
+    return weight, mean, m - mean[None]
+
+
 @dataclass
 class ClusterStats:
     """Sufficient statistics of a labelled set of points.
@@ -134,10 +144,8 @@ class ClusterStats:
         k = max(p.n_clusters for p in parts)
         w = np.stack([_pad(p.weight, k) for p in parts])
         m = np.stack([_pad(p.mean, k) for p in parts])
-        weight = w.sum(axis=0)
-        safe = np.where(weight > 0, weight, 1.0)
-        mean = np.einsum("pk,pkd->kd", w, m) / safe[:, None]
-        delta2 = ((m - mean[None]) ** 2).sum(axis=2)
+        weight, mean, delta = chan_means(w, m)
+        delta2 = (delta**2).sum(axis=2)
         scatter = sum(_pad(p.scatter, k) for p in parts) + (w * delta2).sum(axis=0)
         fp = np.zeros(k, dtype=np.uint64)
         for p in parts:

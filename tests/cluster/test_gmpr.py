@@ -6,13 +6,14 @@ from __future__ import annotations
 import warnings
 
 import dask.array as da
+from distributed import futures_of
 import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 from sklearn.metrics import adjusted_rand_score
 
-from dclust._dask.gmpr import LinkPlan, estep, link_payload, total_loglik
+from dclust._dask.gmpr import LinkPlan, estep, link_payload, persist_payload, total_loglik
 from dclust.cluster._gmpr import GMPR
 from dclust.constraints import ConstraintGraph
 from dclust.errors import (
@@ -84,7 +85,9 @@ def test_estep_with_persisted_link_payload_on_a_cluster(client):
     i, j, s = G.pairs()
     Xd = da.from_array(X, chunks=(200, -1)).persist()
     plan = LinkPlan.from_blocks(Xd.chunks[0], G.rechunk(Xd.chunks[0]).blocks())
-    links = link_payload(Xd, plan).persist()
+    links = persist_payload(link_payload(Xd, plan))
+    workers = set(client.nthreads())
+    assert len(workers) > 1 and all(set(w) == workers for w in client.who_has(futures_of(links)).values())
     owned = [p.must.size for p in links.compute()]
     assert sum(owned) == G.n_links and min(owned) > 0
     for seed in (0, 1):
@@ -231,6 +234,25 @@ def test_class_weight_solve_never_lowers_the_objective():
             np.testing.assert_allclose(new, c / c.sum(), rtol=1e-10)
 
 
+def test_newton_class_weights_reach_the_slsqp_optimum():
+    """The class-weight solve's Newton step on the Lagrange conditions lands where SLSQP does from the same start
+    (up to SLSQP's tolerance), never below it, up to 64 classes; it defers to SLSQP for an empty class."""
+    from dclust.kernels.gmpr import _newton_alpha, _slsqp_alpha
+
+    rng = np.random.default_rng(21)
+    for M in (3, 7, 16, 64):
+        n_cl = int(rng.integers(100, 50_000))
+        c = rng.uniform(0, 1e5, size=M) + 2 * n_cl / M
+        new, ref = _newton_alpha(c, n_cl), _slsqp_alpha(c, n_cl)
+        np.testing.assert_allclose(new.sum(), 1.0, rtol=1e-14)
+        np.testing.assert_allclose(new, ref, rtol=1e-5)
+        assert alpha_objective(new, c, n_cl) >= alpha_objective(ref, c, n_cl) - 1e-12 * abs(alpha_objective(ref, c, n_cl))
+        s = 2.0 * n_cl / (1.0 - (new * new).sum())
+        lam = c / new + s * new
+        np.testing.assert_allclose(lam, lam.mean(), rtol=1e-9)  # stationary: one multiplier for every class
+    assert _newton_alpha(np.array([5.0, 0.0, 3.0]), 2) is None
+
+
 def test_links_improve_the_clustering_and_are_respected(elongated):
     X, y = elongated
     rng = np.random.default_rng(9)
@@ -320,6 +342,34 @@ def test_fused_unlinked_kernel_equals_the_numpy_twin(diag):
     bad = X.copy()
     bad[7, 0] = np.nan
     assert unlinked_partial(bad, p, linked, block_index=4).bad_block == (4 if 7 not in linked else -1)
+
+
+@pytest.mark.parametrize("n_sub", [1, 3])
+def test_diag_kernel_on_separated_and_overlapping_tiles_equals_the_numpy_twin(n_sub):
+    """The diagonal E-step's two tile paths against plain numpy: rows each near one of many separated components
+    (a sparse tile: a row's mass in one component, folded row by row) after rows that overlap every component
+    (dense tiles, one BLAS product); responsibilities below exp(-60) of a row's largest count as 0, so the
+    components' statistics agree to rounding."""
+    from dclust.kernels.gmpr import _DIAG_TILE, unlinked_partial, unlinked_partial_numpy
+
+    rng = np.random.default_rng(11)
+    M, D = 8, 16
+    C = M * n_sub
+    centers = rng.uniform(-40, 40, size=(C, D))
+    cov = rng.uniform(0.5, 2.0, size=(M, n_sub, D))
+    p = MixtureParams.build(rng.dirichlet(np.ones(M) * 3), rng.dirichlet(np.ones(n_sub) * 3, size=M),
+                            centers.reshape(M, n_sub, D), cov)
+    n_dense, n_sparse = 2 * _DIAG_TILE, 3 * _DIAG_TILE + 17
+    overlapping = rng.normal(size=(n_dense, D)) * 60.0
+    separated = centers[rng.integers(0, C, n_sparse)] + rng.normal(size=(n_sparse, D))
+    X = np.concatenate([overlapping, separated]).astype(np.float32)
+    linked = rng.choice(len(X), 40, replace=False)
+    a, b = unlinked_partial(X, p, linked), unlinked_partial_numpy(X, p, linked)
+    np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-9, atol=1e-9 * np.abs(b.scatter).max())
+    np.testing.assert_allclose(a.class_counts, b.class_counts, rtol=1e-10)
+    assert a.loglik == pytest.approx(b.loglik, rel=1e-12) and a.n_rows == b.n_rows == len(X) - 40
 
 
 def test_predict_with_a_block_pair_holding_only_must_links():
