@@ -91,12 +91,12 @@ class StepState:
     @property
     def n_old(self) -> int:
         """Clusters carried over from earlier batches (rows of ``phi``)."""
-        return int(self.phi.shape[0])
+        return len(self.phi)
 
     @property
     def n_slots(self) -> int:
         """Cluster slots of this batch: the old clusters, then the new ones (entries of ``inst``)."""
-        return int(self.inst.shape[0])
+        return len(self.inst)
 
     @property
     def revival_scale(self) -> np.ndarray:
