@@ -6,29 +6,22 @@ from __future__ import annotations
 import json
 import math
 import os
-import runpy
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_engine.py"
+from _support.benchmarks import import_as_worker, run_script
+
+SCRIPT = "bench_engine.py"
 
 
 def run_bench(*args, cwd=None, timeout=300):
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-    env.pop("DCLUST_SCHEDULER", None)
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=cwd)
+    return run_script(SCRIPT, *args, cwd=cwd, timeout=timeout)
 
 
 def test_importing_runs_nothing(tmp_path, monkeypatch):
     """Worker processes re-import the script as ``__mp_main__``: that must start no cluster and write nothing."""
-    monkeypatch.chdir(tmp_path)
-    namespace = runpy.run_path(str(SCRIPT), run_name="__mp_main__")
-    assert callable(namespace["main"]) and len(namespace["ROWS"]) == len(set(namespace["ROWS"]))
-    assert os.listdir(tmp_path) == []
+    namespace = import_as_worker(SCRIPT, tmp_path, monkeypatch)
+    assert len(namespace["ROWS"]) == len(set(namespace["ROWS"]))
 
 
 @pytest.mark.parametrize("bad", [["--configs", "10x4"], ["--configs", "4x2x8"], ["--iter-lo", "5", "--iter-hi", "5"],

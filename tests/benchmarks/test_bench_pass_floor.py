@@ -5,29 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_pass_floor.py"
+from _support.benchmarks import import_as_worker, run_script
+
+SCRIPT = "bench_pass_floor.py"
 
 
 def run_bench(*args, cwd=None, timeout=300):
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-    env.pop("DCLUST_SCHEDULER", None)
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=cwd)
+    return run_script(SCRIPT, *args, cwd=cwd, timeout=timeout)
 
 
 def test_importing_runs_nothing(tmp_path, monkeypatch):
     """Worker processes re-import the script as ``__mp_main__``: that must start no cluster and write nothing."""
-    monkeypatch.chdir(tmp_path)
-    namespace = runpy.run_path(str(SCRIPT), run_name="__mp_main__")
-    assert callable(namespace["main"])
-    assert os.listdir(tmp_path) == []
+    import_as_worker(SCRIPT, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("bad", [["--iter-lo", "5", "--iter-hi", "5"], ["--chunk-rows", "0"], ["--k", "9", "--n", "8"]])

@@ -1,0 +1,31 @@
+"""Running a script of benchmarks/ as the lead runs it: a subprocess with the plain environment, and its import as
+a worker process re-imports it (``__mp_main__``)."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def run_script(name: str, *args: Any, cwd: Any = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``python benchmarks/<name> args...`` (no DCLUST_SCHEDULER from the test environment), output captured."""
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    env.pop("DCLUST_SCHEDULER", None)
+    return subprocess.run([sys.executable, str(BENCHMARKS / name), *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=cwd)
+
+
+def import_as_worker(name: str, cwd: Path, monkeypatch: Any) -> dict[str, Any]:
+    """The script's namespace when a worker process re-imports it as ``__mp_main__`` in ``cwd``; asserts that the
+    import wrote nothing there (it must start no cluster and run no benchmark)."""
+    monkeypatch.chdir(cwd)
+    namespace = runpy.run_path(str(BENCHMARKS / name), run_name="__mp_main__")
+    assert callable(namespace["main"])
+    assert os.listdir(cwd) == []
+    return namespace
