@@ -48,6 +48,12 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------- timing
 
 
+def add_int_options(parser: Any, **defaults: int) -> None:
+    """``--name`` (underscores as dashes) taking an int, for every ``name=default``: the sizes of a benchmark."""
+    for name, default in defaults.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=default)
+
+
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     """``(fn(), wall seconds)``."""
     t0 = time.perf_counter()

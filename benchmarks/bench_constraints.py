@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HERE, WorkerPeakMemory, fmt_bytes, machine_info, print_table, write_json  # noqa: E402
+from _common import HERE, WorkerPeakMemory, add_int_options, fmt_bytes, machine_info, print_table, write_json  # noqa: E402
 
 T_RATIO = 2.0
 T_GMPR = 3.0
@@ -47,10 +47,7 @@ T_GMPR = 3.0
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=5_000_000)
-    p.add_argument("--d", type=int, default=8)
-    p.add_argument("--centers", type=int, default=16)
-    p.add_argument("--chunk-rows", type=int, default=500_000)
+    add_int_options(p, n=5_000_000, d=8, centers=16, chunk_rows=500_000)
     p.add_argument("--link-fraction", type=float, default=0.01, help="links per row")
     p.add_argument("--within", type=float, default=0.9, help="share of links drawn inside a true cluster")
     p.add_argument("--lam", type=float, default=60.0)

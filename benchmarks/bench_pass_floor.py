@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HERE, fmt_ratio, fmt_s, machine_info, median, print_table, timed, write_json, zarr_read  # noqa: E402
+from _common import HERE, add_int_options, fmt_ratio, fmt_s, machine_info, median, print_table, timed, write_json, zarr_read  # noqa: E402
 from bench_kmeans import _warm_worker, choose_init, sklearn_fit  # noqa: E402
 
 TARGETS = {"threads": 1.3, "processes": 1.3, "persisted": 1.5}
@@ -50,10 +50,7 @@ TARGETS = {"threads": 1.3, "processes": 1.3, "persisted": 1.5}
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=10_000_000)
-    p.add_argument("--d", type=int, default=8)
-    p.add_argument("--k", type=int, default=16)
-    p.add_argument("--chunk-rows", type=int, default=500_000)
+    add_int_options(p, n=10_000_000, d=8, k=16, chunk_rows=500_000)
     p.add_argument("--centers", type=int, default=16, help="blobs in the data")
     p.add_argument("--cluster-std", type=float, default=3.0)
     p.add_argument("--iter-hi", type=int, default=7)

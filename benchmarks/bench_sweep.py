@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HERE, fmt_ratio, fmt_s, machine_info, print_table, write_json  # noqa: E402
+from _common import HERE, add_int_options, fmt_ratio, fmt_s, machine_info, print_table, write_json  # noqa: E402
 
 
 def run(args) -> dict:
@@ -103,13 +103,7 @@ def _timed(fn):
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=int, default=500_000)
-    p.add_argument("--d", type=int, default=8)
-    p.add_argument("--k", type=int, default=10)
-    p.add_argument("--chunk-rows", type=int, default=100_000)
-    p.add_argument("--n-lams", type=int, default=12)
-    p.add_argument("--max-clusters", type=int, default=20)
-    p.add_argument("--sample-size", type=int, default=5_000)
+    add_int_options(p, n=500_000, d=8, k=10, chunk_rows=100_000, n_lams=12, max_clusters=20, sample_size=5_000)
     p.add_argument("--naive-every", type=int, default=1, help="Time the full fit of every m-th candidate only.")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", action="store_true", help="Dask's threaded scheduler instead of a LocalCluster.")

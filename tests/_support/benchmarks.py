@@ -29,3 +29,11 @@ def import_as_worker(name: str, cwd: Path, monkeypatch: Any) -> dict[str, Any]:
     assert callable(namespace["main"])
     assert os.listdir(cwd) == []
     return namespace
+
+
+def assert_refused_before_any_work(name: str, bad: list[str], cwd: Path) -> None:
+    """The script given the ``bad`` arguments exits 2 with an argparse error and writes nothing into ``cwd``."""
+    r = run_script(name, *bad, "--data-dir", cwd / "data", "--out", cwd / "out.json", cwd=cwd, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "error:" in r.stderr
+    assert os.listdir(cwd) == []

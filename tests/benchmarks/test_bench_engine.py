@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 import pytest
 
-from _support.benchmarks import import_as_worker, run_script
+from _support.benchmarks import assert_refused_before_any_work, import_as_worker, run_script
 
 SCRIPT = "bench_engine.py"
 
@@ -27,10 +26,7 @@ def test_importing_runs_nothing(tmp_path, monkeypatch):
 @pytest.mark.parametrize("bad", [["--configs", "10x4"], ["--configs", "4x2x8"], ["--iter-lo", "5", "--iter-hi", "5"],
                                  ["--chunk-rows", "0"]])
 def test_bad_arguments_are_refused_before_any_work(bad, tmp_path):
-    r = run_bench(*bad, "--data-dir", tmp_path / "data", "--out", tmp_path / "out.json", cwd=tmp_path, timeout=60)
-    assert r.returncode == 2, r.stderr
-    assert "error:" in r.stderr
-    assert os.listdir(tmp_path) == []
+    assert_refused_before_any_work(SCRIPT, bad, tmp_path)
 
 
 def test_toy_run_writes_every_row(tmp_path):
