@@ -32,7 +32,7 @@ def _datasets(seed: int):
 
 def _run(X, y, n_links, m_k, trials, seed):
     from dclust import metrics
-    from dclust.cluster._gmpr import GMPR
+    from dclust import GMPR
     from dclust.constraints import ConstraintGraph
     from dclust.errors import ConvergenceWarning
 
