@@ -18,7 +18,7 @@ from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, me
 from ..kernels.distances import seed_mix
 from ..kernels.kmeans import block_rng
 from ..cluster._base import CHECKPOINT, raise_if_bad_block
-from ._anytime_step import sampled_step
+from ._anytime_step import Sample, keyed_sample, sampled_step
 from ._checkpoint import fingerprint_of, resume_state, save_state
 from ._consolidate import consolidate as consolidate_summaries
 from ._consolidate import refine_pass
@@ -75,23 +75,30 @@ def _task_value(graph: dict[Any, Any], key: Any) -> Any:
     return dask.get(needed, key)
 
 
-def _prefetched(arr: da.Array, w: da.Array | None, order: npt.NDArray[np.int64], start: int
-                ) -> Iterator[tuple[int, da.Array, da.Array | None, LoadedBatch]]:
-    """``(j, batch, weights, loaded)`` for the batches ``order[start:]`` of ``arr`` (and ``w``): each batch (and its
-    weights) as a dask array of one block, and ``loaded`` the same in driver memory (:class:`_BlockReader`), read
-    in a background thread while the batch before it is processed."""
+def _prefetched(arr: da.Array, w: da.Array | None, order: npt.NDArray[np.int64], start: int,
+                prepare: Callable[[int, LoadedBatch], Any]
+                ) -> Iterator[tuple[int, da.Array, da.Array | None, LoadedBatch, Any]]:
+    """``(j, batch, weights, loaded, prepared)`` for the batches ``order[start:]`` of ``arr`` (and ``w``): each
+    batch (and its weights) as a dask array of one block, ``loaded`` the same in driver memory
+    (:class:`_BlockReader`) and ``prepare(j, loaded)``, both done in a background thread while the batch before
+    it is processed."""
 
     def block(a: da.Array | None, j: int) -> da.Array | None:
         return None if a is None else a.blocks[int(order[j])]
 
     read = _BlockReader(arr, w)
+
+    def load(j: int) -> tuple[LoadedBatch, Any]:
+        loaded = read(int(order[j]))
+        return loaded, prepare(j, loaded)
+
     with ThreadPoolExecutor(1) as pool:
-        nxt = pool.submit(read, int(order[start])) if start < len(order) else None
+        nxt = pool.submit(load, start) if start < len(order) else None
         for j in range(start, len(order)):
             assert nxt is not None  # submitted for every j < len(order)
-            current = nxt.result()
-            nxt = pool.submit(read, int(order[j + 1])) if j + 1 < len(order) else None
-            yield j, arr.blocks[int(order[j])], block(w, j), current
+            current, prepared = nxt.result()
+            nxt = pool.submit(load, j + 1) if j + 1 < len(order) else None
+            yield j, arr.blocks[int(order[j])], block(w, j), current, prepared
 
 
 @register
@@ -186,6 +193,8 @@ class AnytimeDPMeans(DynamicBase):
     n_seen_: int
     batch_order_: npt.NDArray[np.int64]
     _ck_fp: dict[str, Any] | None
+    #: ``(t, {mix: sample})``: the samples of batch ``t`` drawn while it was read (see :meth:`_draw_samples`)
+    _samples: tuple[int, dict[int, Sample]] | None = None
 
     def __init__(
         self, *, lam: float | None = None, batch_rows: int | None = None, max_iter: int = 100, n_restarts: int = 1,
@@ -226,10 +235,12 @@ class AnytimeDPMeans(DynamicBase):
         if self.sample_rows is None:
             return super()._step(X, w, state, t, arr)
         best, best_mix = None, None
+        drawn = self._samples if self._samples is not None and self._samples[0] == t else (t, {})
         for r in range(self.n_restarts):
             mix = seed_mix(self._seed(t, r))
             res, check = sampled_step(X, w, state, mix=mix, sample_rows=self.sample_rows, max_iter=self.max_iter,
-                                      max_proposals=self.max_proposals, split_every=self.split_every)
+                                      max_proposals=self.max_proposals, split_every=self.split_every,
+                                      sample=drawn[1].get(mix))
             raise_if_bad_block(check, arr, "batch")
             assert res is not None  # None only with a bad block, which raised
             if best is None or res.result.objective < best.result.objective:
@@ -290,14 +301,27 @@ class AnytimeDPMeans(DynamicBase):
             self.batch_order_ = block_rng(self.seed_, _BATCH_STREAM).permutation(n_blocks).astype(np.int64)
         self._ck_fp = fp
         try:
-            for j, batch, wb, loaded in _prefetched(arr, w, self.batch_order_, int(self.n_batches_)):
+            for j, batch, wb, loaded, samples in _prefetched(arr, w, self.batch_order_, int(self.n_batches_),
+                                                             self._draw_samples):
+                self._samples = (j, samples)
                 self._fit_batch(batch, wb, loaded)  # partial_fit with the batch in memory
+                self._samples = None
                 if j == n_blocks - 1 and self.consolidate:
                     self._set_summaries(*consolidate_summaries(self.cluster_centers_, self.weights_, self.lam_)[:2])
                     save_state(self, fp)  # a rerun after the read resumes the consolidated model
                 yield self
         finally:
             self._ck_fp = None
+            self._samples = None
+
+    def _draw_samples(self, t: int, loaded: LoadedBatch) -> dict[int, Sample]:
+        """The keyed samples of batch ``t`` (already in memory), one per restart, by their ``mix``: drawn in the
+        prefetch thread, as they depend on the rows and the seed only."""
+        if self.sample_rows is None:
+            return {}
+        Y, wn = loaded
+        mixes = (seed_mix(self._seed(t, r)) for r in range(self.n_restarts))
+        return {mix: keyed_sample(Y, wn, mix=mix, sample_rows=self.sample_rows) for mix in mixes}
 
     def fit(
         self, X: ArrayLike, y: Ignored = None, sample_weight: ArrayLike | None = None, *,
