@@ -80,25 +80,22 @@ def _prefetched(arr: da.Array, w: da.Array | None, order: npt.NDArray[np.int64],
                 ) -> Iterator[tuple[int, da.Array, da.Array | None, LoadedBatch, Any]]:
     """``(j, batch, weights, loaded, prepared)`` for the batches ``order[start:]`` of ``arr`` (and ``w``): each
     batch (and its weights) as a dask array of one block, ``loaded`` the same in driver memory
-    (:class:`_BlockReader`) and ``prepare(j, loaded)``, both done in a background thread while the batch before
+    (:class:`_BlockReader`) and ``prepare(j, loaded)``, all made in a background thread while the batch before
     it is processed."""
-
-    def block(a: da.Array | None, j: int) -> da.Array | None:
-        return None if a is None else a.blocks[int(order[j])]
-
     read = _BlockReader(arr, w)
 
-    def load(j: int) -> tuple[LoadedBatch, Any]:
-        loaded = read(int(order[j]))
-        return loaded, prepare(j, loaded)
+    def load(j: int) -> tuple[da.Array, da.Array | None, LoadedBatch, Any]:
+        b = int(order[j])
+        loaded = read(b)
+        return arr.blocks[b], None if w is None else w.blocks[b], loaded, prepare(j, loaded)
 
     with ThreadPoolExecutor(1) as pool:
         nxt = pool.submit(load, start) if start < len(order) else None
         for j in range(start, len(order)):
             assert nxt is not None  # submitted for every j < len(order)
-            current, prepared = nxt.result()
+            batch, wb, loaded, prepared = nxt.result()
             nxt = pool.submit(load, j + 1) if j + 1 < len(order) else None
-            yield j, arr.blocks[int(order[j])], block(w, j), current, prepared
+            yield j, batch, wb, loaded, prepared
 
 
 @register
