@@ -106,8 +106,9 @@ class AnytimeDPMeans(DynamicBase):
     cluster's centre is the running mean of every point it ever received). With ``lam`` the DP-means penalty,
     after a full pass the clusters approximate batch :class:`dclust.DPMeans` ([DM] 4.1; docs/algorithms.md DM4).
 
-    Each batch is read once into the driver's memory, by the driver itself unless a ``distributed`` cluster holds
-    the data (persisted), and the next one is read while this one is processed. D-Means' iterations
+    Each batch is read once into the driver's memory, by the driver itself (the block's own tasks, run in a
+    background thread) unless a ``distributed`` cluster holds the data (persisted), and the next one is read, and
+    its keyed sample drawn, while this one is processed. D-Means' iterations
     run on a keyed sample of ``sample_rows`` rows of the batch; one labelling pass over every row (two threads, a
     fused kernel with no per-row output) then gives the centres, the weights and the objective of the whole
     batch; the batch that starts the read first has one full D-Means pass, so that its clusters open as in
