@@ -646,8 +646,8 @@ def main(argv=None) -> dict:
             "marginal": "(t(max_iter=hi) - t(max_iter=lo)) / (hi - lo), fastest of --repeats, fixed init, tol=0",
             "event median": "median of the progress-event seconds of the passes after the first, one fit with "
                             "max_iter=hi (fastest of --repeats)",
-            "anytime": "wall seconds of AnytimeDPMeans.fit over the uncompressed store (one read, one chunk per batch), "
-                       "fastest of --repeats, each after a plain-zarr read of that store (read_seconds)",
+            "anytime": "wall seconds of AnytimeDPMeans.fit over the uncompressed store (one read, one chunk per "
+                       "batch), fastest of --repeats, each after a plain-zarr read of that store (read_seconds)",
         },
         "rows": ROWS, "configs": []}
     tmp = None
