@@ -428,11 +428,119 @@ def keyed_rows(X, *, mix: int, offset: int, end: int, check: bool = True) -> tup
     return local, order_keys(mix, local + offset), first_nonfinite_row(X) if check else -1
 
 
+@numba.njit(**_JIT)
+def _serial_passes(Y, w, theta0, inst0, phi, gamma, ages, revc, revb, lam, Q, max_iter):
+    """The passes of :func:`serial_step` in one call: :func:`_label_pass` over the rows in order, then eq. 29
+    (the arithmetic of :func:`stats_from_assignment` and :func:`end_of_pass`) and the compaction of the slots,
+    until the labels repeat. Returns ``(theta, inst, weight, keep, history, n_iter, converged, rate)`` of the last
+    pass (``theta``/``inst`` compacted, ``weight`` and ``keep`` as in :class:`PassResult`)."""
+    m, d = Y.shape
+    n_old = phi.shape[0]
+    k = theta0.shape[0]
+    cap = k + m
+    theta = np.zeros((cap, d))
+    inst = np.zeros(cap, dtype=np.bool_)
+    theta[:k] = theta0
+    inst[:k] = inst0
+    order = np.arange(m)
+    z = np.full(m, -1, dtype=np.int64)
+    prev = np.empty(m, dtype=np.int64)
+    cost = np.empty(m)
+    history = np.empty(max_iter)
+    remap = np.empty(cap, dtype=np.int64)
+    keep = np.empty(0, dtype=np.int64)
+    kept_w = np.empty(0)
+    converged = False
+    rate = 1.0
+    n_iter = 0
+    while n_iter < max_iter:
+        if k + m > theta.shape[0]:  # room for a pass that opens a cluster at every row
+            theta = np.vstack((theta[:k], np.zeros((m, d))))
+            inst = np.concatenate((inst[:k], np.zeros(m, dtype=np.bool_)))
+            remap = np.empty(k + m, dtype=np.int64)
+        prev[:] = z
+        opened = 0
+        inst_before = inst[:k].copy()
+        n = _label_pass(Y, order, z, cost, theta, inst, phi, gamma, revc, revb, k, lam, True)
+        for c in range(k):
+            if inst[c] and not inst_before[c]:
+                opened += 1
+        opened += n - k
+        weight = np.zeros(n)
+        mean = np.zeros((n, d))
+        for i in range(m):
+            c = z[i]
+            weight[c] += w[i]
+            for j in range(d):
+                mean[c, j] += w[i] * np.float64(Y[i, j])
+        for c in range(n):
+            if weight[c] > 0:
+                for j in range(d):
+                    mean[c, j] = mean[c, j] / weight[c]
+        for c in range(min(n_old, n)):  # eq. 29 for the old clusters with data
+            if weight[c] > 0:
+                for j in range(d):
+                    mean[c, j] = (gamma[c] * phi[c, j] + weight[c] * mean[c, j]) / (gamma[c] + weight[c])
+        sse = 0.0  # eq. 18
+        for i in range(m):
+            c = z[i]
+            s = 0.0
+            for j in range(d):
+                t = np.float64(Y[i, j]) - mean[c, j]
+                s += t * t
+            sse += w[i] * s
+        n_keep = 0
+        for c in range(n):
+            if c < n_old:
+                if weight[c] > 0:
+                    sse += Q * ages[c]
+                    g = 0.0
+                    for j in range(d):
+                        t = mean[c, j] - phi[c, j]
+                        g += t * t
+                    sse += gamma[c] * g
+            elif weight[c] > 0:
+                sse += lam
+            if c < n_old or weight[c] > 0:
+                remap[c] = n_keep
+                n_keep += 1
+            else:
+                remap[c] = -1
+        keep = np.empty(n_keep, dtype=np.int64)
+        kept_w = np.empty(n_keep)
+        for c in range(n):
+            r = remap[c]
+            if r >= 0:
+                keep[r] = c
+                kept_w[r] = weight[c]
+                for j in range(d):
+                    theta[r, j] = mean[c, j]
+                inst[r] = weight[c] > 0
+        for c in range(n_keep, n):
+            inst[c] = False
+        k = n_keep
+        for i in range(m):
+            z[i] = remap[z[i]]
+        history[n_iter] = sse
+        rate = opened / max(m, 1)
+        n_iter += 1
+        same = True
+        for i in range(m):
+            if z[i] != prev[i]:
+                same = False
+                break
+        if same:
+            converged = True
+            break
+    return theta[:k].copy(), inst[:k].copy(), kept_w, keep, history[:n_iter].copy(), n_iter, converged, rate
+
+
 def serial_step(Y, w, state: StepState, *, max_iter: int):
     """One time step of serial D-Means ([DM] Alg. 1, one restart) on rows in memory, visited in row order.
 
     Label passes (eq. 28 with T1-T3, :func:`label_pass`) and eq. 29 updates alternate until the labels no longer
-    change or ``max_iter`` passes. ``w`` weights the rows in eq. 29 and eq. 18 (None: 1).
+    change or ``max_iter`` passes. ``w`` weights the rows in eq. 29 and eq. 18 (None: 1). The passes run in one
+    compiled call (:func:`_serial_passes`: no Python between passes).
 
     The step starts from ``state`` as it stands (its instantiated slots stay options until the first pass ends).
     Returns ``(state, result, history, n_iter, converged, rate)``: the state with the instantiated centres of the
@@ -448,29 +556,15 @@ def serial_step(Y, w, state: StepState, *, max_iter: int):
     """
     Y = np.ascontiguousarray(Y, dtype=np.float64)
     m = Y.shape[0]
-    order = np.arange(m)
-    z = np.full(m, -1, dtype=np.int64)
-    cur = StepState(state.phi, state.gamma, state.ages, state.lam, state.Q, state.theta.copy(), state.inst.copy())
-    history, res, converged, rate = [], None, False, 1.0
-    for it in range(max_iter):
-        prev = z.copy()
-        inst_before = cur.inst.copy()
-        cost = label_pass(Y, order, z, cur)
-        opened = np.zeros(cur.n_slots, dtype=np.bool_)
-        opened[inst_before.size:] = True
-        opened[: inst_before.size] = ~inst_before & cur.inst[: inst_before.size]
-        stats = stats_from_assignment(Y, z, cost, w, cur.n_slots, 0)
-        res = end_of_pass(stats.weight, stats.mean, stats.scatter, cur)
-        rate = float(np.count_nonzero(opened)) / max(m, 1)
-        remap = np.full(cur.n_slots, -1, dtype=np.int64)
-        remap[res.keep] = np.arange(res.keep.size)
-        z = remap[z]
-        history.append(res.objective)
-        cur = StepState(state.phi, state.gamma, state.ages, state.lam, state.Q, res.theta.copy(), res.has_data.copy())
-        if np.array_equal(z, prev):
-            converged = True
-            break
-    return cur, res, history, it + 1, converged, rate
+    w = np.ones(m) if w is None else np.ascontiguousarray(w, dtype=np.float64).reshape(m)
+    theta, inst, weight, keep, history, n_iter, converged, rate = _serial_passes(
+        Y, w, np.ascontiguousarray(state.theta, dtype=np.float64).reshape(-1, Y.shape[1]),
+        np.asarray(state.inst, dtype=np.bool_), state.phi, state.gamma, state.ages, state.revival_scale,
+        state.revival_base, float(state.lam), float(state.Q), int(max_iter))
+    hist = [float(h) for h in history]
+    res = PassResult(theta, inst, weight, hist[-1] if hist else 0.0, keep)
+    cur = StepState(state.phi, state.gamma, state.ages, state.lam, state.Q, theta.copy(), inst.copy())
+    return cur, res, hist, int(n_iter), bool(converged), float(rate)
 
 
 def assign_instantiated(Y, theta: np.ndarray) -> np.ndarray:

@@ -32,7 +32,7 @@ from ..kernels.dynmeans import PassResult, StepResult, StepState, end_of_pass, k
 from ..kernels.stats import ClusterStats
 from ..typing import ArrayLike
 
-__all__ = ["sampled_step"]
+__all__ = ["Sample", "keyed_sample", "sampled_step"]
 
 
 def _sample_partial(Xb: npt.NDArray[Any], wb: npt.NDArray[Any] | None, *, offset: int, block_index: int, mix: int,
@@ -66,9 +66,32 @@ def _full_pass(X: ArrayLike, w: ArrayLike | None, rule: DMRule, *, mix: int, sta
     return end_of_pass(stats.weight, stats.mean, stats.scatter, rule.state), KeyedPass(start, epochs)
 
 
+#: A batch's keyed sample as :func:`keyed_sample` gives it: ``(bad_block, total_weight, index, rows, weights)``.
+Sample = tuple[int, float, npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]
+
+
+def _sample_end(n: int, sample_rows: int) -> int:
+    """The key below which a row of a batch of ``n`` rows is in the sample of about ``sample_rows`` rows."""
+    return KEY_END if sample_rows >= n else (int(sample_rows) * KEY_END) // max(n, 1)
+
+
+def keyed_sample(X: ArrayLike, w: ArrayLike | None, *, mix: int, sample_rows: int, split_every: Any = None
+                 ) -> Sample:
+    """The keyed sample of :func:`sampled_step` (global indices, rows as float64, weights; in key order), the
+    batch's total weight, and the first block holding NaN/inf (-1 when none; numpy ``X`` is not checked: its rows
+    were checked when loaded). Rows and keys only: it can run before the batch before it is done."""
+    end = _sample_end(X.shape[0], sample_rows)
+    bad, total, keys, index, rows, sw = run_pass(_sample_partial, _merge_sample, X, w, split_every=split_every,
+                                                 mix=mix, end=end, check=not isinstance(X, np.ndarray))
+    order = np.argsort(keys, kind="stable")
+    return int(bad), float(total), index[order], rows[order], sw[order]
+
+
 def sampled_step(X: ArrayLike, w: ArrayLike | None, state: StepState, *, mix: int, sample_rows: int, max_iter: int,
-                 max_proposals: int, split_every: Any = None) -> tuple[StepResult | None, ClusterStats]:
+                 max_proposals: int, split_every: Any = None, sample: Sample | None = None
+                 ) -> tuple[StepResult | None, ClusterStats]:
     """One restart of an any-time DP-means batch on ``X`` (numpy in memory, or dask): see the module docstring.
+    ``sample`` is the batch's :func:`keyed_sample` for ``mix`` and ``sample_rows`` when it is already drawn.
 
     Returns ``(StepResult, check)``; ``check.bad_block`` names a block holding NaN/inf (the StepResult is then
     None). The StepResult's ``history`` holds the batch's eq. 18 objective after each full pass, ``n_iter`` the
@@ -76,16 +99,14 @@ def sampled_step(X: ArrayLike, w: ArrayLike | None, state: StepState, *, mix: in
     passes (whose serial orders ``serial_order_`` gives).
     """
     n, d = X.shape
-    end = KEY_END if sample_rows >= n else (int(sample_rows) * KEY_END) // max(n, 1)
-    # rows in memory were checked for NaN/inf by partial_fit; blocks of a dask array are checked here
-    bad, total, keys, index, rows, sw = run_pass(_sample_partial, _merge_sample, X, w, split_every=split_every,
-                                                 mix=mix, end=end, check=not isinstance(X, np.ndarray))
+    end = _sample_end(n, sample_rows)
+    if sample is None:
+        sample = keyed_sample(X, w, mix=mix, sample_rows=sample_rows, split_every=split_every)
+    bad, total, index, rows, sw = sample
     check = ClusterStats.identity(0, d)
     check.bad_block = int(bad)
     if bad >= 0:
         return None, check
-    order = np.argsort(keys, kind="stable")
-    index, rows, sw = index[order], rows[order], sw[order]
     history, records, passes = [], [], 0
     cur = state
     if state.n_old == 0:  # no cluster yet: D-Means' first pass over every row opens them (serial prefix: the sample)

@@ -164,6 +164,28 @@ def test_batches_are_read_on_the_driver_unless_the_cluster_holds_them(tmp_path, 
         np.testing.assert_array_equal(model.weights_, alone.weights_)
 
 
+def test_the_block_reader_runs_one_blocks_tasks_with_its_weights_and_checks_the_rows(tmp_path):
+    """Each batch is read from the array's graph in the calling thread: the block (of a store, re-chunked too) and
+    its weights, exactly; a row with NaN fails the fit with InvalidDataError naming it."""
+    from dclust.stream._anytime import _BlockReader
+
+    X, _ = _blobs(4000, seed=4)
+    path = str(tmp_path / "x.zarr")
+    dclust.io.write_array(X, path, chunks=(1000, 2))
+    w = np.linspace(0.5, 2.0, 4000)
+    Z, W = dclust.open_array(path), da.from_array(w, chunks=1000)
+    read = _BlockReader(Z, W)
+    for b in (3, 0):
+        Y, wb = read(b)
+        np.testing.assert_array_equal(Y, X[1000 * b: 1000 * (b + 1)])
+        assert wb.dtype == np.float64 and np.array_equal(wb, w[1000 * b: 1000 * (b + 1)])
+    R = Z.rechunk((2000, 2))  # batch_rows above the store's chunks: a batch is two chunks
+    np.testing.assert_array_equal(_BlockReader(R, None)(1)[0], X[2000:])
+    X[2017, 1] = np.nan
+    with pytest.raises(InvalidDataError, match="row 17"):
+        AnytimeDPMeans(lam=4.0, batch_rows=1000, random_state=0).fit(da.from_array(X, chunks=(1000, 2)))
+
+
 def _read_on_a_worker(path, block):
     """A block of the store at ``path``, readable only inside a worker process (as when the files are mounted on
     the cluster's side only): on the driver, FileNotFoundError."""
