@@ -336,7 +336,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         run = fit_loop(passes, max_iter=self.max_iter, ck=ck, resume=None if state is None else state["loop"],
                        warn=True)
         s = run.state
-        layout.phase_parts = None  # release the persisted phase lists (the layout is kept for serial_order_)
+        passes.lparts = None  # release the persisted colour tiles (the layout is kept for serial_order_)
         labels = final_labels(arr, layout, *s["pass"], mix=seed_mix(s["seed"]), kind=self.divergence)
         z, xi = s["z"], s["xi"]
         self.cluster_centers_ = s["centers"]

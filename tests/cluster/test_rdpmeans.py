@@ -151,25 +151,23 @@ def test_sparse_link_counts_equal_a_brute_force_count():
     y = rng.integers(0, 3, n)
     G = ConstraintGraph.from_labels_sample(y, 0.05, rng=2, p=0.8, chunks=(30, 25, 35))
     layout = build_layout(G, G.chunks, "serial")
-    layout.set_ranks([rng.permutation(layout.ptr[b + 1] - layout.ptr[b]) for b in range(3)])
+    layout.set_order(12345)
     z = rng.integers(0, 4, layout.n_nodes)  # labels of the linked rows
     E = np.zeros((n, n))
     a, b, s = G.pairs()
     E[a, b] = E[b, a] = s
     z_full = np.full(n, -1)
     z_full[layout.nodes] = z
-    seen = 0
-    for per_block in layout.phases:
-        for pb in per_block:
-            if pb is None:
-                continue
-            L = link_scores(pb.indptr, pb.cols, pb.vals, z[pb.nb], 4)
-            rows = layout.nodes[pb.ids]
-            f = np.stack([((E[rows] == 1) & (z_full[None, :] == k)).sum(axis=1) for k in range(4)], axis=1)
-            s_ = np.stack([((E[rows] == -1) & (z_full[None, :] == k)).sum(axis=1) for k in range(4)], axis=1)
-            np.testing.assert_array_equal(L, f - s_)
-            seen += rows.size
-    assert seen == layout.n_nodes
+    seen = []
+    for tile in layout.tiles:
+        L = link_scores(tile.indptr, tile.cols, tile.vals, z, 4)
+        rows = tile.rows
+        np.testing.assert_array_equal(rows, layout.nodes[tile.ids])
+        f = np.stack([((E[rows] == 1) & (z_full[None, :] == k)).sum(axis=1) for k in range(4)], axis=1)
+        s_ = np.stack([((E[rows] == -1) & (z_full[None, :] == k)).sum(axis=1) for k in range(4)], axis=1)
+        np.testing.assert_array_equal(L, f - s_)
+        seen.append(tile.ids)
+    np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(layout.n_nodes))  # each node once
 
 
 def test_numpy_and_dask_input_give_the_same_model(three):
