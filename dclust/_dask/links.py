@@ -65,7 +65,7 @@ class LinkLayout:
     chunks: tuple[int, ...]
     nodes: np.ndarray  # global rows
     block: np.ndarray
-    local: np.ndarray  # row within its block
+    local: np.ndarray  # row within its block (int32)
     color: np.ndarray
     n_colors: int
     adj: Any  # scipy CSR (n_nodes, n_nodes), signed values
@@ -109,5 +109,6 @@ def build_layout(graph, chunks: tuple[int, ...], mode: str) -> LinkLayout:
     a, b, s = graph.pairs()
     v = s * graph.weights()
     n_colors = int(color.max()) + 1 if color.size else 0
-    return LinkLayout(tuple(chunks), nodes, block, nodes - offsets[block], color, n_colors, adj, ptr,
+    local = (nodes - offsets[block]).astype(np.int32)  # (int32: half the bytes in every pass's tasks)
+    return LinkLayout(tuple(chunks), nodes, block, local, color, n_colors, adj, ptr,
                       np.searchsorted(nodes, a), np.searchsorted(nodes, b), v.astype(np.float64))

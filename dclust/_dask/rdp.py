@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import dask
 import numpy as np
 from dask.core import flatten
 
@@ -133,7 +132,7 @@ def _gather_tiles(parts, tiles):
 def extract_linked(X, layout: LinkLayout, *, mix):
     """Order the colour tiles of ``layout`` by order key and gather their rows (float64) into ONE persisted object
     (O(links), built once per fit, where the scheduler puts it): a pass's colour phases run in one task next to it
-    (:func:`_color_graph`), and nothing about the links travels again. Returns the persisted Delayed."""
+    (:func:`_epoch_task`), and nothing about the links travels again. Returns the persisted Delayed."""
     from dask._task_spec import DataNode, List, Task, TaskRef
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
@@ -221,42 +220,26 @@ def _color_phase(tile, X, keys, C, z, *, lam, xi, kind):
     return C, out, prop
 
 
-def _all_colors(tiles, state, *, lam, xi, kind):
+def _all_colors(tiles, C, z, *, lam, xi, kind):
     """Every colour phase of a pass, in one task: phase ``c`` sees the state left by the validation of phase
-    ``c - 1``. ``tiles`` is the persisted object of :func:`extract_linked`; ``state`` is ``(C, z)`` (``z`` is
-    copied, not changed). Each phase is one OCC epoch: serial RDP-means on the recorded order, as if its rows ran
-    in parallel tasks. Returns ``(C, z, stats, proposals per colour)``."""
-    C, z = state
-    z = z.copy()
+    ``c - 1``. ``tiles`` is the persisted object of :func:`extract_linked`; the state is ``(C, z)`` (``z``, the
+    labels of the linked rows, travels as int32 both ways). Each phase is one OCC epoch: serial RDP-means on the
+    recorded order, as if its rows ran in parallel tasks. Returns ``(C, z, stats, proposals per colour)``."""
+    z = z.astype(np.int64)
     stats, props = [], []
     for tile, X, keys in tiles:
         C, s, p = _color_phase(tile, X, keys, C, z, lam=lam, xi=xi, kind=kind)
         stats += s
         props.append(p)
-    return C, z, stats, props
+    return C, z.astype(np.int32), stats, props
 
 
-def _epoch_task(epoch, C, *, lam, kind):
-    """:func:`_validate_epoch` in a task (on the epoch's boxed merged result); also the state the colour phases
-    start from."""
+def _epoch_task(epoch, C, tiles, z, *, lam, xi, kind):
+    """:func:`_validate_epoch` in a task (on the epoch's boxed merged result) and, given the colour ``tiles``
+    (when the epoch ends phase 0), every colour phase from the centres it leaves (:func:`_all_colors`) in the same
+    task. Returns ``(validation, colours or None)``."""
     v = _validate_epoch(epoch[()], C, lam=lam, kind=kind)
-    return v, np.vstack([C, v[6]])
-
-
-def _color_state(v, z):
-    return v[1], z
-
-
-def _color_graph(tiles, state, *, lam, xi, kind):
-    """The task of all colour phases of a pass, starting from ``state`` (a task spec giving ``(C, z)``). Returns
-    ``(dsk, key, dependencies)`` or None without colour phases."""
-    from dask._task_spec import Task, TaskRef
-
-    if tiles is None:
-        return None
-    last = (fresh_name(_all_colors), 0)
-    dsk = {last: Task(last, _all_colors, TaskRef(tiles.key), state, lam=lam, xi=xi, kind=kind)}
-    return dsk, last, [tiles]
+    return v, None if tiles is None else _all_colors(tiles, np.vstack([C, v[6]]), z, lam=lam, xi=xi, kind=kind)
 
 
 def _finish_colors(out, layout: LinkLayout, z, total, order_out):
@@ -273,53 +256,48 @@ def _finish_colors(out, layout: LinkLayout, z, total, order_out):
     return C
 
 
+def _run_task(fn, *args, deps, **kwargs):
+    """``fn(*args, **kwargs)`` as one task of its own graph on top of the collections ``deps``, computed."""
+    from dask._task_spec import Task
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    key = (fresh_name(fn), 0)
+    graph = HighLevelGraph.from_collections(key[0], {key: Task(key, fn, *args, **kwargs)}, dependencies=deps)
+    return Delayed(key, graph, layer=key[0]).compute(optimize_graph=False)
+
+
 def _color_phases_fused(tiles, layout, C, z, *, lam, xi, kind, total, order_out):
     """All colour phases of a pass in ONE task (one round trip), on the worker that holds the tiles
     (:func:`extract_linked`). Each phase is one OCC epoch (``max_proposals`` applies to phase 0 only): still serial
     RDP-means on the recorded order."""
-    from dask._task_spec import DataNode
-    from dask.delayed import Delayed
-    from dask.highlevelgraph import HighLevelGraph
+    from dask._task_spec import DataNode, TaskRef
 
-    g = _color_graph(tiles, DataNode(None, (C, z)), lam=lam, xi=xi, kind=kind)
-    if g is None:
+    if tiles is None:
         return C
-    dsk, last, deps = g
-    graph = HighLevelGraph.from_collections(last[0], dsk, dependencies=deps)
-    out = Delayed(last, graph, layer=last[0]).compute()
+    out = _run_task(_all_colors, TaskRef(tiles.key), DataNode(None, C), DataNode(None, z.astype(np.int32)),
+                    deps=[tiles], lam=lam, xi=xi, kind=kind)
     return _finish_colors(out, layout, z, total, order_out)
 
 
 def _first_epoch_and_colors(X, tiles, layout, rule: RDPRule, z, *, lo, hi, xi, mix, split_every, order_out):
-    """Phase 0's first epoch (keys ``[lo, hi]``), its validation (in a task) and all colour phases in ONE graph
-    and one ``dask.compute``. The colour phases start from the centres of that epoch, so they are kept only if
-    it finished phase 0 (``hi`` is the last key). Returns ``(epoch record, n_rows, colours done)``."""
-    from dask._task_spec import Task, TaskRef
-    from dask.delayed import Delayed
-    from dask.highlevelgraph import HighLevelGraph
+    """Phase 0's first epoch (keys ``[lo, hi]``), then in one task its validation and, if it ends phase 0 (``hi``
+    is the last key), all colour phases: one graph, one round trip. Returns ``(epoch record, n_rows, colours
+    done)``."""
+    from dask._task_spec import DataNode, TaskRef
 
     epoch = rule.epoch_graph(X, None, mix=mix, lo=lo, hi=hi, split_every=split_every)
-    tag = fresh_name(_epoch_task)
-    vkey, skey = (f"{tag}-validate", 0), (f"{tag}-state", 0)
     (ekey,) = flatten(epoch.__dask_keys__())
-    dsk = {vkey: Task(vkey, _epoch_task, TaskRef(ekey), rule.centers, lam=rule.lam, kind=rule.kind)}
-    deps = [epoch]
-    g = None
-    if hi == KEY_END - 1 and tiles is not None:
-        dsk[skey] = Task(skey, _color_state, TaskRef(vkey), z)
-        g = _color_graph(tiles, TaskRef(skey), lam=rule.lam, xi=xi, kind=rule.kind)
-    if g is not None:
-        dsk.update(g[0])
-        deps += g[2]
-    hlg = HighLevelGraph.from_collections(tag, dsk, dependencies=deps)
-    layers = [Delayed(vkey, hlg, layer=tag)] + ([Delayed(g[1], hlg, layer=tag)] if g is not None else [])
-    out = dask.compute(*layers, optimize_graph=False)
-    v, _ = out[0]
-    part, n_rows, index = v[0], v[1], v[2]
+    last = hi == KEY_END - 1
+    colors = last and tiles is not None
+    v, out = _run_task(_epoch_task, TaskRef(ekey), DataNode(None, rule.centers),
+                       TaskRef(tiles.key) if colors else None, DataNode(None, z.astype(np.int32) if colors else None),
+                       deps=[epoch] + ([tiles] if colors else []), lam=rule.lam, xi=xi, kind=rule.kind)
+    n_rows, index = v[1], v[2]
     accepted = rule.record(*(v[:1] + v[2:]))
-    if g is not None:
-        rule.centers = _finish_colors(out[1], layout, z, rule.total, order_out)
-    return KeyedEpoch(lo, hi, index, accepted), n_rows, g is not None or hi == KEY_END - 1
+    if colors:
+        rule.centers = _finish_colors(out, layout, z, rule.total, order_out)
+    return KeyedEpoch(lo, hi, index, accepted), n_rows, last
 
 
 def rdp_pass(X, tiles, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_proposals, split_every=None,

@@ -48,7 +48,7 @@ def rdp_propose(Xb, wb, linked, *, offset, block_index, mix, lo, hi, centers, la
     """
     if kind == "euclidean":  # the DP-means epoch kernel, the linked rows left out: one fused read of the block
         stats, proposals = epoch_stats(Xb, centers, lam, offset=offset, block_index=block_index, mix=mix, lo=lo,
-                                       hi=hi, skip=linked)
+                                       hi=hi, skip=np.asarray(linked, dtype=np.int64))
         return stats, stats.n_rows, proposals, ()
     n = Xb.shape[0]
     skip = np.zeros(n, dtype=bool)
