@@ -321,3 +321,40 @@ def test_the_fused_link_argmin_equals_the_numpy_expressions(seed):
         np.testing.assert_array_equal(got[0], best)
         np.testing.assert_array_equal(got[1], dist[rows, best])
         np.testing.assert_array_equal(got[2], D[start:][rows, best])
+
+
+@pytest.mark.parametrize("rows_per_tile", [5, 16384])
+def test_a_color_phase_equals_the_numpy_expressions(rows_per_tile, monkeypatch):
+    """``color_phase`` (one call per colour, distances in tiles of rows): labels, proposals and statistics of the
+    numpy expressions ``argmin(D - xi * L)``, a proposal where that value exceeds lam, and
+    ``ClusterStats.from_labels`` of the other rows."""
+    from dclust.kernels import rdpmeans as K
+    from dclust.kernels.stats import ClusterStats, point_keys
+
+    monkeypatch.setattr(K, "_ROWS", rows_per_tile)
+    rng = np.random.default_rng(3)
+    m, d, k, n_nodes = 40, 3, 4, 90
+    X = rng.normal(size=(m, d)) * 2
+    C = rng.normal(size=(k, d))
+    rows = np.sort(rng.choice(10_000, m, replace=False))
+    indptr = np.concatenate([[0], np.cumsum(rng.integers(0, 4, m))]).astype(np.int64)
+    cols = rng.integers(0, n_nodes, indptr[-1]).astype(np.int64)
+    vals = rng.choice([-1.0, 1.0, 0.5], indptr[-1])
+    z = rng.integers(0, k, n_nodes).astype(np.int64)
+    xi, lam = 0.7, 3.0
+    labels, stats, prop = K.color_phase(X, point_keys(rows), indptr=indptr, cols=cols, vals=vals, z=z, centers=C,
+                                        lam=lam, xi=xi, kind="euclidean")
+    D = ((X[:, None, :] - C[None]) ** 2).sum(axis=2)
+    value = D - xi * link_scores(indptr, cols, vals, z, k)
+    best = np.argmin(value, axis=1)
+    proposed = value[np.arange(m), best] > lam
+    assert 0 < proposed.sum() < m  # both kinds of rows
+    np.testing.assert_array_equal(prop, np.flatnonzero(proposed))
+    np.testing.assert_array_equal(labels, np.where(proposed, -1, best))
+    keep = ~proposed
+    ref = ClusterStats.from_labels(X[keep], best[keep], k, cost=float(D[keep, best[keep]].sum()), index=rows[keep])
+    np.testing.assert_array_equal(stats.weight, ref.weight)
+    np.testing.assert_array_equal(stats.mean, ref.mean)
+    np.testing.assert_array_equal(stats.fingerprint, ref.fingerprint)
+    np.testing.assert_allclose(stats.scatter, ref.scatter, rtol=1e-12)
+    assert stats.cost == pytest.approx(ref.cost, rel=1e-12) and stats.n_rows == keep.sum()
