@@ -1,7 +1,7 @@
 """One RDP-means pass on Dask (docs/algorithms.md 8.4): phase 0 (the unlinked rows, keyed OCC epochs of
 :mod:`dclust._dask.occ` with :class:`RDPRule`) then one phase per colour class of the linked rows (one epoch each
-over the linked rows, gathered and persisted once per fit; all colour phases of a pass run in one task, after
-phase 0's last epoch and its validation in the same graph).
+over the linked rows, gathered once per fit into one persisted tile per colour; all colour phases of a pass run in
+the task that validates phase 0's last epoch, next to the tiles).
 
 A pass is serial RDP-means on the permutation recorded in :class:`RDPPassRecord`: the serial prefix (first pass
 only), then per phase-0 epoch its non-proposers and its proposals, then per colour phase likewise, each by order
