@@ -1,8 +1,7 @@
 """Driver-side layout of the linked rows for RDP-means (docs/algorithms.md 8.4), and per-block maps with arguments.
 
-Everything here is O(number of links): the linked rows (their block, local row, colour and processing rank),
-the signed adjacency between them, and per colour phase and block the CSR rows of that phase's points with the
-list of neighbours whose labels the block needs.
+Everything here is O(number of links): the linked rows (their block, local row and colour), the signed adjacency
+between them, and per colour class one tile: its rows in processing order with the CSR rows of their links.
 """
 
 from __future__ import annotations
@@ -15,10 +14,11 @@ import dask.array as da
 import numpy as np
 
 from ..kernels.coloring import greedy_coloring, link_adjacency
+from ..kernels.distances import order_keys
 from .passes import block_offsets, map_partials
 
 __all__ = [
-    "LinkLayout", "PhaseBlock", "build_layout", "object_array", "fresh_name", "map_with_args", "map_parts",
+    "LinkLayout", "ColorTile", "build_layout", "object_array", "fresh_name", "map_with_args",
 ]
 
 
@@ -46,33 +46,16 @@ def map_with_args(fn: Callable[..., Any], X: da.Array, args, *, blocks=None, **k
     return map_partials(fn, X, blocks=blocks, block_args=list(args), grouped=False, **kwargs)
 
 
-def _call_parts(fn, kwargs, p, a):
-    out = np.empty(1, dtype=object)
-    out[0] = fn(p[0], a[0], **kwargs)
-    return out
-
-
-def map_parts(fn: Callable[..., Any], parts: da.Array, args, blocks, **kwargs) -> da.Array:
-    """``fn(parts[b], args[k], **kwargs)`` for the k-th block ``b`` of ``blocks``: a map over persisted per-block
-    objects (the linked rows), returning a 1-D object array with one result per listed block."""
-    blocks = [int(b) for b in blocks]
-    A = da.from_array(object_array(args), chunks=1, name=False)
-    return da.blockwise(
-        _call_parts, "i", fn, None, kwargs, None, parts.blocks[blocks], "i", A, "i", dtype=object,
-        concatenate=True, align_arrays=False, meta=np.empty(0, dtype=object), name=fresh_name(fn),
-    )
-
-
 @dataclass
-class PhaseBlock:
-    """The rows of one colour in one block, in processing order, with their links."""
+class ColorTile:
+    """The linked rows of one colour class, all blocks together, in processing order (by order key), with their
+    links. Built once per fit; the pass tasks reuse it."""
 
     ids: np.ndarray  # node ids (into LinkLayout.nodes)
-    sel: np.ndarray  # slots into the block's linked rows
-    indptr: np.ndarray
-    cols: np.ndarray  # into nb
+    rows: np.ndarray  # their global rows
+    indptr: np.ndarray  # CSR of their links: one row per node of ``ids``
+    cols: np.ndarray  # node ids of the neighbours
     vals: np.ndarray  # signed link values
-    nb: np.ndarray  # node ids of the neighbours
 
 
 @dataclass
@@ -82,7 +65,7 @@ class LinkLayout:
     chunks: tuple[int, ...]
     nodes: np.ndarray  # global rows
     block: np.ndarray
-    local: np.ndarray  # row within its block
+    local: np.ndarray  # row within its block (int32)
     color: np.ndarray
     n_colors: int
     adj: Any  # scipy CSR (n_nodes, n_nodes), signed values
@@ -90,9 +73,7 @@ class LinkLayout:
     pair_a: np.ndarray  # links as node ids (each pair once) and signed values
     pair_b: np.ndarray
     pair_v: np.ndarray
-    rank: np.ndarray | None = None  # position of each node in its block's permutation
-    phases: list = field(default_factory=list)  # phases[c][b] -> PhaseBlock or None
-    phase_parts: Any = None  # all linked rows and the phases, gathered and persisted (a Delayed) on first use
+    tiles: list = field(default_factory=list)  # one ColorTile per colour (set_order)
 
     @property
     def n_nodes(self) -> int:
@@ -102,28 +83,17 @@ class LinkLayout:
         """Local rows of block ``b`` that carry a link (sorted)."""
         return self.local[self.ptr[b] : self.ptr[b + 1]]
 
-    def set_ranks(self, ranks_by_block) -> None:
-        """Record the processing ranks (from the blocks) and build the colour phases."""
-        self.rank = np.concatenate([np.asarray(r, dtype=np.int64) for r in ranks_by_block]) if len(ranks_by_block) \
-            else np.zeros(0, np.int64)
-        nb_blocks = len(self.chunks)
-        self.phases = []
+    def set_order(self, mix: int) -> None:
+        """Build the colour tiles: the nodes of each colour in the order of their order keys
+        (:func:`dclust.kernels.distances.order_keys` with ``mix``), with the CSR rows of their links."""
+        self.tiles = []
         for c in range(self.n_colors):
-            per_block = []
-            for b in range(nb_blocks):
-                lo, hi = int(self.ptr[b]), int(self.ptr[b + 1])
-                slots = np.flatnonzero(self.color[lo:hi] == c)
-                if slots.size == 0:
-                    per_block.append(None)
-                    continue
-                slots = slots[np.argsort(self.rank[lo:hi][slots], kind="stable")]
-                ids = slots + lo
-                sub = self.adj[ids]
-                nb = np.unique(sub.indices)
-                per_block.append(PhaseBlock(ids.astype(np.int64), slots.astype(np.int64), sub.indptr.astype(np.int64),
-                                            np.searchsorted(nb, sub.indices).astype(np.int64),
-                                            sub.data.astype(np.float64), nb.astype(np.int64)))
-            self.phases.append(per_block)
+            ids = np.flatnonzero(self.color == c)
+            ids = ids[np.argsort(order_keys(mix, self.nodes[ids]))]  # distinct rows have distinct keys
+            sub = self.adj[ids]
+            self.tiles.append(ColorTile(ids.astype(np.int64), self.nodes[ids].astype(np.int64),
+                                        sub.indptr.astype(np.int64), sub.indices.astype(np.int64),
+                                        sub.data.astype(np.float64)))
 
 
 def build_layout(graph, chunks: tuple[int, ...], mode: str) -> LinkLayout:
@@ -139,5 +109,6 @@ def build_layout(graph, chunks: tuple[int, ...], mode: str) -> LinkLayout:
     a, b, s = graph.pairs()
     v = s * graph.weights()
     n_colors = int(color.max()) + 1 if color.size else 0
-    return LinkLayout(tuple(chunks), nodes, block, nodes - offsets[block], color, n_colors, adj, ptr,
+    local = (nodes - offsets[block]).astype(np.int32)  # (int32: half the bytes in every pass's tasks)
+    return LinkLayout(tuple(chunks), nodes, block, local, color, n_colors, adj, ptr,
                       np.searchsorted(nodes, a), np.searchsorted(nodes, b), v.astype(np.float64))

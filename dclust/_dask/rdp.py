@@ -1,7 +1,7 @@
 """One RDP-means pass on Dask (docs/algorithms.md 8.4): phase 0 (the unlinked rows, keyed OCC epochs of
 :mod:`dclust._dask.occ` with :class:`RDPRule`) then one phase per colour class of the linked rows (one epoch each
-over the linked rows, gathered and persisted once per fit; all colour phases of a pass run in one task, after
-phase 0's last epoch and its validation in the same graph).
+over the linked rows, gathered once per fit into one persisted tile per colour; all colour phases of a pass run in
+the task that validates phase 0's last epoch, next to the tiles).
 
 A pass is serial RDP-means on the permutation recorded in :class:`RDPPassRecord`: the serial prefix (first pass
 only), then per phase-0 epoch its non-proposers and its proposals, then per colour phase likewise, each by order
@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import dask
 import numpy as np
 from dask.core import flatten
 
 from ..kernels.divergence import divergence_nearest, neg_entropy
 from ..kernels.distances import assign_stats, order_keys
-from ..kernels.rdpmeans import linked_block, rdp_propose, validate_proposals
-from ..kernels.stats import ClusterStats
-from .links import LinkLayout, fresh_name, map_with_args, object_array
+from ..kernels.rdpmeans import color_phase, rdp_propose, validate_proposals
+from ..kernels.stats import ClusterStats, point_keys
+from .links import LinkLayout, fresh_name, map_with_args
 from .occ import (
     KEY_END, KeyedEpoch, KeyedPass, OCCRule, keyed_pass, keyed_records_from, keyed_records_state, next_epoch_end,
     opening_rate, run_pass,
@@ -118,26 +117,32 @@ def init_pass(X, layout: LinkLayout, *, mix, prefix_size, kind, split_every=None
     return stats, H, end, idx[order], rows.reshape(-1, X.shape[1])[order]
 
 
-def _extract(Xb, linked, *, offset, block_index, mix):
-    keys = order_keys(mix, linked.astype(np.int64) + offset)
-    ranks = np.empty(linked.size, dtype=np.int64)
-    ranks[np.argsort(keys, kind="stable")] = np.arange(linked.size)
-    return np.asarray(Xb[linked], dtype=np.float64), linked.astype(np.int64) + offset, ranks
+def _extract(Xb, linked, *, offset, block_index):
+    return np.asarray(Xb[linked], dtype=np.float64)
 
 
-def _ranks_of(p):
-    return object_array([q[2] for q in p])
+def _gather_tiles(parts, tiles):
+    """(In a task, once per fit.) The rows of every colour tile, contiguous in processing order, with their
+    :func:`~dclust.kernels.stats.point_keys`: ``[(tile, X_tile, keys)]``. ``parts`` hold the linked rows of every
+    block (boxed), in node order."""
+    X = np.concatenate([p[0] for p in parts])
+    return [(t, np.ascontiguousarray(X[t.ids]), point_keys(t.rows)) for t in tiles]
 
 
 def extract_linked(X, layout: LinkLayout, *, mix):
-    """Persist each block's linked rows ``(X_linked, global rows, ranks)`` where the blocks are (workers, or memory
-    for the local schedulers) and give the layout their processing ranks (by order key). Returns the persisted
-    object array."""
-    args = [layout.linked_local(b) for b in range(len(X.chunks[0]))]
-    parts = map_with_args(_extract, X, args, mix=mix).persist()
-    ranks = parts.map_blocks(_ranks_of, dtype=object).compute()
-    layout.set_ranks(list(ranks))
-    return parts
+    """Order the colour tiles of ``layout`` by order key and gather their rows (float64) into ONE persisted object
+    (O(links), built once per fit, where the scheduler puts it): a pass's colour phases run in one task next to it
+    (:func:`_epoch_task`), and nothing about the links travels again. Returns the persisted Delayed."""
+    from dask._task_spec import DataNode, List, Task, TaskRef
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    layout.set_order(mix)
+    parts = map_with_args(_extract, X, [layout.linked_local(b) for b in range(len(X.chunks[0]))])
+    name = fresh_name(_gather_tiles)
+    refs = List(*[TaskRef(k) for k in flatten(parts.__dask_keys__())])
+    dsk = {name: Task(name, _gather_tiles, refs, DataNode(None, layout.tiles))}
+    return Delayed(name, HighLevelGraph.from_collections(name, dsk, dependencies=[parts])).persist()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -150,7 +155,7 @@ def _validate_epoch(epoch, C, *, lam, kind):
     :meth:`dclust._dask.occ.OCCRule.epoch`) in key order, validated serially against ``C``. Returns
     ``(partial, n_rows, index, rows, labels, dist, new)``."""
     part, n_rows, keys, index, rows = epoch[:5]
-    order = np.argsort(keys)  # (distinct keys: see _by_key)
+    order = np.argsort(keys)  # distinct rows have distinct keys: any sort is the stable one
     index, rows = index[order], rows[order]
     labels, dist, new = validate_proposals(rows, lam, kind, C)
     return part, n_rows, index, rows, labels, dist, new
@@ -195,171 +200,107 @@ class RDPRule(OCCRule):
         return int(new.shape[0])
 
 
-def _phase_block(linked, pb, C, z, *, lam, xi, kind):
-    """One block's rows of one colour phase (:func:`dclust.kernels.rdpmeans.linked_block`) against the state
-    ``(C, z)``: ``(result, node ids, global rows)``."""
-    Xl, index = linked
-    res = linked_block(Xl, index, sel=pb.sel, indptr=pb.indptr, cols=pb.cols, vals=pb.vals, z_nb=z[pb.nb],
-                       centers=C, lam=lam, xi=xi, kind=kind, start=0, max_proposals=np.iinfo(np.int64).max)
-    return res, pb.ids, index[pb.sel]
-
-
-def _by_key(rows: np.ndarray, mix: int) -> np.ndarray:
-    """The order of distinct global ``rows`` by order key. Distinct rows have distinct keys (the key is a bijection
-    of the row index), so numpy's default sort gives the stable order, 4-5 x faster than ``kind="stable"``."""
-    return np.argsort(order_keys(mix, rows))
-
-
-def _fused_validate(state, results, *, lam, kind, mix):
-    """The end of one colour phase: commit the blocks' labels, validate the proposals serially in key order and
-    return the next state ``(C, z, stats, order)`` (``order`` gains the phase's non-proposers, then its proposals,
-    each by key). ``z`` is updated in place."""
-    C, z, stats, order = state
-    d = C.shape[1]
-    kept, prop_ids, prop_rows, prop_nodes = [], [], [], []
-    for res, ib, nb in results:
-        ok = res.labels >= 0
-        z[ib[ok]] = res.labels[ok]
-        kept.append(nb[ok])
-        stats.append(res.stats)
-        prop_ids.append(ib[res.position])
-        prop_nodes.append(nb[res.position])
-        prop_rows.append(res.rows)
-    kept = np.concatenate(kept)
-    order.append(kept[_by_key(kept, mix)])
-    nodes_all = np.concatenate(prop_nodes)
-    if nodes_all.size:
-        srt = _by_key(nodes_all, mix)
-        pid, nodes_all = np.concatenate(prop_ids)[srt], nodes_all[srt]
-        rows = np.concatenate(prop_rows).reshape(-1, d)[srt]
-        k0 = C.shape[0]
+def _color_phase(tile, X, keys, C, z, *, lam, xi, kind):
+    """One colour phase (one OCC epoch over the rows of ``tile``) against ``(C, z)``: the rows decided in parallel
+    (:func:`dclust.kernels.rdpmeans.color_phase`), then the proposals validated serially in processing order.
+    ``z`` is updated in place. Returns ``(C, stats, proposals)`` (positions in the tile)."""
+    k0 = C.shape[0]
+    labels, stats, prop = color_phase(X, keys, indptr=tile.indptr, cols=tile.cols, vals=tile.vals, z=z, centers=C,
+                                      lam=lam, xi=xi, kind=kind)
+    keep = labels >= 0
+    z[tile.ids[keep]] = labels[keep]
+    out = [stats]
+    if prop.size:
+        rows = X[prop]
         labels, dist, new = validate_proposals(rows, lam, kind)
         C = np.vstack([C, new])
-        z[pid] = k0 + labels
-        stats.append(ClusterStats.from_labels(rows, k0 + labels, C.shape[0], cost=float(dist.sum()),
-                                              index=nodes_all))
-        order.append(nodes_all)
-    return C, z, stats, order
+        z[tile.ids[prop]] = k0 + labels
+        out.append(ClusterStats.from_labels(rows, k0 + labels, C.shape[0], cost=float(dist.sum()),
+                                            index=tile.rows[prop]))
+    return C, out, prop
 
 
-def _all_colors(linked_all, state, *, lam, xi, kind, mix):
-    """Every colour phase of a pass, in one task: phase ``c``'s blocks see the state left by the validation of
-    phase ``c - 1``. ``linked_all`` is ``(per block (X_linked, global rows), phases)``; ``state`` is
-    ``(C, z, stats, order)`` (``z`` is copied, not changed). Each phase is one OCC epoch: serial RDP-means on the
-    recorded order, as if its blocks ran in parallel tasks."""
-    linked, phases = linked_all
-    C, z, stats, order = state
-    state = (C, z.copy(), list(stats), list(order))
-    for per_block in phases:
-        results = [_phase_block(linked[b], pb, state[0], state[1], lam=lam, xi=xi, kind=kind)
-                   for b, pb in enumerate(per_block) if pb is not None]
-        if results:
-            state = _fused_validate(state, results, lam=lam, kind=kind, mix=mix)
-    return state
+def _all_colors(tiles, C, z, *, lam, xi, kind):
+    """Every colour phase of a pass, in one task: phase ``c`` sees the state left by the validation of phase
+    ``c - 1``. ``tiles`` is the persisted object of :func:`extract_linked`; the state is ``(C, z)`` (``z``, the
+    labels of the linked rows, travels as int32 both ways). Each phase is one OCC epoch: serial RDP-means on the
+    recorded order, as if its rows ran in parallel tasks. Returns ``(C, z, stats, proposals per colour)``."""
+    z = z.astype(np.int64)
+    stats, props = [], []
+    for tile, X, keys in tiles:
+        C, s, p = _color_phase(tile, X, keys, C, z, lam=lam, xi=xi, kind=kind)
+        stats += s
+        props.append(p)
+    return C, z.astype(np.int32), stats, props
 
 
-def _gather_linked(parts, phases):
-    return [p[0][:2] for p in parts], phases
-
-
-def _linked_all(lparts, layout):
-    """The linked rows of every block with their colour phases, gathered into ONE persisted object (built once per
-    fit, O(links)): a pass's colour phases then run in one task where that object is, so they cost one hop of the
-    task graph, not two per colour. Returns ``(persisted Delayed, its key)``."""
-    if layout.phase_parts is None:
-        from dask._task_spec import DataNode, List, Task, TaskRef
-        from dask.delayed import Delayed
-        from dask.highlevelgraph import HighLevelGraph
-
-        name = fresh_name(_gather_linked)
-        refs = List(*[TaskRef(k) for k in flatten(lparts.__dask_keys__())])
-        dsk = {name: Task(name, _gather_linked, refs, DataNode(None, layout.phases))}
-        layout.phase_parts = Delayed(name, HighLevelGraph.from_collections(name, dsk, dependencies=[lparts])).persist()
-    return layout.phase_parts, layout.phase_parts.key
-
-
-def _epoch_task(epoch, C, *, lam, kind):
-    """:func:`_validate_epoch` in a task (on the epoch's boxed merged result); also the state the colour phases
-    start from."""
+def _epoch_task(epoch, C, tiles, z, *, lam, xi, kind):
+    """:func:`_validate_epoch` in a task (on the epoch's boxed merged result) and, given the colour ``tiles``
+    (when the epoch ends phase 0), every colour phase from the centres it leaves (:func:`_all_colors`) in the same
+    task. Returns ``(validation, colours or None)``."""
     v = _validate_epoch(epoch[()], C, lam=lam, kind=kind)
-    return v, np.vstack([C, v[6]])
+    return v, None if tiles is None else _all_colors(tiles, np.vstack([C, v[6]]), z, lam=lam, xi=xi, kind=kind)
 
 
-def _color_state(v, z):
-    return v[1], z, [], []
-
-
-def _color_graph(lparts, layout, state, *, lam, xi, kind, mix):
-    """The task of all colour phases of a pass, starting from ``state`` (a task spec giving ``(C, z, stats,
-    order)``). Returns ``(dsk, key, dependencies)`` or None without colour phases."""
-    from dask._task_spec import Task, TaskRef
-
-    if lparts is None or layout.n_colors == 0:
-        return None
-    linked_all, key = _linked_all(lparts, layout)
-    last = (fresh_name(_all_colors), 0)
-    dsk = {last: Task(last, _all_colors, TaskRef(key), state, lam=lam, xi=xi, kind=kind, mix=mix)}
-    return dsk, last, [linked_all]
-
-
-def _finish_colors(out, z, total, order_out):
-    C, z_new, stats, order = out
+def _finish_colors(out, layout: LinkLayout, z, total, order_out):
+    """Fold the result of :func:`_all_colors` into the pass (on the driver): the labels ``z`` (in place), the
+    statistics and the serial order (per colour its non-proposers, then its proposals, each in processing
+    order). Returns the centres."""
+    C, z_new, stats, props = out
     z[:] = z_new
     total.extend(stats)
-    order_out.extend(order)
+    for tile, prop in zip(layout.tiles, props):
+        kept = np.ones(tile.rows.size, dtype=bool)
+        kept[prop] = False
+        order_out += [tile.rows[kept], tile.rows[prop]]
     return C
 
 
-def _color_phases_fused(lparts, layout, C, z, *, lam, xi, kind, mix, total, order_out):
-    """All colour phases of a pass in ONE task (one round trip): phase ``c``'s blocks read the state left by
-    phase ``c - 1``'s validation, on the worker that holds the linked rows (:func:`_linked_all`). Each phase is
-    one OCC epoch (``max_proposals`` applies to phase 0 only): still serial RDP-means on the recorded order."""
-    from dask._task_spec import DataNode
+def _run_task(fn, *args, deps, **kwargs):
+    """``fn(*args, **kwargs)`` as one task of its own graph on top of the collections ``deps``, computed."""
+    from dask._task_spec import Task
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
 
-    g = _color_graph(lparts, layout, DataNode(None, (C, z, [], [])), lam=lam, xi=xi, kind=kind, mix=mix)
-    if g is None:
+    key = (fresh_name(fn), 0)
+    graph = HighLevelGraph.from_collections(key[0], {key: Task(key, fn, *args, **kwargs)}, dependencies=deps)
+    return Delayed(key, graph, layer=key[0]).compute(optimize_graph=False)
+
+
+def _color_phases_fused(tiles, layout, C, z, *, lam, xi, kind, total, order_out):
+    """All colour phases of a pass in ONE task (one round trip), on the worker that holds the tiles
+    (:func:`extract_linked`). Each phase is one OCC epoch (``max_proposals`` applies to phase 0 only): still serial
+    RDP-means on the recorded order."""
+    from dask._task_spec import DataNode, TaskRef
+
+    if tiles is None:
         return C
-    dsk, last, deps = g
-    graph = HighLevelGraph.from_collections(last[0], dsk, dependencies=deps)
-    out = Delayed(last, graph, layer=last[0]).compute()
-    return _finish_colors(out, z, total, order_out)
+    out = _run_task(_all_colors, TaskRef(tiles.key), DataNode(None, C), DataNode(None, z.astype(np.int32)),
+                    deps=[tiles], lam=lam, xi=xi, kind=kind)
+    return _finish_colors(out, layout, z, total, order_out)
 
 
-def _first_epoch_and_colors(X, lparts, layout, rule: RDPRule, z, *, lo, hi, xi, mix, split_every, order_out):
-    """Phase 0's first epoch (keys ``[lo, hi]``), its validation (in a task) and all colour phases in ONE graph
-    and one ``dask.compute``. The colour phases start from the centres of that epoch, so they are kept only if
-    it finished phase 0 (``hi`` is the last key). Returns ``(epoch record, n_rows, colours done)``."""
-    from dask._task_spec import Task, TaskRef
-    from dask.delayed import Delayed
-    from dask.highlevelgraph import HighLevelGraph
+def _first_epoch_and_colors(X, tiles, layout, rule: RDPRule, z, *, lo, hi, xi, mix, split_every, order_out):
+    """Phase 0's first epoch (keys ``[lo, hi]``), then in one task its validation and, if it ends phase 0 (``hi``
+    is the last key), all colour phases: one graph, one round trip. Returns ``(epoch record, n_rows, colours
+    done)``."""
+    from dask._task_spec import DataNode, TaskRef
 
     epoch = rule.epoch_graph(X, None, mix=mix, lo=lo, hi=hi, split_every=split_every)
-    tag = fresh_name(_epoch_task)
-    vkey, skey = (f"{tag}-validate", 0), (f"{tag}-state", 0)
     (ekey,) = flatten(epoch.__dask_keys__())
-    dsk = {vkey: Task(vkey, _epoch_task, TaskRef(ekey), rule.centers, lam=rule.lam, kind=rule.kind)}
-    deps = [epoch]
-    g = None
-    if hi == KEY_END - 1 and lparts is not None and layout.n_colors:
-        dsk[skey] = Task(skey, _color_state, TaskRef(vkey), z)
-        g = _color_graph(lparts, layout, TaskRef(skey), lam=rule.lam, xi=xi, kind=rule.kind, mix=mix)
-    if g is not None:
-        dsk.update(g[0])
-        deps += g[2]
-    hlg = HighLevelGraph.from_collections(tag, dsk, dependencies=deps)
-    layers = [Delayed(vkey, hlg, layer=tag)] + ([Delayed(g[1], hlg, layer=tag)] if g is not None else [])
-    out = dask.compute(*layers, optimize_graph=False)
-    v, _ = out[0]
-    part, n_rows, index = v[0], v[1], v[2]
+    last = hi == KEY_END - 1
+    colors = last and tiles is not None
+    v, out = _run_task(_epoch_task, TaskRef(ekey), DataNode(None, rule.centers),
+                       TaskRef(tiles.key) if colors else None, DataNode(None, z.astype(np.int32) if colors else None),
+                       deps=[epoch] + ([tiles] if colors else []), lam=rule.lam, xi=xi, kind=rule.kind)
+    n_rows, index = v[1], v[2]
     accepted = rule.record(*(v[:1] + v[2:]))
-    if g is not None:
-        rule.centers = _finish_colors(out[1], z, rule.total, order_out)
-    return KeyedEpoch(lo, hi, index, accepted), n_rows, g is not None or hi == KEY_END - 1
+    if colors:
+        rule.centers = _finish_colors(out, layout, z, rule.total, order_out)
+    return KeyedEpoch(lo, hi, index, accepted), n_rows, last
 
 
-def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_proposals, split_every=None,
+def rdp_pass(X, tiles, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_proposals, split_every=None,
              prefix=None) -> PassResult:
     """One RDP-means pass. ``z`` (labels of the linked rows, by node id) is updated in place.
 
@@ -382,7 +323,7 @@ def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_pro
     colors_done = False
     if start < KEY_END:
         hi = next_epoch_end(start, X.shape[0], rate, max_proposals)
-        ep, n_rows, colors_done = _first_epoch_and_colors(X, lparts, layout, rule, z, lo=start, hi=hi, xi=xi,
+        ep, n_rows, colors_done = _first_epoch_and_colors(X, tiles, layout, rule, z, lo=start, hi=hi, xi=xi,
                                                             mix=mix, split_every=split_every,
                                                             order_out=linked_order)
         epochs.append(ep)
@@ -392,7 +333,7 @@ def rdp_pass(X, lparts, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_pro
                                  max_proposals=max_proposals, split_every=split_every)
             epochs += more
     if not colors_done:
-        rule.centers = _color_phases_fused(lparts, layout, rule.centers, z, lam=lam, xi=xi, kind=kind, mix=mix,
+        rule.centers = _color_phases_fused(tiles, layout, rule.centers, z, lam=lam, xi=xi, kind=kind,
                                             total=rule.total, order_out=linked_order)
     C = rule.centers
     stats = ClusterStats.merge_all(rule.total) if rule.total else ClusterStats.identity(C.shape[0], X.shape[1])

@@ -166,10 +166,10 @@ class RDPMeans(CentroidMixin, BaseEstimator):
     Distribution (docs/algorithms.md 8.4): each pass first assigns the rows without links (DP-means with optimistic
     concurrency over the row blocks, new clusters validated serially), then the linked rows one
     colour class of the link graph at a time (rows of one class share no link, so they run in parallel). All
-    color phases of a pass run in one task, next to the linked rows (gathered once per fit): each phase's
-    proposals are validated serially before the next phase starts; with phase 0's first epoch and its validation
-    in the same graph, a pass costs one round trip (one more per extra phase-0 epoch; ``max_proposals`` bounds phase 0's
-    epochs only). The result equals serial RDP-means on the order ``serial_order_``, a function of
+    color phases of a pass run in one task, next to the linked rows (gathered once per fit, one tile per colour):
+    each phase's proposals are validated serially before the next phase starts; that task also validates phase
+    0's last epoch, so a pass costs one round trip (one more per extra phase-0 epoch; ``max_proposals`` bounds
+    phase 0's epochs only). The result equals serial RDP-means on the order ``serial_order_``, a function of
     ``random_state`` and the global row index (and the link graph) only: the same data, links and seed give the
     same model for any row chunking and any number of workers. ``mode="jacobi"`` puts all linked rows in one
     class, updated from the previous labels: fewer phases, not serialisable, no monotonicity guarantee.
@@ -336,7 +336,7 @@ class RDPMeans(CentroidMixin, BaseEstimator):
         run = fit_loop(passes, max_iter=self.max_iter, ck=ck, resume=None if state is None else state["loop"],
                        warn=True)
         s = run.state
-        layout.phase_parts = None  # release the persisted phase lists (the layout is kept for serial_order_)
+        passes.lparts = None  # release the persisted colour tiles (the layout is kept for serial_order_)
         labels = final_labels(arr, layout, *s["pass"], mix=seed_mix(s["seed"]), kind=self.divergence)
         z, xi = s["z"], s["xi"]
         self.cluster_centers_ = s["centers"]

@@ -10,20 +10,17 @@ cannot-link, which is ``D - xi f_k + xi s_k`` for unit weights.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numba
 import numpy as np
 
-from .distances import _accumulate, _finish, _weights, epoch_stats, order_keys
+from .distances import _accumulate, _finish, _weights, epoch_stats, order_keys, scatter_about_means
 from .divergence import divergence_matrix, divergence_nearest, divergence_rows, smooth_rows
 from .dpmeans import serial_assign
 from .stats import ClusterStats
 
 __all__ = [
     "rdp_propose",
-    "LinkedBlockResult",
-    "linked_block",
+    "color_phase",
     "link_scores",
     "validate_proposals",
     "link_term",
@@ -51,7 +48,7 @@ def rdp_propose(Xb, wb, linked, *, offset, block_index, mix, lo, hi, centers, la
     """
     if kind == "euclidean":  # the DP-means epoch kernel, the linked rows left out: one fused read of the block
         stats, proposals = epoch_stats(Xb, centers, lam, offset=offset, block_index=block_index, mix=mix, lo=lo,
-                                       hi=hi, skip=linked)
+                                       hi=hi, skip=np.asarray(linked, dtype=np.int64))
         return stats, stats.n_rows, proposals, ()
     n = Xb.shape[0]
     skip = np.zeros(n, dtype=bool)
@@ -103,48 +100,60 @@ _NJIT = dict(nogil=True, cache=True, error_model="numpy")
 _PAIRWISE_BLOCK = 128
 
 
-@numba.njit(**_NJIT)
-def _block_sum(a, n):
-    """``a[:n].sum()`` for ``n <= 128`` in numpy's order (eight partial sums), bit for bit."""
-    if n < 8:
+@numba.njit(inline="always")
+def _sq_dist(X, i, C, c):
+    """``||X[i] - C[c]||^2`` with float64 differences, the squares summed in numpy's order for up to 128 numbers
+    (eight partial sums, then the tail), so bit for bit ``((X[i] - C[c]) ** 2).sum()``; no temporary."""
+    d = X.shape[1]
+    if d < 8:
         res = 0.0
-        for i in range(n):
-            res += a[i]
+        for j in range(d):
+            v = np.float64(X[i, j]) - C[c, j]
+            res += v * v
         return res
-    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
-    i = 8
-    while i < n - n % 8:
-        r0 += a[i]
-        r1 += a[i + 1]
-        r2 += a[i + 2]
-        r3 += a[i + 3]
-        r4 += a[i + 4]
-        r5 += a[i + 5]
-        r6 += a[i + 6]
-        r7 += a[i + 7]
-        i += 8
+    v0, v1 = np.float64(X[i, 0]) - C[c, 0], np.float64(X[i, 1]) - C[c, 1]
+    v2, v3 = np.float64(X[i, 2]) - C[c, 2], np.float64(X[i, 3]) - C[c, 3]
+    v4, v5 = np.float64(X[i, 4]) - C[c, 4], np.float64(X[i, 5]) - C[c, 5]
+    v6, v7 = np.float64(X[i, 6]) - C[c, 6], np.float64(X[i, 7]) - C[c, 7]
+    r0, r1, r2, r3, r4, r5, r6, r7 = v0 * v0, v1 * v1, v2 * v2, v3 * v3, v4 * v4, v5 * v5, v6 * v6, v7 * v7
+    j = 8
+    while j < d - d % 8:
+        v0, v1 = np.float64(X[i, j]) - C[c, j], np.float64(X[i, j + 1]) - C[c, j + 1]
+        v2, v3 = np.float64(X[i, j + 2]) - C[c, j + 2], np.float64(X[i, j + 3]) - C[c, j + 3]
+        v4, v5 = np.float64(X[i, j + 4]) - C[c, j + 4], np.float64(X[i, j + 5]) - C[c, j + 5]
+        v6, v7 = np.float64(X[i, j + 6]) - C[c, j + 6], np.float64(X[i, j + 7]) - C[c, j + 7]
+        r0 += v0 * v0
+        r1 += v1 * v1
+        r2 += v2 * v2
+        r3 += v3 * v3
+        r4 += v4 * v4
+        r5 += v5 * v5
+        r6 += v6 * v6
+        r7 += v7 * v7
+        j += 8
     res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[i]
-        i += 1
+    while j < d:
+        v = np.float64(X[i, j]) - C[c, j]
+        res += v * v
+        j += 1
     return res
+
+
+@numba.njit(inline="always")
+def _sq_row(X, i, C, out):
+    """``out[c] = ||X[i] - C[c]||^2`` (:func:`_sq_dist`) for every centre ``c``: the values of
+    :func:`dclust.kernels.divergence.divergence_matrix` bit for bit."""
+    for c in range(C.shape[0]):
+        out[c] = _sq_dist(X, i, C, c)
 
 
 @numba.njit(**_NJIT)
 def _sq_distances(X, C):
     """``||x_n - c_k||^2`` for all rows and centres, (n, K) float64, without a temporary: the same values as
-    :func:`dclust.kernels.divergence.divergence_matrix` (float64 differences, squares summed in numpy's order;
-    at most ``_PAIRWISE_BLOCK`` features)."""
-    n, d = X.shape
-    k = C.shape[0]
-    out = np.empty((n, k))
-    t = np.empty(d)
-    for i in range(n):
-        for c in range(k):
-            for j in range(d):
-                v = np.float64(X[i, j]) - C[c, j]
-                t[j] = v * v
-            out[i, c] = _block_sum(t, d)
+    :func:`dclust.kernels.divergence.divergence_matrix` (at most ``_PAIRWISE_BLOCK`` features)."""
+    out = np.empty((X.shape[0], C.shape[0]))
+    for i in range(X.shape[0]):
+        _sq_row(X, i, C, out[i])
     return out
 
 
@@ -153,16 +162,33 @@ _TILE = 512
 
 def _divergences(X: np.ndarray, C: np.ndarray, kind: str) -> np.ndarray:
     """:func:`divergence_matrix`, bit for bit, without its ``n x K x D`` temporary: Euclidean by
-    :func:`_sq_distances` (or, beyond ``_PAIRWISE_BLOCK`` features, the direct form in tiles of ``_TILE`` rows)."""
-    if kind != "euclidean":
-        return divergence_matrix(X, C, kind)
+    :func:`_sq_distances` (up to ``_PAIRWISE_BLOCK`` features), otherwise the direct form in tiles of ``_TILE``
+    rows."""
     C = np.ascontiguousarray(C, dtype=np.float64).reshape(-1, X.shape[1])
-    if X.shape[1] <= _PAIRWISE_BLOCK:
+    if kind == "euclidean" and X.shape[1] <= _PAIRWISE_BLOCK:
         return _sq_distances(np.ascontiguousarray(X), C)
     D = np.empty((X.shape[0], C.shape[0]))
     for s in range(0, X.shape[0], _TILE):
         D[s : s + _TILE] = divergence_matrix(X[s : s + _TILE], C, kind)
     return D
+
+
+@numba.njit(inline="always")
+def _link_choice(Dr, r, indptr, cols, vals, z, xi, L):
+    """The cluster minimising ``Dr - xi * L`` for row ``r`` of the CSR (``L`` its link sums by the labels ``z`` of
+    the columns, added in CSR order as ``numpy.add.at`` does; ``L`` is all zeros on entry and on return); lowest
+    index on ties, a NaN first, as ``numpy.argmin``. Returns ``(best, value)``."""
+    for e in range(indptr[r], indptr[r + 1]):
+        L[z[cols[e]]] += vals[e]
+    b = 0
+    bv = Dr[0] - xi * L[0]
+    for c in range(1, Dr.shape[0]):
+        v = Dr[c] - xi * L[c]
+        if not np.isnan(bv) and (v < bv or np.isnan(v)):
+            b, bv = c, v
+    for e in range(indptr[r], indptr[r + 1]):
+        L[z[cols[e]]] = 0.0
+    return b, bv
 
 
 @numba.njit(**_NJIT)
@@ -177,66 +203,66 @@ def _link_argmin(D, indptr, cols, vals, z_nb, xi):
     dbest = np.empty(n)
     L = np.zeros(k)
     for r in range(n):
-        for e in range(indptr[r], indptr[r + 1]):
-            L[z_nb[cols[e]]] += vals[e]
-        b = 0
-        bv = D[r, 0] - xi * L[0]
-        for c in range(1, k):
-            v = D[r, c] - xi * L[c]
-            if not np.isnan(bv) and (v < bv or np.isnan(v)):
-                b, bv = c, v
+        b, bv = _link_choice(D[r], r, indptr, cols, vals, z_nb, xi, L)
         best[r], bval[r], dbest[r] = b, bv, D[r, b]
-        for e in range(indptr[r], indptr[r + 1]):
-            L[z_nb[cols[e]]] = 0.0
     return best, bval, dbest
 
 
-@dataclass
-class LinkedBlockResult:
-    """One block's answer in an epoch of a colour phase (positions index the phase's row list of the block)."""
-
-    stats: ClusterStats  # statistics of the non-proposers
-    labels: np.ndarray  # (stop - start,) label of every processed row, -1 for a proposal
-    cost: float  # sum of D(x, mu_label) over the non-proposers
-    position: np.ndarray  # positions of the proposals
-    rows: np.ndarray  # (m, D) the proposals' rows
-    stop: int
+#: Rows per distance matrix of a colour phase (a few MiB at most).
+_ROWS = 16384
 
 
-def linked_block(
-    Xl, index, *, sel, indptr, cols, vals, z_nb, centers, lam, xi, kind, start, max_proposals
-) -> LinkedBlockResult:
-    """One epoch of a colour phase on one block's linked rows.
+@numba.njit(**_NJIT)
+def _fold_kept(X, labels, keys, k):
+    """Weight, mean and fingerprint per cluster of the rows with ``labels >= 0`` (unit weights; sums in row
+    order, as :meth:`ClusterStats.from_labels`); also the number of such rows."""
+    d = X.shape[1]
+    weight = np.zeros(k)
+    sums = np.zeros((k, d))
+    fp = np.zeros(k, dtype=np.uint64)
+    m = 0
+    for i in range(X.shape[0]):
+        c = labels[i]
+        if c < 0:
+            continue
+        m += 1
+        weight[c] += 1.0
+        fp[c] += keys[i]
+        for j in range(d):
+            sums[c, j] += X[i, j]
+    mean = np.zeros((k, d))
+    for c in range(k):
+        if weight[c] > 0:
+            for j in range(d):
+                mean[c, j] = sums[c, j] / weight[c]
+    return weight, mean, fp, m
 
-    ``Xl`` (float64) and ``index`` (global rows) hold the block's linked rows; ``sel`` lists the rows of the
-    current colour in processing order; the CSR ``(indptr, cols, vals)`` has one row per entry of ``sel`` and
-    ``z_nb`` the current labels of the columns. From position ``start``, each row takes the cluster minimising
-    ``D(x, mu_k) - xi * L[k]`` unless all exceed ``lam`` (then it is proposed; at most ``max_proposals``).
+
+def color_phase(X, keys, *, indptr, cols, vals, z, centers, lam, xi, kind) -> tuple[np.ndarray, ClusterStats, np.ndarray]:
+    """One colour phase over its rows ``X`` (float64, (m, D), in processing order; ``keys`` their
+    :func:`~dclust.kernels.stats.point_keys`) against the state ``(centers, z)``.
+
+    The CSR ``(indptr, cols, vals)`` has one row per row of ``X``; ``cols`` index ``z`` (the current labels of
+    the linked rows). Each row takes the cluster minimising ``D(x, mu_k) - xi * L[k]`` unless all exceed ``lam``
+    (then it is proposed). Returns ``(labels, stats, proposals)``: ``labels`` (m,) int64 with -1 for a proposal,
+    the statistics of the other rows, and the positions of the proposals (in processing order).
     """
-    k = centers.shape[0]
-    part = np.asarray(sel[start:], dtype=np.int64)
-    X = Xl[part]
-    if k:
-        D = _divergences(X, centers, kind)
-        best, bval, dbest = _link_argmin(D, np.ascontiguousarray(indptr[start:], dtype=np.int64),
-                                         np.ascontiguousarray(cols, dtype=np.int64),
-                                         np.ascontiguousarray(vals, dtype=np.float64),
-                                         np.ascontiguousarray(z_nb, dtype=np.int64), float(xi))
-    else:
-        best, bval, dbest = np.zeros(part.size, np.int64), np.full(part.size, np.inf), np.zeros(part.size)
+    m, k = X.shape[0], centers.shape[0]
+    best, bval, dbest = np.zeros(m, np.int64), np.full(m, np.inf), np.zeros(m)
+    if k:  # (a fused distance + choice kernel measured slower than these two in turn)
+        indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+        args = (np.ascontiguousarray(cols, dtype=np.int64), np.ascontiguousarray(vals, dtype=np.float64),
+                np.ascontiguousarray(z, dtype=np.int64), float(xi))
+        for s in range(0, m, _ROWS):
+            e = min(m, s + _ROWS)
+            best[s:e], bval[s:e], dbest[s:e] = _link_argmin(_divergences(X[s:e], centers, kind), indptr[s : e + 1],
+                                                            *args)
     propose = ~(bval <= lam)
-    count = np.cumsum(propose)
-    stop = part.size
-    if count.size and count[-1] > max_proposals:
-        stop = int(np.searchsorted(count, max_proposals, side="left")) + 1
-    propose, best = propose[:stop], best[:stop]
-    labels = np.where(propose, -1, best).astype(np.int64)
-    keep = ~propose
-    data_cost = dbest[:stop][keep] if k else np.zeros(0)
-    stats = ClusterStats.from_labels(X[:stop][keep], labels[keep], k, cost=float(data_cost.sum()),
-                                     index=index[part[:stop][keep]])
-    return LinkedBlockResult(stats, labels, float(data_cost.sum()), np.flatnonzero(propose) + start,
-                             X[:stop][propose], start + stop)
+    labels = np.where(propose, -1, best)
+    weight, mean, fp, n_kept = _fold_kept(X, labels, keys, k)
+    scatter = scatter_about_means(X, labels, np.ones(m), mean)
+    cost = float(dbest[~propose].sum())
+    return labels, ClusterStats(weight, mean, scatter, cost, fp, int(n_kept)), np.flatnonzero(propose)
 
 
 def validate_proposals(

@@ -151,25 +151,23 @@ def test_sparse_link_counts_equal_a_brute_force_count():
     y = rng.integers(0, 3, n)
     G = ConstraintGraph.from_labels_sample(y, 0.05, rng=2, p=0.8, chunks=(30, 25, 35))
     layout = build_layout(G, G.chunks, "serial")
-    layout.set_ranks([rng.permutation(layout.ptr[b + 1] - layout.ptr[b]) for b in range(3)])
+    layout.set_order(12345)
     z = rng.integers(0, 4, layout.n_nodes)  # labels of the linked rows
     E = np.zeros((n, n))
     a, b, s = G.pairs()
     E[a, b] = E[b, a] = s
     z_full = np.full(n, -1)
     z_full[layout.nodes] = z
-    seen = 0
-    for per_block in layout.phases:
-        for pb in per_block:
-            if pb is None:
-                continue
-            L = link_scores(pb.indptr, pb.cols, pb.vals, z[pb.nb], 4)
-            rows = layout.nodes[pb.ids]
-            f = np.stack([((E[rows] == 1) & (z_full[None, :] == k)).sum(axis=1) for k in range(4)], axis=1)
-            s_ = np.stack([((E[rows] == -1) & (z_full[None, :] == k)).sum(axis=1) for k in range(4)], axis=1)
-            np.testing.assert_array_equal(L, f - s_)
-            seen += rows.size
-    assert seen == layout.n_nodes
+    seen = []
+    for tile in layout.tiles:
+        L = link_scores(tile.indptr, tile.cols, tile.vals, z, 4)
+        rows = tile.rows
+        np.testing.assert_array_equal(rows, layout.nodes[tile.ids])
+        f = np.stack([((E[rows] == 1) & (z_full[None, :] == k)).sum(axis=1) for k in range(4)], axis=1)
+        s_ = np.stack([((E[rows] == -1) & (z_full[None, :] == k)).sum(axis=1) for k in range(4)], axis=1)
+        np.testing.assert_array_equal(L, f - s_)
+        seen.append(tile.ids)
+    np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(layout.n_nodes))  # each node once
 
 
 def test_numpy_and_dask_input_give_the_same_model(three):
@@ -323,3 +321,40 @@ def test_the_fused_link_argmin_equals_the_numpy_expressions(seed):
         np.testing.assert_array_equal(got[0], best)
         np.testing.assert_array_equal(got[1], dist[rows, best])
         np.testing.assert_array_equal(got[2], D[start:][rows, best])
+
+
+@pytest.mark.parametrize("rows_per_tile", [5, 16384])
+def test_a_color_phase_equals_the_numpy_expressions(rows_per_tile, monkeypatch):
+    """``color_phase`` (one call per colour, distances in tiles of rows): labels, proposals and statistics of the
+    numpy expressions ``argmin(D - xi * L)``, a proposal where that value exceeds lam, and
+    ``ClusterStats.from_labels`` of the other rows."""
+    from dclust.kernels import rdpmeans as K
+    from dclust.kernels.stats import ClusterStats, point_keys
+
+    monkeypatch.setattr(K, "_ROWS", rows_per_tile)
+    rng = np.random.default_rng(3)
+    m, d, k, n_nodes = 40, 3, 4, 90
+    X = rng.normal(size=(m, d)) * 2
+    C = rng.normal(size=(k, d))
+    rows = np.sort(rng.choice(10_000, m, replace=False))
+    indptr = np.concatenate([[0], np.cumsum(rng.integers(0, 4, m))]).astype(np.int64)
+    cols = rng.integers(0, n_nodes, indptr[-1]).astype(np.int64)
+    vals = rng.choice([-1.0, 1.0, 0.5], indptr[-1])
+    z = rng.integers(0, k, n_nodes).astype(np.int64)
+    xi, lam = 0.7, 3.0
+    labels, stats, prop = K.color_phase(X, point_keys(rows), indptr=indptr, cols=cols, vals=vals, z=z, centers=C,
+                                        lam=lam, xi=xi, kind="euclidean")
+    D = ((X[:, None, :] - C[None]) ** 2).sum(axis=2)
+    value = D - xi * link_scores(indptr, cols, vals, z, k)
+    best = np.argmin(value, axis=1)
+    proposed = value[np.arange(m), best] > lam
+    assert 0 < proposed.sum() < m  # both kinds of rows
+    np.testing.assert_array_equal(prop, np.flatnonzero(proposed))
+    np.testing.assert_array_equal(labels, np.where(proposed, -1, best))
+    keep = ~proposed
+    ref = ClusterStats.from_labels(X[keep], best[keep], k, cost=float(D[keep, best[keep]].sum()), index=rows[keep])
+    np.testing.assert_array_equal(stats.weight, ref.weight)
+    np.testing.assert_array_equal(stats.mean, ref.mean)
+    np.testing.assert_array_equal(stats.fingerprint, ref.fingerprint)
+    np.testing.assert_allclose(stats.scatter, ref.scatter, rtol=1e-12)
+    assert stats.cost == pytest.approx(ref.cost, rel=1e-12) and stats.n_rows == keep.sum()
