@@ -493,15 +493,23 @@ def _dense_rows(X, idx, m, o, U):
 @numba.njit(**_RFAST)
 def _dense_densities(U, m, mu, p, base, G, mx):
     """``G[c, j] = t_c(x_j)`` exactly for every component and the first ``m`` rows of ``U`` (the direct form, over
-    contiguous rows), every row's largest in ``mx``."""
+    contiguous rows, four features per sweep of ``G[c]``), every row's largest in ``mx``."""
     C, D = mu.shape
+    D4 = D - D % 4
     for j in range(m):
         mx[j] = -np.inf
     for c in range(C):
         g = G[c]
         for j in range(m):
             g[j] = 0.0
-        for f in range(D):
+        for f in range(0, D4, 4):
+            p0, p1, p2, p3 = p[c, f], p[c, f + 1], p[c, f + 2], p[c, f + 3]
+            m0, m1, m2, m3 = mu[c, f], mu[c, f + 1], mu[c, f + 2], mu[c, f + 3]
+            u0, u1, u2, u3 = U[f], U[f + 1], U[f + 2], U[f + 3]
+            for j in range(m):
+                d0, d1, d2, d3 = u0[j] - m0, u1[j] - m1, u2[j] - m2, u3[j] - m3
+                g[j] += (p0 * d0 * d0 + p1 * d1 * d1) + (p2 * d2 * d2 + p3 * d3 * d3)
+        for f in range(D4, D):
             pv, mv = p[c, f], mu[c, f]
             u = U[f]
             for j in range(m):
@@ -516,16 +524,40 @@ def _dense_densities(U, m, mu, p, base, G, mx):
 
 @numba.njit(**_RFAST)
 def _fold_dense(G, U, m, S):
-    """``S[c] += Σ_j G[c, j] [u_j², u_j, 1]`` over the first ``m`` rows of ``U`` (D, T)."""
+    """``S[c] += Σ_j G[c, j] [u_j², u_j, 1]`` over the first ``m`` rows of ``U`` (D, T), four features per sweep
+    of ``G[c]``."""
     C = G.shape[0]
     D = U.shape[0]
+    D4 = D - D % 4
     for c in range(C):
         g = G[c]
         s0 = 0.0
         for j in range(m):
             s0 += g[j]
         S[c, 2 * D] += s0
-        for f in range(D):
+        for f in range(0, D4, 4):
+            u0, u1, u2, u3 = U[f], U[f + 1], U[f + 2], U[f + 3]
+            a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = 0.0
+            for j in range(m):
+                gj = g[j]
+                x0, x1, x2, x3 = gj * u0[j], gj * u1[j], gj * u2[j], gj * u3[j]
+                a0 += x0
+                a1 += x1
+                a2 += x2
+                a3 += x3
+                b0 += x0 * u0[j]
+                b1 += x1 * u1[j]
+                b2 += x2 * u2[j]
+                b3 += x3 * u3[j]
+            S[c, D + f] += a0
+            S[c, D + f + 1] += a1
+            S[c, D + f + 2] += a2
+            S[c, D + f + 3] += a3
+            S[c, f] += b0
+            S[c, f + 1] += b1
+            S[c, f + 2] += b2
+            S[c, f + 3] += b3
+        for f in range(D4, D):
             u = U[f]
             s1 = 0.0
             s2 = 0.0
