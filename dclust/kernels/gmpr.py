@@ -307,8 +307,8 @@ def _fold_rows(X, lo, ks, idx, rs, means, weight, sums, scat, diff, y):
                     scat[c, f * D + g] += y[f] * diff[g]
 
 
-#: Rows per tile of the diagonal E-step kernel: its (rows, 2D + 1) design and (rows, C) responsibilities stay in
-#: cache, and the two BLAS products per tile amortise their call.
+#: Rows per tile of the diagonal E-step kernels (unlinked rows; link endpoints): a tile's rows and its (C, rows)
+#: log-densities stay in cache, and the BLAS products per tile amortise their call.
 _DIAG_TILE = 512
 _EXP_FLOOR = -708.0  # exp below this is taken as 0 (exp(-708) ~ 3e-308, the smallest normal double)
 
@@ -388,7 +388,7 @@ def _fold_tile(G, W, per, m, A, part, S):
             S[c, f] += part[c, f]
 
 
-#: A tile whose responsibilities that count are at most 1 / _SPARSE of all is folded row by row, not by BLAS.
+#: A tile whose responsibilities that count are at most 1 / _SPARSE of all is computed and folded pair by pair.
 _SPARSE = 8
 
 
@@ -732,7 +732,7 @@ def _design_row(A, m, X, i, o):
 def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits, poly, part, S, counts):
     """One tile of :func:`_diag_link_kernel`: ``h`` links of one type, their first endpoints in rows ``[0, h)`` of
     the design ``A`` and their second in ``[h, 2h)``; the endpoints' weights folded into ``S`` by one BLAS
-    product as in :func:`_diag_tile`, the class posteriors added to ``counts``; returns the links' log-likelihood.
+    product (:func:`_fold_tile`), the class posteriors added to ``counts``; returns the links' log-likelihood.
 
     Every loop but the rare log-space fallback runs over the tile's columns innermost (SIMD, :func:`_vexp`):
     ``G`` (C, T) the sub-cluster log-densities then the endpoints' weights, ``g`` (M, T) the class
@@ -858,7 +858,7 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits
 
 @numba.njit(**_FAST)
 def _diag_link_kernel(Xa, Xb, order, n_must, o, WT, bsub, log_alpha, n_sub):
-    """Every link for diagonal covariances on the unlinked rows' BLAS tile path: the endpoints of
+    """Every link for diagonal covariances by BLAS tiles: the endpoints of
     ``_DIAG_TILE // 2`` links of one type at a time (``order``: link indices, its first ``n_must`` the
     must-links) in one design ``[(x − o)², x − o, 1]``, their sub-cluster log-densities from one product ``W A``,
     pair posteriors by vectorised exps (:func:`_link_tile`) and the endpoints' weights folded in by a second
@@ -1261,7 +1261,7 @@ def _from_shifted(weight, sums, scat, shift, counts, loglik, n_rows) -> Gaussian
 def link_partial(Xa: np.ndarray, Xb: np.ndarray, must: np.ndarray, params: MixtureParams) -> GaussianStats:
     """E-step partial of a set of links, given their endpoints' rows.
 
-    Diagonal covariances: the unlinked rows' BLAS tile path (:func:`_diag_link_kernel`: densities and the fold of
+    Diagonal covariances: BLAS tiles (:func:`_diag_link_kernel`: densities and the fold of
     the endpoints' weights by two matrix products per tile, vectorised exps); full: the endpoints' densities
     (:func:`sub_log_density`) and one numba pass (:func:`_link_kernel`). Equal to :func:`link_partial_numpy` up
     to rounding; parameters and return value as there.
