@@ -307,8 +307,8 @@ def _fold_rows(X, lo, ks, idx, rs, means, weight, sums, scat, diff, y):
                     scat[c, f * D + g] += y[f] * diff[g]
 
 
-#: Rows per tile of the diagonal E-step kernel: its (rows, 2D + 1) design and (rows, C) responsibilities stay in
-#: cache, and the two BLAS products per tile amortise their call.
+#: Rows per tile of the diagonal E-step kernels (unlinked rows; link endpoints): a tile's rows and its (C, rows)
+#: log-densities stay in cache, and the BLAS products per tile amortise their call.
 _DIAG_TILE = 512
 _EXP_FLOOR = -708.0  # exp below this is taken as 0 (exp(-708) ~ 3e-308, the smallest normal double)
 
@@ -388,75 +388,7 @@ def _fold_tile(G, W, per, m, A, part, S):
             S[c, f] += part[c, f]
 
 
-@numba.njit(**_FAST)
-def _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S, lc, lj, lv, zero):
-    """One tile of :func:`_diag_kernel`: the first ``m`` rows of the design ``A`` (later rows: zero weight) to
-    responsibilities, folded into the sums ``S``; returns the tile's log-likelihood.
-
-    ``G`` (C, T) takes the log-densities ``t_cj``. A responsibility below ``exp(_NEGLIGIBLE)`` times its row's
-    largest counts as 0 (the full kernel's rule: below rounding of every sum it would add to). A tile where most
-    count (overlapping components) is dense: every loop runs over the tile's rows innermost, on one component's
-    contiguous row of ``G`` (SIMD, the exp included: :func:`_vexp`), and one BLAS product folds it. A sparse tile
-    (separated components: a row's mass in a few of them, at most 1 / ``_SPARSE`` of all) is compacted to its
-    ``(component, row, t − max)`` triples (``lc``, ``lj``, ``lv``), whose exps alone are taken and folded row by
-    row. Scratch: ``bits`` (int64), ``poly``, ``zero`` (zeros) as long as ``lv``; ``mx``, ``acc`` of length T.
-    One log per many rows: the log of a product of row sums (each in [1, C])."""
-    C, T = G.shape
-    F = A.shape[1]
-    np.dot(WT, A.T, G)  # squared Mahalanobis distances, (C, T)
-    for j in range(m):
-        mx[j] = -np.inf
-    for c in range(C):
-        b = base[c]
-        g = G[c]
-        for j in range(m):
-            t = b - 0.5 * g[j]
-            g[j] = t
-            mx[j] = t if t > mx[j] else mx[j]
-    nnz = 0
-    for c in range(C):
-        g = G[c]
-        for j in range(m):
-            nnz += 1 if g[j] - mx[j] > _NEGLIGIBLE else 0
-    if nnz * _SPARSE > C * m:
-        _exp_sum(G, 0, C, mx, m, acc, bits, poly)
-        ll = _tile_loglik(mx, acc, m)
-        thr = np.exp(_NEGLIGIBLE)
-        for c in range(C):
-            g = G[c]
-            for j in range(m):
-                g[j] = g[j] * acc[j] if g[j] > thr else 0.0
-            for j in range(m, T):
-                g[j] = 0.0
-        np.dot(G, A, part)
-    else:
-        q = 0
-        for c in range(C):
-            g = G[c]
-            for j in range(m):
-                d = g[j] - mx[j]
-                if d > _NEGLIGIBLE:
-                    lc[q], lj[q], lv[q] = c, j, d
-                    q += 1
-        _vexp(lv, zero, q, bits, poly)
-        for j in range(m):
-            acc[j] = 0.0
-        for k in range(q):
-            acc[lj[k]] += lv[k]
-        ll = _tile_loglik(mx, acc, m)
-        part[:] = 0.0
-        for k in range(q):
-            c, j = lc[k], lj[k]
-            r = lv[k] * acc[j]
-            for f in range(F):
-                part[c, f] += r * A[j, f]
-    for c in range(C):
-        for f in range(F):
-            S[c, f] += part[c, f]
-    return ll
-
-
-#: A tile whose responsibilities that count are at most 1 / _SPARSE of all is folded row by row, not by BLAS.
+#: A tile whose responsibilities that count are at most 1 / _SPARSE of all is computed and folded pair by pair.
 _SPARSE = 8
 
 
@@ -476,43 +408,308 @@ def _tile_loglik(mx, acc, m):
     return ll + np.log(prod)
 
 
-@numba.njit(**_FAST)
-def _diag_kernel(X, keep, o, WT, base):
-    """The E-step of the kept rows of a block for diagonal covariances, tile by tile in one read: responsibilities
-    of every component, folded into the tile's sums, all in float64.
+#: ``_FAST`` with reassociation, for the loops that sum over a row's features or a tile's rows (vectorised
+#: reductions; rounding at the level of the summation order). Called, not inlined: an inlined function takes its
+#: caller's flags.
+_RFAST = dict(cache=True, nogil=True, error_model="numpy", fastmath={"contract", "arcp", "reassoc"})
+#: After a screened tile turned out dense, this many tiles at most go to the dense path without a screen.
+_MAX_SKIP = 16
 
-    The kept finite rows are packed, ``_DIAG_TILE`` at a time, into the design ``A = [(x − o)², x − o, 1]`` (``o``:
-    the mean of the component means); one BLAS product ``W A`` gives every squared Mahalanobis distance (``W =
-    [σ⁻², −2 (μ − o) σ⁻², Σ (μ − o)² σ⁻²]``), ``t_c = base_c − q_c / 2`` with ``base_c = log α_m + log π_mk −
-    D/2 log 2π − log|Σ|/2``, a log-sum-exp per row (max, a vectorised exp, a log per many rows) normalises them
-    into responsibilities ``R``, and a second product ``R A`` folds the tile into the weights, the sums about ``o``
-    and the sums of squares about ``o`` at once. Nothing per row outlives its tile. Returns ``(S, loglik, n_bad)``
-    with ``S`` (C, 2D + 1): ``[Σ r (x − o)², Σ r (x − o), Σ r]``; ``n_bad`` counts the NaN and inf values of the
-    kept rows (the caller drops the block's sums when there is one)."""
+
+@numba.njit(**_RFAST)
+def _screen_rows(X, idx, m, o, sc, Y, ny2, ny):
+    """The rows ``X[idx[:m]]`` centred on ``o`` and scaled by ``sc``, in float32, into ``Y`` (the rows from ``m``
+    on zeroed), with their squared norms ``ny2`` (float64) and norms ``ny``; returns the count of NaN and inf
+    values (``v − v`` is 0 only for a finite ``v``)."""
+    D = X.shape[1]
+    bad = 0
+    for j in range(m):
+        r = idx[j]
+        s2 = 0.0
+        for f in range(D):
+            v = np.float64(X[r, f]) - o[f]
+            y = v * sc[f]
+            Y[j, f] = y
+            s2 += y * y
+            bad += 0 if v - v == 0.0 else 1
+        ny2[j] = s2
+        ny[j] = np.sqrt(s2)
+    for j in range(m, Y.shape[0]):
+        for f in range(D):
+            Y[j, f] = 0.0
+    return bad
+
+
+@numba.njit(**_RFAST)
+def _exact_pairs(X, idx, o, mu, p, base, lc, lj, q, lv, mx, m):
+    """``lv[k] = t_c(x_j)`` exactly (float64, the direct form ``base_c − ½ Σ_f p_cf (x_f − o_f − mu_cf)²``) for the
+    screened pairs ``(c, j) = (lc[k], lj[k])``, ``k < q``, and every row's largest in ``mx[:m]``."""
+    D = X.shape[1]
+    for j in range(m):
+        mx[j] = -np.inf
+    for k in range(q):
+        c, j = lc[k], lj[k]
+        r = idx[j]
+        s = 0.0
+        for f in range(D):
+            d = (np.float64(X[r, f]) - o[f]) - mu[c, f]
+            s += p[c, f] * d * d
+        t = base[c] - 0.5 * s
+        lv[k] = t
+        mx[j] = t if t > mx[j] else mx[j]
+
+
+@numba.njit(**_RFAST)
+def _fold_pairs(X, idx, o, lc, lj, lv, acc, w, u, S):
+    """``S[c] += r [(x − o)², x − o, 1]`` for the pairs ``k < w``, ``r = lv[k] · acc[lj[k]]`` (``u``: scratch, D)."""
+    D = X.shape[1]
+    for k in range(w):
+        c, j = lc[k], lj[k]
+        r = idx[j]
+        rr = lv[k] * acc[j]
+        for f in range(D):
+            u[f] = np.float64(X[r, f]) - o[f]
+        for f in range(D):
+            a = rr * u[f]
+            S[c, D + f] += a
+            S[c, f] += a * u[f]
+        S[c, 2 * D] += rr
+
+
+@numba.njit(**_RFAST)
+def _dense_rows(X, idx, m, o, U):
+    """The rows ``X[idx[:m]]`` centred on ``o``, feature-major into ``U`` (D, T); returns the NaN/inf count."""
+    D = X.shape[1]
+    bad = 0
+    for j in range(m):
+        r = idx[j]
+        for f in range(D):
+            v = np.float64(X[r, f]) - o[f]
+            U[f, j] = v
+            bad += 0 if v - v == 0.0 else 1
+    return bad
+
+
+@numba.njit(**_RFAST)
+def _dense_densities(U, m, mu, p, base, G, mx):
+    """``G[c, j] = t_c(x_j)`` exactly for every component and the first ``m`` rows of ``U`` (the direct form, over
+    contiguous rows, four features per sweep of ``G[c]``), every row's largest in ``mx``."""
+    C, D = mu.shape
+    D4 = D - D % 4
+    for j in range(m):
+        mx[j] = -np.inf
+    for c in range(C):
+        g = G[c]
+        for j in range(m):
+            g[j] = 0.0
+        for f in range(0, D4, 4):
+            p0, p1, p2, p3 = p[c, f], p[c, f + 1], p[c, f + 2], p[c, f + 3]
+            m0, m1, m2, m3 = mu[c, f], mu[c, f + 1], mu[c, f + 2], mu[c, f + 3]
+            u0, u1, u2, u3 = U[f], U[f + 1], U[f + 2], U[f + 3]
+            for j in range(m):
+                d0, d1, d2, d3 = u0[j] - m0, u1[j] - m1, u2[j] - m2, u3[j] - m3
+                g[j] += (p0 * d0 * d0 + p1 * d1 * d1) + (p2 * d2 * d2 + p3 * d3 * d3)
+        for f in range(D4, D):
+            pv, mv = p[c, f], mu[c, f]
+            u = U[f]
+            for j in range(m):
+                d = u[j] - mv
+                g[j] += pv * d * d
+        b = base[c]
+        for j in range(m):
+            t = b - 0.5 * g[j]
+            g[j] = t
+            mx[j] = t if t > mx[j] else mx[j]
+
+
+@numba.njit(**_RFAST)
+def _fold_dense(G, U, m, S):
+    """``S[c] += Σ_j G[c, j] [u_j², u_j, 1]`` over the first ``m`` rows of ``U`` (D, T), four features per sweep
+    of ``G[c]``."""
+    C = G.shape[0]
+    D = U.shape[0]
+    D4 = D - D % 4
+    for c in range(C):
+        g = G[c]
+        s0 = 0.0
+        for j in range(m):
+            s0 += g[j]
+        S[c, 2 * D] += s0
+        for f in range(0, D4, 4):
+            u0, u1, u2, u3 = U[f], U[f + 1], U[f + 2], U[f + 3]
+            a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = 0.0
+            for j in range(m):
+                gj = g[j]
+                x0, x1, x2, x3 = gj * u0[j], gj * u1[j], gj * u2[j], gj * u3[j]
+                a0 += x0
+                a1 += x1
+                a2 += x2
+                a3 += x3
+                b0 += x0 * u0[j]
+                b1 += x1 * u1[j]
+                b2 += x2 * u2[j]
+                b3 += x3 * u3[j]
+            S[c, D + f] += a0
+            S[c, D + f + 1] += a1
+            S[c, D + f + 2] += a2
+            S[c, D + f + 3] += a3
+            S[c, f] += b0
+            S[c, f + 1] += b1
+            S[c, f + 2] += b2
+            S[c, f + 3] += b3
+        for f in range(D4, D):
+            u = U[f]
+            s1 = 0.0
+            s2 = 0.0
+            for j in range(m):
+                a = g[j] * u[j]
+                s1 += a
+                s2 += a * u[j]
+            S[c, D + f] += s1
+            S[c, f] += s2
+
+
+@numba.njit(**_FAST)
+def _screen(G32, G, ny2, ny, m, base, lo_c, hi_c, nv, nv2, kappa, ml, lc, lj):
+    """Which components can count for each row, from the float32 products ``G32 = −ν · y`` (``y``, ``ν``: rows and
+    means centred and scaled): with ``δ² = |y|² + |ν|² − 2 y·ν`` (error at most ``κ (|y| + |ν|)²``), ``t_c`` lies in
+    ``[base_c − ½ hi_c (δ² + err), base_c − ½ lo_c (δ² − err)]``; a component whose upper bound is within
+    ``_NEGLIGIBLE`` of the row's largest lower bound is listed in ``(lc, lj)`` (at most ``len(lc)``). Returns
+    their count (a count above ``len(lc)`` lists only the first)."""
+    C = G.shape[0]
+    for j in range(m):
+        ml[j] = -np.inf
+    for c in range(C):
+        g32 = G32[c]
+        g = G[c]
+        b, lo, hi, nc, n2 = base[c], lo_c[c], hi_c[c], nv[c], nv2[c]
+        for j in range(m):
+            d2 = ny2[j] + n2 + 2.0 * np.float64(g32[j])
+            r = ny[j] + nc
+            err = kappa * r * r
+            ok = d2 + err - (d2 + err) == 0.0  # not for a row that overflows float32 (or holds NaN): every c
+            lower = b - 0.5 * hi * (d2 + err) if ok else -np.inf
+            g[j] = b - 0.5 * lo * max(d2 - err, 0.0) if ok else np.inf
+            ml[j] = lower if lower > ml[j] else ml[j]
+    q = 0
+    cap = lc.shape[0]
+    for c in range(C):
+        g = G[c]
+        for j in range(m):
+            if g[j] > ml[j] + _NEGLIGIBLE:
+                if q < cap:
+                    lc[q], lj[q] = c, j
+                q += 1
+    return q
+
+
+@numba.njit(**_FAST)
+def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
+    """The E-step of the kept rows of a block for diagonal covariances, tile by tile in one read: the
+    responsibilities of every component, folded into the tile's sums, all in float64.
+
+    ``t_c(x) = base_c − ½ Σ_f p_cf (x_f − μ_cf)²`` (``p = σ⁻²``, ``base_c = log α_m + log π_mk − D/2 log 2π −
+    log|Σ_c|/2``), about ``o`` (the mean of the component means; ``mu = μ − o``). A tile of ``_DIAG_TILE`` kept
+    rows is first screened in float32 (:func:`_screen`: one BLAS product of the rows and the means, centred and
+    scaled by ``sc``, as a k-means pass; ``lo_c``/``hi_c`` bound ``p_c / sc²``), which lists the components that
+    can be within ``_NEGLIGIBLE`` of a row's largest ``t`` (a responsibility below ``exp(_NEGLIGIBLE)`` times the
+    row's largest counts as 0: below rounding of every sum it would add to). A sparse tile (separated components;
+    at most 1 / ``_SPARSE`` of the pairs listed) gets exact ``t`` for the listed pairs only, their exps and a
+    fold row by row. A dense tile (overlapping components) gets every ``t`` exactly over contiguous rows, a
+    vectorised exp (:func:`_vexp`) and a fold by dot products; after a dense tile the next ones skip the screen
+    (1, 3, 7, then ``_MAX_SKIP`` tiles while they stay dense). The screen only chooses which pairs are computed:
+    the statistics are those of the exact ``t``. Returns ``(S, loglik, n_bad)`` with ``S`` (C, 2D + 1):
+    ``[Σ r (x − o)², Σ r (x − o), Σ r]``; ``n_bad`` counts the NaN and inf values of the kept rows (the caller
+    drops the block's sums when there is one)."""
     n, D = X.shape
-    C = WT.shape[0]
+    C = mu.shape[0]
     T = _DIAG_TILE
-    A = np.zeros((T, 2 * D + 1))
+    idx = np.empty(T, np.intp)
+    U = np.empty((D, T))
+    Y = np.zeros((T, D), np.float32)
+    ny2, ny, ml, mx, acc = np.empty(T), np.empty(T), np.empty(T), np.empty(T), np.empty(T)
+    G32 = np.empty((C, T), np.float32)
     G = np.empty((C, T))
-    part = np.empty((C, 2 * D + 1))
     S = np.zeros((C, 2 * D + 1))
-    cap = max(T, C * T // _SPARSE + 1)  # a sparse tile's triples
-    mx, acc, poly, zero, lv = np.empty(T), np.empty(T), np.empty(cap), np.zeros(cap), np.empty(cap)
+    cap = max(T, C * T // _SPARSE + 1)
+    poly, zero, lv = np.empty(cap), np.zeros(cap), np.empty(cap)
     bits, lc, lj = np.empty(cap, np.int64), np.empty(cap, np.intp), np.empty(cap, np.intp)
+    nv = np.sqrt(nv2)
+    u = np.empty(D)
+    thr = np.exp(_NEGLIGIBLE)
     loglik = 0.0
     n_bad = 0
-    m = 0
-    for i in range(n):
-        if not keep[i]:
-            continue
-        n_bad += _design_row(A, m, X, i, o)
-        m += 1
-        if m == T:
-            loglik += _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S, lc, lj, lv, zero)
-            m = 0
-    if m:
-        loglik += _diag_tile(A, m, WT, base, G, part, mx, acc, bits, poly, S, lc, lj, lv, zero)
+    wait = 0  # dense tiles left before the next screen
+    skip = 0
+    i = 0
+    while i < n:
+        m = 0
+        while m < T and i < n:
+            idx[m] = i
+            m += 1 if keep[i] else 0
+            i += 1
+        if m == 0:
+            break
+        sparse = False
+        q = 0
+        screened = wait == 0
+        if screened:
+            n_bad += _screen_rows(X, idx, m, o, sc, Y, ny2, ny)
+            np.dot(Nv, Y.T, G32)
+            q = _screen(G32, G, ny2, ny, m, base, lo_c, hi_c, nv, nv2, kappa, ml, lc, lj)
+            sparse = q * _SPARSE <= C * m
+            skip = 0 if sparse else min(2 * skip + 1, _MAX_SKIP)
+            wait = skip
+        else:
+            wait -= 1
+        if sparse:
+            _exact_pairs(X, idx, o, mu, p, base, lc, lj, q, lv, mx, m)
+            w = 0
+            for k in range(q):
+                d = lv[k] - mx[lj[k]]
+                if d > _NEGLIGIBLE:
+                    lc[w], lj[w], lv[w] = lc[k], lj[k], d
+                    w += 1
+            _vexp(lv, zero, w, bits, poly)
+            for j in range(m):
+                acc[j] = 0.0
+            for k in range(w):
+                acc[lj[k]] += lv[k]
+            loglik += _tile_loglik(mx, acc, m)
+            _fold_pairs(X, idx, o, lc, lj, lv, acc, w, u, S)
+        else:
+            bad = _dense_rows(X, idx, m, o, U)
+            n_bad += 0 if screened else bad
+            _dense_densities(U, m, mu, p, base, G, mx)
+            _exp_sum(G, 0, C, mx, m, acc, bits, poly)
+            loglik += _tile_loglik(mx, acc, m)
+            for c in range(C):
+                g = G[c]
+                for j in range(m):
+                    g[j] = g[j] * acc[j] if g[j] > thr else 0.0
+            _fold_dense(G, U, m, S)
     return S, loglik, n_bad
+
+
+def _diag_screen_weights(params: MixtureParams):
+    """The arguments of :func:`_diag_kernel` after ``X, keep``: ``o`` (mean of the component means), ``mu = μ − o``
+    (C, D), ``p = σ⁻²`` (C, D), ``base`` (C,), the screen's feature scales ``sc`` (the geometric mean of the
+    precisions over the components, square-rooted), ``−ν = −(μ − o) sc`` (C, D) in float32 and ``|ν|²``, the
+    bounds ``lo_c``/``hi_c`` of ``p_c / sc²`` over the features, and ``κ``, the bound on the float32 screen's
+    relative error (eight times the textbook ``(D + 1) u`` for a length-D dot product and the rounding of y)."""
+    M, K, D = params.n_classes, params.n_sub, params.means.shape[2]
+    C = M * K
+    o, _, bsub = _diag_design_weights(params)
+    mu = np.ascontiguousarray(params.means.reshape(C, D) - o)
+    pc = params.prec_chol.reshape(C, D)
+    p = np.ascontiguousarray(pc * pc)
+    base = np.repeat(_log_alpha(params.alpha), K) + bsub
+    sc2 = np.exp(np.log(p).mean(axis=0))
+    ratio = p / sc2
+    nu = np.ascontiguousarray(-(mu * np.sqrt(sc2)), dtype=np.float32)
+    nv2 = (nu.astype(np.float64) ** 2).sum(axis=1)
+    kappa = 4.0 * (D + 8) * 2.0**-24
+    return o, mu, p, base, np.sqrt(sc2), nu, nv2, ratio.min(axis=1), ratio.max(axis=1), kappa
 
 
 @numba.njit(inline="always", **_FAST)
@@ -535,7 +732,7 @@ def _design_row(A, m, X, i, o):
 def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits, poly, part, S, counts):
     """One tile of :func:`_diag_link_kernel`: ``h`` links of one type, their first endpoints in rows ``[0, h)`` of
     the design ``A`` and their second in ``[h, 2h)``; the endpoints' weights folded into ``S`` by one BLAS
-    product as in :func:`_diag_tile`, the class posteriors added to ``counts``; returns the links' log-likelihood.
+    product (:func:`_fold_tile`), the class posteriors added to ``counts``; returns the links' log-likelihood.
 
     Every loop but the rare log-space fallback runs over the tile's columns innermost (SIMD, :func:`_vexp`):
     ``G`` (C, T) the sub-cluster log-densities then the endpoints' weights, ``g`` (M, T) the class
@@ -661,7 +858,7 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits
 
 @numba.njit(**_FAST)
 def _diag_link_kernel(Xa, Xb, order, n_must, o, WT, bsub, log_alpha, n_sub):
-    """Every link for diagonal covariances on the unlinked rows' BLAS tile path: the endpoints of
+    """Every link for diagonal covariances by BLAS tiles: the endpoints of
     ``_DIAG_TILE // 2`` links of one type at a time (``order``: link indices, its first ``n_must`` the
     must-links) in one design ``[(x − o)², x − o, 1]``, their sub-cluster log-densities from one product ``W A``,
     pair posteriors by vectorised exps (:func:`_link_tile`) and the endpoints' weights folded in by a second
@@ -809,12 +1006,12 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
         log_pi = np.log(params.pi).reshape(C)
     log_alpha = _log_alpha(params.alpha)
     if params.diag:
-        o, WT, bsub = _diag_design_weights(params)
+        weights = _diag_screen_weights(params)
         with _one_blas_thread():
-            S, loglik, n_bad = _diag_kernel(Xb, keep, o, WT, np.repeat(log_alpha, K) + bsub)
+            S, loglik, n_bad = _diag_kernel(Xb, keep, *weights)
         if n_bad:
             return _bad_block_stats(C, D, M, params.diag, block_index)
-        return _from_tile_sums(S, o, M, loglik, int(keep.sum()))
+        return _from_tile_sums(S, weights[0], M, loglik, int(keep.sum()))
     U = params.prec_chol.reshape(C, D, D)
     logdet = np.log(np.diagonal(U, axis1=1, axis2=2)).sum(axis=1)
     weight, sums, scat, counts, loglik, n_bad = _full_kernel(Xb, keep, shift, np.ascontiguousarray(U.reshape(C, D * D)),
@@ -1064,7 +1261,7 @@ def _from_shifted(weight, sums, scat, shift, counts, loglik, n_rows) -> Gaussian
 def link_partial(Xa: np.ndarray, Xb: np.ndarray, must: np.ndarray, params: MixtureParams) -> GaussianStats:
     """E-step partial of a set of links, given their endpoints' rows.
 
-    Diagonal covariances: the unlinked rows' BLAS tile path (:func:`_diag_link_kernel`: densities and the fold of
+    Diagonal covariances: BLAS tiles (:func:`_diag_link_kernel`: densities and the fold of
     the endpoints' weights by two matrix products per tile, vectorised exps); full: the endpoints' densities
     (:func:`sub_log_density`) and one numba pass (:func:`_link_kernel`). Equal to :func:`link_partial_numpy` up
     to rounding; parameters and return value as there.

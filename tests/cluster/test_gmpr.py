@@ -347,9 +347,10 @@ def test_fused_unlinked_kernel_equals_the_numpy_twin(diag):
 @pytest.mark.parametrize("n_sub", [1, 3])
 def test_diag_kernel_on_separated_and_overlapping_tiles_equals_the_numpy_twin(n_sub):
     """The diagonal E-step's two tile paths against plain numpy: rows each near one of many separated components
-    (a sparse tile: a row's mass in one component, folded row by row) after rows that overlap every component
-    (dense tiles, one BLAS product); responsibilities below exp(-60) of a row's largest count as 0, so the
-    components' statistics agree to rounding."""
+    (sparse tiles: the float32 screen lists a row's few components, computed exactly and folded row by row) after
+    rows that overlap every component (dense tiles: every density exactly, folded by dot products; the screen
+    backs off, then finds the sparse tiles again); responsibilities below exp(-60) of a row's largest count as 0,
+    so the components' statistics agree to rounding."""
     from dclust.kernels.gmpr import _DIAG_TILE, unlinked_partial, unlinked_partial_numpy
 
     rng = np.random.default_rng(11)
@@ -370,6 +371,39 @@ def test_diag_kernel_on_separated_and_overlapping_tiles_equals_the_numpy_twin(n_
     np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-9, atol=1e-9 * np.abs(b.scatter).max())
     np.testing.assert_allclose(a.class_counts, b.class_counts, rtol=1e-10)
     assert a.loglik == pytest.approx(b.loglik, rel=1e-12) and a.n_rows == b.n_rows == len(X) - 40
+
+
+def test_diag_screen_keeps_every_component_that_counts():
+    """The float32 screen of the diagonal E-step only chooses which log-densities are computed exactly: with
+    variances spread over four decades inside a component (loose bounds), data far from the origin (float32
+    rounding of the products) and components just separated enough that a row's second component is near the
+    exp(-60) cut, the statistics equal plain numpy's; a finite row too large for float32 is not dropped."""
+    from dclust.kernels.gmpr import _DIAG_TILE, unlinked_partial, unlinked_partial_numpy
+
+    rng = np.random.default_rng(12)
+    M, K, D = 6, 2, 12
+    C = M * K
+    centers = 1e4 + rng.uniform(-30, 30, size=(C, D))
+    var = 10.0 ** rng.uniform(-2, 2, size=(M, K, D))
+    p = MixtureParams.build(rng.dirichlet(np.ones(M) * 3), rng.dirichlet(np.ones(K) * 3, size=M),
+                            centers.reshape(M, K, D), var)
+    n = 3 * _DIAG_TILE + 5
+    pick = rng.integers(0, C, n)
+    X = centers[pick] + rng.normal(size=(n, D)) * np.sqrt(var.reshape(C, D)[pick]) * 3
+    linked = rng.choice(n, 30, replace=False)
+    for arr in (X.astype(np.float32), X):
+        a, b = unlinked_partial(arr, p, linked), unlinked_partial_numpy(arr, p, linked)
+        np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(a.mean, b.mean, rtol=1e-12)
+        np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-8, atol=1e-9 * np.abs(b.scatter).max())
+        np.testing.assert_allclose(a.class_counts, b.class_counts, rtol=1e-10, atol=1e-12)
+        assert a.loglik == pytest.approx(b.loglik, rel=1e-12)
+    huge = X.copy()
+    keep = np.setdiff1d(np.arange(n), linked)
+    huge[keep[7]] = 1e39  # finite in float64, infinite once scaled into float32
+    out = unlinked_partial(huge, p, linked)
+    assert out.bad_block == -1 and np.isfinite(out.loglik)
+    assert out.weight.sum() == pytest.approx(n - linked.size, rel=1e-12)  # every kept row's mass, that one's too
 
 
 def test_predict_with_a_block_pair_holding_only_must_links():
