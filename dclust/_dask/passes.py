@@ -37,7 +37,7 @@ from dask.array.optimization import _is_getter_task
 from dask.highlevelgraph import HighLevelGraph
 
 from ..errors import DclustError
-from .reduce import tree_reduce
+from .reduce import merge_tree, tree_reduce
 
 __all__ = [
     "map_reduce",
@@ -191,6 +191,23 @@ def _read(reader: "_Getter", source: Any, index: Any, b: int, first: int, size: 
         from .._store._zarr import chunk_error  # only on this error path: names the store's damaged chunk
 
         raise chunk_error(source, first, first + size - 1, exc, block=b) from exc
+
+
+@dataclass(frozen=True)
+class _Source:
+    """The source object of a :class:`_Reader` as ``X``'s graph holds it."""
+
+    node: Any  # the graph's value under the source key (a DataNode, a task, or the object itself)
+    value: Any  # the object (a DataNode's value), or the node
+    plain: bool  # a plain object (a store), not a task or an in-memory array: it may travel inside every task
+
+
+def _source_of(X: da.Array, reader: _Reader) -> _Source:
+    """The source object of ``reader`` in ``X``'s graph. An in-memory source (a numpy array, a memory map) would
+    be pickled with its data into every task, and a task's output is no object to inline: neither is plain."""
+    node = X.__dask_graph__()[reader.source.key]
+    value = node.value if isinstance(node, DataNode) else node
+    return _Source(node, value, not isinstance(value, (GraphNode, np.ndarray)))
 
 
 # ------------------------------------------------------------------------------------------------------ groups
@@ -361,10 +378,8 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
     getter = None if reader is None else _Getter(reader.getter, reader.asarray, reader.lock)
     layout = _Layout.of(X.chunks[0], X.shape[1:])
     params = _Params(fn, merge, kwargs, getter, layout)
-    source_node = None if reader is None else X.__dask_graph__()[reader.source.key]
-    source_value = source_node.value if isinstance(source_node, DataNode) else source_node  # (a plain object)
-    # (an in-memory source, e.g. a memory map, would be pickled with its data into every task: it stays one key)
-    inline = _is_small(kwargs) and not isinstance(source_value, (GraphNode, np.ndarray))
+    src = None if reader is None else _source_of(X, reader)
+    inline = _is_small(kwargs) and (src is None or src.plain)
     layer: dict = {}
     if not inline:
         layer[params_key] = DataNode(params_key, params)
@@ -372,7 +387,7 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
         if reader is None:
             source, data = None, List(*[TaskRef(_block_key(X, b)) for b in blocks])
         else:
-            source = source_value if inline else reader.source
+            source = src.value if inline else reader.source
             data = None if reader.canonical else [reader.index[b] for b in blocks]
         others = [None if a is None else List(*[TaskRef(_block_key(a, b if m is None else m[b])) for b in blocks])
                   for a, m in zip(aligned, where)]
@@ -385,7 +400,7 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
     if reader is None:
         deps.insert(0, X)
     elif not inline:  # only the source object is needed: not X's layer of one getter task per chunk, which the
-        layer[reader.source.key] = source_node  # scheduler would otherwise receive and cull on every pass
+        layer[reader.source.key] = src.node  # scheduler would otherwise receive and cull on every pass
     return HighLevelGraph.from_collections(name, layer, dependencies=deps), name
 
 
@@ -395,7 +410,25 @@ def _groups_for(X: da.Array, blocks, grouped: bool) -> list[list[int]]:
         return [[b] for b in todo]
     if _reader_of(X) is not None:
         return block_groups(X.numblocks[0], todo)
-    return [[b] for b in todo]
+    held = _held_groups(X, todo)
+    return [[b] for b in todo] if held is None else held
+
+
+def _held_groups(X: da.Array, todo: list[int]) -> list[list[int]] | None:
+    """The blocks of ``todo`` grouped as :func:`_persist_spread` placed them (one contiguous run per thread of the
+    cluster), when X's blocks are held by a distributed cluster (persisted); else None.
+
+    One task per run, on the worker that holds it, instead of one per block: a pass over persisted data is a few
+    tasks and one merge (:func:`map_reduce`), not a task per block and a reduction tree across the workers. Where a
+    run's blocks are elsewhere (a lost worker's blocks made again on another; an array persisted by Dask's own
+    placement), the task takes them from there: only the speed depends on the placement, never the result.
+    """
+    if X.ndim > 2 or X.numblocks[1:] != (1,) * (X.ndim - 1) or current_client() is None or not on_cluster(X):
+        return None
+    wanted = set(todo)
+    groups = [[b for b in run if b in wanted] for run in block_groups(X.numblocks[0], None, _cluster_threads())]
+    order = {b: i for i, b in enumerate(todo)}
+    return [sorted(g, key=order.__getitem__) for g in groups if g]
 
 
 def map_reduce(
@@ -410,10 +443,37 @@ def map_reduce(
     global). Returns a 0-d object dask array: ``.compute()[()]`` is the merged partial.
     """
     groups = _groups_for(X, blocks, grouped=True)
+    if any(len(g) > 1 for g in groups) and _reader_of(X) is None:  # persisted blocks, grouped where they are
+        return _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, blocks, split_every)
     graph, name = _pass_graph(fn, merge, X, aligned, groups, kwargs, "pass", block_args)
     parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
     boxed = parts.map_blocks(_box_one, dtype=object, meta=np.empty(0, dtype=object))
     return tree_reduce(boxed, merge, split_every=split_every)
+
+
+def _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, blocks, split_every) -> da.Array:
+    """:func:`map_reduce` over blocks held by the cluster (:func:`_held_groups`): every task returns its blocks'
+    partials unmerged, and one task merges all of them in :func:`dclust._dask.reduce.merge_tree`'s tree over the
+    blocks in the order of ``blocks`` -- the tree of one task per block, so the result is the same bit for bit
+    however the blocks are grouped or placed (a fit that loses a worker gives the same centres)."""
+    graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "pass", block_args)
+    todo = list(range(X.numblocks[0])) if blocks is None else [int(b) for b in blocks]
+    done = [b for g in groups for b in g]
+    where = {b: i for i, b in enumerate(done)}
+    out = f"dclust-merge-{name[len('dclust-pass-'):]}"
+    parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
+    task = Task((out,), _merge_held, merge, split_every, [where[b] for b in todo],
+                List(*[TaskRef((name, g)) for g in range(len(groups))]))
+    hlg = HighLevelGraph.from_collections(out, {(out,): task}, dependencies=[parts])
+    return da.Array(hlg, out, chunks=(), dtype=object, meta=np.empty((), dtype=object))
+
+
+def _merge_held(merge, split_every, order, lists) -> np.ndarray:
+    """The task of :func:`_merged_held`: the groups' partials, flattened, in block order, merged in one tree."""
+    flat = [p for part in lists for p in part]
+    out = np.empty((), dtype=object)
+    out[()] = merge_tree([flat[i] for i in order], merge, split_every=split_every)
+    return out
 
 
 def _box_one(part) -> np.ndarray:
@@ -567,10 +627,9 @@ def persist_if_fits(X: da.Array, persist, logger) -> da.Array:
         reader = _reader_of(X)
         if reader is None:
             raise
-        source = X.__dask_graph__().get(reader.source.key)
         from .._store._zarr import chunk_error  # only on this error path
 
-        raise chunk_error(getattr(source, "value", source), 0, max(int(X.shape[0]) - 1, 0), exc) from exc
+        raise chunk_error(_source_of(X, reader).value, 0, max(int(X.shape[0]) - 1, 0), exc) from exc
 
 
 def _read_block(reader: "_Getter", source: Any, index: Any, b: int, first: int, size: int) -> np.ndarray:
@@ -602,12 +661,11 @@ def _persist_spread(X: da.Array) -> da.Array:
     for slot, blocks in zip(slots, block_groups(X.numblocks[0], None, len(slots))):
         place.update({_block_key(X, b): [slot] for b in blocks})
     reader = _reader_of(X)
-    source_node = None if reader is None else X.__dask_graph__()[reader.source.key]
-    source = source_node.value if isinstance(source_node, DataNode) else source_node
-    if reader is not None and not isinstance(source, (GraphNode, np.ndarray)):
+    src = None if reader is None else _source_of(X, reader)
+    if reader is not None and src.plain:
         getter = _Getter(reader.getter, reader.asarray, reader.lock)
         offsets = block_offsets(X.chunks[0])
-        layer = {_block_key(X, b): Task(_block_key(X, b), _read_block, getter, source, reader.index[b], b,
+        layer = {_block_key(X, b): Task(_block_key(X, b), _read_block, getter, src.value, reader.index[b], b,
                                         int(offsets[b]), int(X.chunks[0][b])) for b in range(X.numblocks[0])}
         X = da.Array(HighLevelGraph.from_collections(X.name, layer, dependencies=[]), X.name, X.chunks, X.dtype,
                      meta=X._meta)

@@ -7,12 +7,13 @@ monoid: a per-block partial plus an associative merge. :func:`tree_reduce` merge
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
 
 import dask.array as da
 import numpy as np
 
-__all__ = ["tree_reduce", "DEFAULT_SPLIT_EVERY"]
+__all__ = ["tree_reduce", "merge_tree", "DEFAULT_SPLIT_EVERY"]
 
 DEFAULT_SPLIT_EVERY = 8
 
@@ -43,6 +44,34 @@ def _aggregator(merge: Callable[[Sequence[Any]], Any]):
     return aggregate
 
 
+def _fan_in(split_every: int | None) -> int:
+    s = DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
+    if s < 2:
+        raise ValueError(f"split_every must be >= 2, got {s}")
+    return s
+
+
+def merge_tree(partials: Sequence[Any], merge: Callable[[Sequence[Any]], Any], *, split_every: int | None = None) -> Any:
+    """The merge of :func:`tree_reduce`, in one process, over a list of partials: the same tree (levels of
+    ``split_every`` consecutive partials, then one merge of the rest), so the same result bit for bit.
+
+    For a pass whose per-block partials come back to one task together (the blocks of persisted data, grouped by
+    the worker that holds them): the tree depends only on the number of partials, never on where they were made.
+
+    >>> from dclust._dask.reduce import merge_tree
+    >>> merge_tree([[1], [2], [3], [4], [5]], lambda parts: [sum(p[0] for p in parts)], split_every=2)
+    [15]
+    """
+    s = _fan_in(split_every)
+    parts = list(partials)
+    if not parts:
+        raise ValueError("merge_tree: no partials")
+    depth = max(1, math.ceil(math.log(len(parts), s)))  # as dask.array.reduction
+    for _ in range(depth - 1):
+        parts = [merge(parts[i:i + s]) for i in range(0, len(parts), s)]
+    return merge(parts)
+
+
 def tree_reduce(
     partials: da.Array,
     merge: Callable[[Sequence[Any]], Any],
@@ -65,9 +94,7 @@ def tree_reduce(
     dask.array.Array
         A 0-d object array; ``.compute()[()]`` is the merged partial.
     """
-    s = DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
-    if s < 2:
-        raise ValueError(f"split_every must be >= 2, got {s}")
+    s = _fan_in(split_every)
     return da.reduction(
         partials,
         chunk=_chunk,
