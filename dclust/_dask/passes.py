@@ -10,11 +10,13 @@ No block is concatenated or copied on the way.
 
 How many tasks (``dask.config.set({"dclust.pass-grouping": False})`` keeps one task per block, for comparisons): a
 store read is grouped into about ``TASKS_PER_THREAD`` tasks per thread of the cluster, so the
-scheduling cost of a pass follows the cluster's cores, not the store's chunk count; blocks held in memory (persisted:
-:func:`persist_if_fits` spreads them evenly over the workers) or computed by other tasks keep one task per block,
-which runs where its block is (or is fused with the task that makes it), and whose merge order does not depend on
-where the blocks are: a fit that loses a worker gives the same centres bit for bit. Results never depend on the
-grouping except through the rounding of floating-point sums.
+scheduling cost of a pass follows the cluster's cores, not the store's chunk count. Blocks a distributed cluster holds
+(persisted: :func:`persist_if_fits` spreads them over the workers in one contiguous run per thread) are grouped by
+those runs, one task per run on the worker that holds it; the tasks return their blocks' partials unmerged and one
+task merges them in the tree of one task per block, so the merge order does not depend on where the blocks are: a
+fit that loses a worker gives the same centres bit for bit. Blocks computed by other tasks keep one task per block
+(fused with the task that makes it). Results never depend on the grouping except through the rounding of
+floating-point sums of grouped store reads.
 
 :func:`map_reduce` is the pass of every fit (a tree-reduced result); :func:`map_partials` returns one partial
 per block (proposal steps that need them block by block); :func:`map_labels` gives per-row outputs.
@@ -425,10 +427,15 @@ def _held_groups(X: da.Array, todo: list[int]) -> list[list[int]] | None:
     """
     if X.ndim > 2 or X.numblocks[1:] != (1,) * (X.ndim - 1) or current_client() is None or not on_cluster(X):
         return None
-    wanted = set(todo)
-    groups = [[b for b in run if b in wanted] for run in block_groups(X.numblocks[0], None, _cluster_threads())]
-    order = {b: i for i, b in enumerate(todo)}
-    return [sorted(g, key=order.__getitem__) for g in groups if g]
+    n_runs = _spread_runs.get(X.name) or _cluster_threads()  # (known: no round trip to the scheduler per pass)
+    run_of = {b: r for r, run in enumerate(block_groups(X.numblocks[0], None, n_runs)) for b in run}
+    groups: list[list[int]] = []
+    for i, b in enumerate(todo):  # consecutive blocks of ``todo`` in one run: the groups list ``todo`` in order
+        if i and run_of[b] == run_of[todo[i - 1]]:
+            groups[-1].append(b)
+        else:
+            groups.append([b])
+    return groups
 
 
 def map_reduce(
@@ -444,35 +451,30 @@ def map_reduce(
     """
     groups = _groups_for(X, blocks, grouped=True)
     if any(len(g) > 1 for g in groups) and _reader_of(X) is None:  # persisted blocks, grouped where they are
-        return _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, blocks, split_every)
+        return _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, split_every)
     graph, name = _pass_graph(fn, merge, X, aligned, groups, kwargs, "pass", block_args)
     parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
     boxed = parts.map_blocks(_box_one, dtype=object, meta=np.empty(0, dtype=object))
     return tree_reduce(boxed, merge, split_every=split_every)
 
 
-def _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, blocks, split_every) -> da.Array:
+def _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, split_every) -> da.Array:
     """:func:`map_reduce` over blocks held by the cluster (:func:`_held_groups`): every task returns its blocks'
     partials unmerged, and one task merges all of them in :func:`dclust._dask.reduce.merge_tree`'s tree over the
     blocks in the order of ``blocks`` -- the tree of one task per block, so the result is the same bit for bit
     however the blocks are grouped or placed (a fit that loses a worker gives the same centres)."""
     graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "pass", block_args)
-    todo = list(range(X.numblocks[0])) if blocks is None else [int(b) for b in blocks]
-    done = [b for g in groups for b in g]
-    where = {b: i for i, b in enumerate(done)}
-    out = f"dclust-merge-{name[len('dclust-pass-'):]}"
     parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
-    task = Task((out,), _merge_held, merge, split_every, [where[b] for b in todo],
-                List(*[TaskRef((name, g)) for g in range(len(groups))]))
-    hlg = HighLevelGraph.from_collections(out, {(out,): task}, dependencies=[parts])
-    return da.Array(hlg, out, chunks=(), dtype=object, meta=np.empty((), dtype=object))
+    out = f"dclust-merge-{name[len('dclust-pass-'):]}"
+    task = Task((out,), _merge_held, merge, split_every, List(*[TaskRef((name, g)) for g in range(len(groups))]))
+    graph = HighLevelGraph.from_collections(out, {(out,): task}, dependencies=[parts])
+    return da.Array(graph, out, chunks=(), dtype=object, meta=np.empty((), dtype=object))
 
 
-def _merge_held(merge, split_every, order, lists) -> np.ndarray:
-    """The task of :func:`_merged_held`: the groups' partials, flattened, in block order, merged in one tree."""
-    flat = [p for part in lists for p in part]
+def _merge_held(merge, split_every, lists) -> np.ndarray:
+    """The task of :func:`_merged_held`: the groups' partials, in block order, merged in one tree."""
     out = np.empty((), dtype=object)
-    out[()] = merge_tree([flat[i] for i in order], merge, split_every=split_every)
+    out[()] = merge_tree([p for part in lists for p in part], merge, split_every=split_every)
     return out
 
 
@@ -638,6 +640,10 @@ def _read_block(reader: "_Getter", source: Any, index: Any, b: int, first: int, 
     return _read(reader, source, index, b, first, size)
 
 
+#: Array name -> the number of contiguous runs :func:`_persist_spread` placed its blocks in (one per thread).
+_spread_runs: dict[str, int] = {}
+
+
 def _persist_spread(X: da.Array) -> da.Array:
     """``X.persist()``, with its row blocks spread over the workers of a distributed cluster in contiguous runs,
     as many blocks per worker as its share of the cluster's threads.
@@ -657,6 +663,9 @@ def _persist_spread(X: da.Array) -> da.Array:
     if not threads or X.ndim > 2 or X.numblocks[1:] != (1,) * (X.ndim - 1):
         return client.persist(X)
     slots = [w for w in sorted(threads) for _ in range(max(1, int(threads[w])))]
+    if len(_spread_runs) > 256:
+        _spread_runs.clear()
+    _spread_runs[X.name] = len(slots)
     place: dict = {}
     for slot, blocks in zip(slots, block_groups(X.numblocks[0], None, len(slots))):
         place.update({_block_key(X, b): [slot] for b in blocks})
