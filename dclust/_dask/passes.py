@@ -12,9 +12,9 @@ How many tasks (``dask.config.set({"dclust.pass-grouping": False})`` keeps one t
 store read is grouped into about ``TASKS_PER_THREAD`` tasks per thread of the cluster, so the
 scheduling cost of a pass follows the cluster's cores, not the store's chunk count. Blocks a distributed cluster holds
 (persisted: :func:`persist_if_fits` spreads them over the workers in one contiguous run per thread) are grouped by
-those runs, one task per run on the worker that holds it; the tasks return their blocks' partials unmerged and one
-task merges them in the tree of one task per block, so the merge order does not depend on where the blocks are: a
-fit that loses a worker gives the same centres bit for bit. Blocks computed by other tasks keep one task per block
+those runs, one task per run on the worker that holds it; the tasks merge their blocks' partials in the subtrees
+of the tree of one task per block that they hold whole and one task finishes the tree, so the merge order does not
+depend on where the blocks are: a fit that loses a worker gives the same centres bit for bit. Blocks computed by other tasks keep one task per block
 (fused with the task that makes it). Results never depend on the grouping except through the rounding of
 floating-point sums of grouped store reads.
 
@@ -39,7 +39,7 @@ from dask.array.optimization import _is_getter_task
 from dask.highlevelgraph import HighLevelGraph
 
 from ..errors import DclustError
-from .reduce import merge_tree, tree_reduce
+from .reduce import merge_nodes, merge_subtrees, tree_reduce
 
 __all__ = [
     "map_reduce",
@@ -315,12 +315,25 @@ class _Params:
     kwargs: dict
     getter: "_Getter | None"
     layout: _Layout
+    tree: "_Tree | None" = None
+
+
+@dataclass(frozen=True)
+class _Tree:
+    """A pass whose tasks merge their blocks' partials in the subtrees of :func:`dclust._dask.reduce.merge_tree`'s
+    tree over the ``n`` blocks that they hold whole (:func:`_merged_held`); ``starts`` maps the first block of every
+    group to its position among the ``n``."""
+
+    merge: Callable
+    n: int
+    split_every: int | None
+    starts: dict
 
 
 def _run_group(params, blocks, source, data, extra, *aligned):
     """Run ``fn`` on every block of the group, reading the blocks from ``source`` (``data`` are then the getter's
     indices, or None for whole-row reads) or taking them from ``data``; merge the results (``merge``) or return them
-    in a list. ``extra`` holds the group's per-block arguments (or is None)."""
+    in a list, or in the subtrees of ``tree``. ``extra`` holds the group's per-block arguments (or is None)."""
     fn, merge, kwargs, reader, layout = params.fn, params.merge, params.kwargs, params.getter, params.layout
     _reuse_chunk_buffers()
     offsets, sizes = layout.blocks()
@@ -337,6 +350,9 @@ def _run_group(params, blocks, source, data, extra, *aligned):
             others.append(extra[i])
         out.append(fn(Xb, *others, offset=off, block_index=b, **kwargs))
     _report_chunks_done(len(blocks))
+    tree = params.tree
+    if tree is not None:
+        return merge_subtrees(out, tree.merge, first=tree.starts[blocks[0]], n=tree.n, split_every=tree.split_every)
     if merge is None:
         return out
     return merge(out) if len(out) > 1 else out[0]
@@ -369,7 +385,7 @@ def _aligned_index(a: da.Array, X: da.Array, todo: list[int]) -> dict[int, int] 
     raise ValueError(f"an aligned array with {a.numblocks[0]} row blocks for {X.numblocks[0]} blocks of X")
 
 
-def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, block_args=None):
+def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, block_args=None, tree=None):
     """The tasks of a pass over ``groups``; returns ``(graph, name)``, task ``(name, g)`` for group g."""
     aligned = [a if a is None or a.ndim < 2 or a.numblocks[1] == 1 else a.rechunk({1: -1}) for a in aligned]
     todo = [b for g in groups for b in g]
@@ -379,7 +395,7 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
     reader = _reader_of(X)
     getter = None if reader is None else _Getter(reader.getter, reader.asarray, reader.lock)
     layout = _Layout.of(X.chunks[0], X.shape[1:])
-    params = _Params(fn, merge, kwargs, getter, layout)
+    params = _Params(fn, merge, kwargs, getter, layout, tree)
     src = None if reader is None else _source_of(X, reader)
     inline = _is_small(kwargs) and (src is None or src.plain)
     layer: dict = {}
@@ -459,22 +475,26 @@ def map_reduce(
 
 
 def _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, split_every) -> da.Array:
-    """:func:`map_reduce` over blocks held by the cluster (:func:`_held_groups`): every task returns its blocks'
-    partials unmerged, and one task merges all of them in :func:`dclust._dask.reduce.merge_tree`'s tree over the
-    blocks in the order of ``blocks`` -- the tree of one task per block, so the result is the same bit for bit
-    however the blocks are grouped or placed (a fit that loses a worker gives the same centres)."""
-    graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "pass", block_args)
+    """:func:`map_reduce` over blocks held by the cluster (:func:`_held_groups`): every task merges its blocks'
+    partials in the subtrees of :func:`dclust._dask.reduce.merge_tree`'s tree over the listed blocks that it holds
+    whole, and one task finishes the tree -- the tree of one task per block, so the result is the same bit for bit
+    however the blocks are grouped or placed (a fit that loses a worker gives the same centres), and no task
+    receives more than a few partials per level of the tree from each group."""
+    starts = np.cumsum([0] + [len(g) for g in groups])
+    n = int(starts[-1])
+    tree = _Tree(merge, n, split_every, {g[0]: int(a) for g, a in zip(groups, starts)})
+    graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "pass", block_args, tree)
     parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
     out = f"dclust-merge-{name[len('dclust-pass-'):]}"
-    task = Task((out,), _merge_held, merge, split_every, List(*[TaskRef((name, g)) for g in range(len(groups))]))
+    task = Task((out,), _merge_held, merge, n, split_every, List(*[TaskRef((name, g)) for g in range(len(groups))]))
     graph = HighLevelGraph.from_collections(out, {(out,): task}, dependencies=[parts])
     return da.Array(graph, out, chunks=(), dtype=object, meta=np.empty((), dtype=object))
 
 
-def _merge_held(merge, split_every, lists) -> np.ndarray:
-    """The task of :func:`_merged_held`: the groups' partials, in block order, merged in one tree."""
+def _merge_held(merge, n, split_every, subtrees) -> np.ndarray:
+    """The task of :func:`_merged_held`: the root of the tree from the groups' subtrees."""
     out = np.empty((), dtype=object)
-    out[()] = merge_tree([p for part in lists for p in part], merge, split_every=split_every)
+    out[()] = merge_nodes({k: v for nodes in subtrees for k, v in nodes.items()}, merge, n=n, split_every=split_every)
     return out
 
 
