@@ -14,9 +14,9 @@ scheduling cost of a pass follows the cluster's cores, not the store's chunk cou
 (persisted: :func:`persist_if_fits` spreads them over the workers in one contiguous run per thread) are grouped by
 those runs, one task per run on the worker that holds it; the tasks merge their blocks' partials in the subtrees
 of the tree of one task per block that they hold whole and one task finishes the tree, so the merge order does not
-depend on where the blocks are: a fit that loses a worker gives the same centres bit for bit. Blocks computed by other tasks keep one task per block
-(fused with the task that makes it). Results never depend on the grouping except through the rounding of
-floating-point sums of grouped store reads.
+depend on where the blocks are: a fit that loses a worker gives the same centres bit for bit. Blocks computed by
+other tasks keep one task per block (fused with the task that makes it). Results never depend on the grouping
+except through the rounding of floating-point sums of grouped store reads.
 
 :func:`map_reduce` is the pass of every fit (a tree-reduced result); :func:`map_partials` returns one partial
 per block (proposal steps that need them block by block); :func:`map_labels` gives per-row outputs.
