@@ -10,11 +10,13 @@ No block is concatenated or copied on the way.
 
 How many tasks (``dask.config.set({"dclust.pass-grouping": False})`` keeps one task per block, for comparisons): a
 store read is grouped into about ``TASKS_PER_THREAD`` tasks per thread of the cluster, so the
-scheduling cost of a pass follows the cluster's cores, not the store's chunk count; blocks held in memory (persisted:
-:func:`persist_if_fits` spreads them evenly over the workers) or computed by other tasks keep one task per block,
-which runs where its block is (or is fused with the task that makes it), and whose merge order does not depend on
-where the blocks are: a fit that loses a worker gives the same centres bit for bit. Results never depend on the
-grouping except through the rounding of floating-point sums.
+scheduling cost of a pass follows the cluster's cores, not the store's chunk count. Blocks a distributed cluster holds
+(persisted: :func:`persist_if_fits` spreads them over the workers in one contiguous run per thread) are grouped by
+those runs, one task per run on the worker that holds it; the tasks merge their blocks' partials in the subtrees
+of the tree of one task per block that they hold whole and one task finishes the tree, so the merge order does not
+depend on where the blocks are: a fit that loses a worker gives the same centres bit for bit. Blocks computed by
+other tasks keep one task per block (fused with the task that makes it). Results never depend on the grouping
+except through the rounding of floating-point sums of grouped store reads.
 
 :func:`map_reduce` is the pass of every fit (a tree-reduced result); :func:`map_partials` returns one partial
 per block (proposal steps that need them block by block); :func:`map_labels` gives per-row outputs.
@@ -37,7 +39,7 @@ from dask.array.optimization import _is_getter_task
 from dask.highlevelgraph import HighLevelGraph
 
 from ..errors import DclustError
-from .reduce import tree_reduce
+from .reduce import merge_nodes, merge_subtrees, tree_reduce
 
 __all__ = [
     "map_reduce",
@@ -193,6 +195,23 @@ def _read(reader: "_Getter", source: Any, index: Any, b: int, first: int, size: 
         raise chunk_error(source, first, first + size - 1, exc, block=b) from exc
 
 
+@dataclass(frozen=True)
+class _Source:
+    """The source object of a :class:`_Reader` as ``X``'s graph holds it."""
+
+    node: Any  # the graph's value under the source key (a DataNode, a task, or the object itself)
+    value: Any  # the object (a DataNode's value), or the node
+    plain: bool  # a plain object (a store), not a task or an in-memory array: it may travel inside every task
+
+
+def _source_of(X: da.Array, reader: _Reader) -> _Source:
+    """The source object of ``reader`` in ``X``'s graph. An in-memory source (a numpy array, a memory map) would
+    be pickled with its data into every task, and a task's output is no object to inline: neither is plain."""
+    node = X.__dask_graph__()[reader.source.key]
+    value = node.value if isinstance(node, DataNode) else node
+    return _Source(node, value, not isinstance(value, (GraphNode, np.ndarray)))
+
+
 # ------------------------------------------------------------------------------------------------------ groups
 
 
@@ -296,12 +315,25 @@ class _Params:
     kwargs: dict
     getter: "_Getter | None"
     layout: _Layout
+    tree: "_Tree | None" = None
+
+
+@dataclass(frozen=True)
+class _Tree:
+    """A pass whose tasks merge their blocks' partials in the subtrees of :func:`dclust._dask.reduce.merge_tree`'s
+    tree over the ``n`` blocks that they hold whole (:func:`_merged_held`); ``starts`` maps the first block of every
+    group to its position among the ``n``."""
+
+    merge: Callable
+    n: int
+    split_every: int | None
+    starts: dict
 
 
 def _run_group(params, blocks, source, data, extra, *aligned):
     """Run ``fn`` on every block of the group, reading the blocks from ``source`` (``data`` are then the getter's
     indices, or None for whole-row reads) or taking them from ``data``; merge the results (``merge``) or return them
-    in a list. ``extra`` holds the group's per-block arguments (or is None)."""
+    in a list, or in the subtrees of ``tree``. ``extra`` holds the group's per-block arguments (or is None)."""
     fn, merge, kwargs, reader, layout = params.fn, params.merge, params.kwargs, params.getter, params.layout
     _reuse_chunk_buffers()
     offsets, sizes = layout.blocks()
@@ -318,6 +350,9 @@ def _run_group(params, blocks, source, data, extra, *aligned):
             others.append(extra[i])
         out.append(fn(Xb, *others, offset=off, block_index=b, **kwargs))
     _report_chunks_done(len(blocks))
+    tree = params.tree
+    if tree is not None:
+        return merge_subtrees(out, tree.merge, first=tree.starts[blocks[0]], n=tree.n, split_every=tree.split_every)
     if merge is None:
         return out
     return merge(out) if len(out) > 1 else out[0]
@@ -350,7 +385,7 @@ def _aligned_index(a: da.Array, X: da.Array, todo: list[int]) -> dict[int, int] 
     raise ValueError(f"an aligned array with {a.numblocks[0]} row blocks for {X.numblocks[0]} blocks of X")
 
 
-def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, block_args=None):
+def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, block_args=None, tree=None):
     """The tasks of a pass over ``groups``; returns ``(graph, name)``, task ``(name, g)`` for group g."""
     aligned = [a if a is None or a.ndim < 2 or a.numblocks[1] == 1 else a.rechunk({1: -1}) for a in aligned]
     todo = [b for g in groups for b in g]
@@ -360,11 +395,9 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
     reader = _reader_of(X)
     getter = None if reader is None else _Getter(reader.getter, reader.asarray, reader.lock)
     layout = _Layout.of(X.chunks[0], X.shape[1:])
-    params = _Params(fn, merge, kwargs, getter, layout)
-    source_node = None if reader is None else X.__dask_graph__()[reader.source.key]
-    source_value = source_node.value if isinstance(source_node, DataNode) else source_node  # (a plain object)
-    # (an in-memory source, e.g. a memory map, would be pickled with its data into every task: it stays one key)
-    inline = _is_small(kwargs) and not isinstance(source_value, (GraphNode, np.ndarray))
+    params = _Params(fn, merge, kwargs, getter, layout, tree)
+    src = None if reader is None else _source_of(X, reader)
+    inline = _is_small(kwargs) and (src is None or src.plain)
     layer: dict = {}
     if not inline:
         layer[params_key] = DataNode(params_key, params)
@@ -372,7 +405,7 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
         if reader is None:
             source, data = None, List(*[TaskRef(_block_key(X, b)) for b in blocks])
         else:
-            source = source_value if inline else reader.source
+            source = src.value if inline else reader.source
             data = None if reader.canonical else [reader.index[b] for b in blocks]
         others = [None if a is None else List(*[TaskRef(_block_key(a, b if m is None else m[b])) for b in blocks])
                   for a, m in zip(aligned, where)]
@@ -385,7 +418,7 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
     if reader is None:
         deps.insert(0, X)
     elif not inline:  # only the source object is needed: not X's layer of one getter task per chunk, which the
-        layer[reader.source.key] = source_node  # scheduler would otherwise receive and cull on every pass
+        layer[reader.source.key] = src.node  # scheduler would otherwise receive and cull on every pass
     return HighLevelGraph.from_collections(name, layer, dependencies=deps), name
 
 
@@ -395,7 +428,30 @@ def _groups_for(X: da.Array, blocks, grouped: bool) -> list[list[int]]:
         return [[b] for b in todo]
     if _reader_of(X) is not None:
         return block_groups(X.numblocks[0], todo)
-    return [[b] for b in todo]
+    held = _held_groups(X, todo)
+    return [[b] for b in todo] if held is None else held
+
+
+def _held_groups(X: da.Array, todo: list[int]) -> list[list[int]] | None:
+    """The blocks of ``todo`` grouped as :func:`_persist_spread` placed them (one contiguous run per thread of the
+    cluster), when X's blocks are held by a distributed cluster (persisted); else None.
+
+    One task per run, on the worker that holds it, instead of one per block: a pass over persisted data is a few
+    tasks and one merge (:func:`map_reduce`), not a task per block and a reduction tree across the workers. Where a
+    run's blocks are elsewhere (a lost worker's blocks made again on another; an array persisted by Dask's own
+    placement), the task takes them from there: only the speed depends on the placement, never the result.
+    """
+    if X.ndim > 2 or X.numblocks[1:] != (1,) * (X.ndim - 1) or current_client() is None or not on_cluster(X):
+        return None
+    n_runs = _spread_runs.get(X.name) or _cluster_threads()  # (known: no round trip to the scheduler per pass)
+    run_of = {b: r for r, run in enumerate(block_groups(X.numblocks[0], None, n_runs)) for b in run}
+    groups: list[list[int]] = []
+    for i, b in enumerate(todo):  # consecutive blocks of ``todo`` in one run: the groups list ``todo`` in order
+        if i and run_of[b] == run_of[todo[i - 1]]:
+            groups[-1].append(b)
+        else:
+            groups.append([b])
+    return groups
 
 
 def map_reduce(
@@ -410,10 +466,36 @@ def map_reduce(
     global). Returns a 0-d object dask array: ``.compute()[()]`` is the merged partial.
     """
     groups = _groups_for(X, blocks, grouped=True)
+    if any(len(g) > 1 for g in groups) and _reader_of(X) is None:  # persisted blocks, grouped where they are
+        return _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, split_every)
     graph, name = _pass_graph(fn, merge, X, aligned, groups, kwargs, "pass", block_args)
     parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
     boxed = parts.map_blocks(_box_one, dtype=object, meta=np.empty(0, dtype=object))
     return tree_reduce(boxed, merge, split_every=split_every)
+
+
+def _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, split_every) -> da.Array:
+    """:func:`map_reduce` over blocks held by the cluster (:func:`_held_groups`): every task merges its blocks'
+    partials in the subtrees of :func:`dclust._dask.reduce.merge_tree`'s tree over the listed blocks that it holds
+    whole, and one task finishes the tree -- the tree of one task per block, so the result is the same bit for bit
+    however the blocks are grouped or placed (a fit that loses a worker gives the same centres), and no task
+    receives more than a few partials per level of the tree from each group."""
+    starts = np.cumsum([0] + [len(g) for g in groups])
+    n = int(starts[-1])
+    tree = _Tree(merge, n, split_every, {g[0]: int(a) for g, a in zip(groups, starts)})
+    graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "pass", block_args, tree)
+    parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
+    out = f"dclust-merge-{name[len('dclust-pass-'):]}"
+    task = Task((out,), _merge_held, merge, n, split_every, List(*[TaskRef((name, g)) for g in range(len(groups))]))
+    graph = HighLevelGraph.from_collections(out, {(out,): task}, dependencies=[parts])
+    return da.Array(graph, out, chunks=(), dtype=object, meta=np.empty((), dtype=object))
+
+
+def _merge_held(merge, n, split_every, subtrees) -> np.ndarray:
+    """The task of :func:`_merged_held`: the root of the tree from the groups' subtrees."""
+    out = np.empty((), dtype=object)
+    out[()] = merge_nodes({k: v for nodes in subtrees for k, v in nodes.items()}, merge, n=n, split_every=split_every)
+    return out
 
 
 def _box_one(part) -> np.ndarray:
@@ -567,16 +649,19 @@ def persist_if_fits(X: da.Array, persist, logger) -> da.Array:
         reader = _reader_of(X)
         if reader is None:
             raise
-        source = X.__dask_graph__().get(reader.source.key)
         from .._store._zarr import chunk_error  # only on this error path
 
-        raise chunk_error(getattr(source, "value", source), 0, max(int(X.shape[0]) - 1, 0), exc) from exc
+        raise chunk_error(_source_of(X, reader).value, 0, max(int(X.shape[0]) - 1, 0), exc) from exc
 
 
 def _read_block(reader: "_Getter", source: Any, index: Any, b: int, first: int, size: int) -> np.ndarray:
     """The task that reads block ``b`` into the memory of the worker chosen for it (:func:`_persist_spread`)."""
     _reuse_chunk_buffers()
     return _read(reader, source, index, b, first, size)
+
+
+#: Array name -> the number of contiguous runs :func:`_persist_spread` placed its blocks in (one per thread).
+_spread_runs: dict[str, int] = {}
 
 
 def _persist_spread(X: da.Array) -> da.Array:
@@ -598,16 +683,18 @@ def _persist_spread(X: da.Array) -> da.Array:
     if not threads or X.ndim > 2 or X.numblocks[1:] != (1,) * (X.ndim - 1):
         return client.persist(X)
     slots = [w for w in sorted(threads) for _ in range(max(1, int(threads[w])))]
+    if len(_spread_runs) > 256:
+        _spread_runs.clear()
+    _spread_runs[X.name] = len(slots)
     place: dict = {}
     for slot, blocks in zip(slots, block_groups(X.numblocks[0], None, len(slots))):
         place.update({_block_key(X, b): [slot] for b in blocks})
     reader = _reader_of(X)
-    source_node = None if reader is None else X.__dask_graph__()[reader.source.key]
-    source = source_node.value if isinstance(source_node, DataNode) else source_node
-    if reader is not None and not isinstance(source, (GraphNode, np.ndarray)):
+    src = None if reader is None else _source_of(X, reader)
+    if reader is not None and src.plain:
         getter = _Getter(reader.getter, reader.asarray, reader.lock)
         offsets = block_offsets(X.chunks[0])
-        layer = {_block_key(X, b): Task(_block_key(X, b), _read_block, getter, source, reader.index[b], b,
+        layer = {_block_key(X, b): Task(_block_key(X, b), _read_block, getter, src.value, reader.index[b], b,
                                         int(offsets[b]), int(X.chunks[0][b])) for b in range(X.numblocks[0])}
         X = da.Array(HighLevelGraph.from_collections(X.name, layer, dependencies=[]), X.name, X.chunks, X.dtype,
                      meta=X._meta)

@@ -7,12 +7,13 @@ monoid: a per-block partial plus an associative merge. :func:`tree_reduce` merge
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
 
 import dask.array as da
 import numpy as np
 
-__all__ = ["tree_reduce", "DEFAULT_SPLIT_EVERY"]
+__all__ = ["tree_reduce", "merge_tree", "merge_subtrees", "merge_nodes", "DEFAULT_SPLIT_EVERY"]
 
 DEFAULT_SPLIT_EVERY = 8
 
@@ -43,6 +44,77 @@ def _aggregator(merge: Callable[[Sequence[Any]], Any]):
     return aggregate
 
 
+def _fan_in(split_every: int | None) -> int:
+    s = DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
+    if s < 2:
+        raise ValueError(f"split_every must be >= 2, got {s}")
+    return s
+
+
+def _depth(n: int, s: int) -> int:
+    """Levels of Dask's reduction tree over ``n`` partials with fan-in ``s`` (as ``dask.array.reduction``)."""
+    return max(1, math.ceil(math.log(n, s)))
+
+
+def merge_subtrees(partials: Sequence[Any], merge: Callable[[Sequence[Any]], Any], *, first: int, n: int,
+                   split_every: int | None = None) -> dict[tuple[int, int], Any]:
+    """The nodes of :func:`merge_tree`'s tree over ``n`` partials that lie wholly within ``partials``, which are
+    partials ``first .. first + len(partials) - 1``: a dict ``{(level, index): node}`` of the largest such nodes
+    (level 0: a partial itself), to finish with :func:`merge_nodes` together with the nodes of the other ranges.
+
+    A task that holds a run of consecutive partials merges what it can where they are, and sends on at most
+    ``2 (split_every - 1)`` nodes per level instead of every partial.
+    """
+    s = _fan_in(split_every)
+    nodes = {(0, first + i): p for i, p in enumerate(partials)}
+    end = first + len(partials)
+    for level in range(1, _depth(n, s)):
+        size = s ** level
+        for j in range(-(-first // size), end // size + (end == n)):
+            lo, hi = j * size, min((j + 1) * size, n)
+            if first <= lo and hi <= end and lo < n:
+                below = s ** (level - 1)
+                kids = [(level - 1, c) for c in range(j * s, j * s + s) if c * below < n]
+                nodes[(level, j)] = merge([nodes.pop(k) for k in kids])
+    return nodes
+
+
+def merge_nodes(nodes: dict[tuple[int, int], Any], merge: Callable[[Sequence[Any]], Any], *, n: int,
+                split_every: int | None = None) -> Any:
+    """The root of :func:`merge_tree`'s tree over ``n`` partials from the nodes :func:`merge_subtrees` made of
+    ranges that cover every partial once: the result of :func:`merge_tree`, bit for bit."""
+    s = _fan_in(split_every)
+    depth = _depth(n, s)
+
+    def node(level: int, j: int) -> Any:
+        if (level, j) in nodes:
+            return nodes[(level, j)]
+        below = s ** (level - 1)
+        return merge([node(level - 1, c) for c in range(j * s, j * s + s) if c * below < n])
+
+    return merge([node(depth - 1, j) for j in range(-(-n // s ** (depth - 1)))])
+
+
+def merge_tree(partials: Sequence[Any], merge: Callable[[Sequence[Any]], Any], *, split_every: int | None = None) -> Any:
+    """The merge of :func:`tree_reduce`, in one process, over a list of partials: the same tree (levels of
+    ``split_every`` consecutive partials, then one merge of the rest), so the same result bit for bit.
+
+    For partials that come back to one task together (:func:`merge_subtrees` and :func:`merge_nodes` split it
+    between the tasks that hold runs of them and the one that finishes): the tree depends only on the number of
+    partials, never on where they were made.
+
+    >>> from dclust._dask.reduce import merge_tree
+    >>> merge_tree([[1], [2], [3], [4], [5]], lambda parts: [sum(p[0] for p in parts)], split_every=2)
+    [15]
+    """
+    parts = list(partials)
+    if not parts:
+        raise ValueError("merge_tree: no partials")
+    n = len(parts)
+    return merge_nodes(merge_subtrees(parts, merge, first=0, n=n, split_every=split_every), merge, n=n,
+                       split_every=split_every)
+
+
 def tree_reduce(
     partials: da.Array,
     merge: Callable[[Sequence[Any]], Any],
@@ -65,9 +137,7 @@ def tree_reduce(
     dask.array.Array
         A 0-d object array; ``.compute()[()]`` is the merged partial.
     """
-    s = DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
-    if s < 2:
-        raise ValueError(f"split_every must be >= 2, got {s}")
+    s = _fan_in(split_every)
     return da.reduction(
         partials,
         chunk=_chunk,

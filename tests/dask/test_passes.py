@@ -129,3 +129,37 @@ def test_a_persisted_store_is_spread_evenly_and_each_block_is_used_where_it_is(s
         lambda dask_scheduler: {ts.loose_restrictions for k, ts in dask_scheduler.tasks.items()
                                 if isinstance(k, tuple) and k[0] == Xp.name})
     assert restrictions == {True}
+
+
+def test_a_pass_over_persisted_blocks_is_one_task_per_thread_and_one_merge(client):
+    """Persisted on two single-threaded workers, a pass is two tasks (each over the run of blocks its worker holds,
+    moving none) and one merge task -- not a task per block and a reduction tree across the workers -- and its
+    result is that of one task per block bit for bit, over every block and over a shuffled subset."""
+    import logging
+
+    from distributed import get_task_stream
+
+    from dclust._dask.passes import persist_if_fits
+
+    X = np.random.default_rng(3).normal(size=(3_000, 4)) * 5 + 1e3
+    Xp = persist_if_fits(da.from_array(X, chunks=(150, -1)), True, logging.getLogger("dclust"))
+    C = X[:5].copy()
+    # (a shuffled subset: one task per stretch of consecutive listed blocks that one worker holds)
+    for blocks, n_tasks in ((None, 2), ([0, 2, 3, 7, 13, 19], 2), ([13, 2, 7, 19, 3, 0], 4)):
+        lazy = map_reduce(_stats_partial, ClusterStats.merge_all, Xp, None, centers=C, blocks=blocks)
+        assert len([k for k in dict(lazy.__dask_graph__()) if Xp.name not in str(k)]) == n_tasks + 1
+        with get_task_stream() as stream:
+            held = lazy.compute()[()]
+        passes = [t for t in stream.data if "dclust-pass-" in str(t["key"])]
+        assert len(passes) == n_tasks and len({t["worker"] for t in passes}) == 2
+        assert not [t for t in passes if any(s["action"] == "transfer" for s in t["startstops"])]
+        with dask.config.set({"dclust.pass-grouping": False}):  # one task per block, Dask's reduction tree
+            single = map_reduce(_stats_partial, ClusterStats.merge_all, Xp, None, centers=C, blocks=blocks)
+            assert len(dict(single.__dask_graph__())) > 20 + (20 if blocks is None else 6)
+            single = single.compute()[()]
+        for field in ("weight", "mean", "scatter", "fingerprint"):
+            np.testing.assert_array_equal(getattr(held, field), getattr(single, field))
+        assert held.cost == single.cost and held.n_rows == single.n_rows
+        rows = np.concatenate([np.arange(b * 150, (b + 1) * 150) for b in (range(20) if blocks is None else blocks)])
+        np.testing.assert_array_equal(held.weight, ClusterStats.from_labels(
+            X[rows], np.argmin(((X[rows, None, :] - C[None]) ** 2).sum(axis=2), axis=1), 5).weight)

@@ -84,3 +84,57 @@ def test_a_store_read_then_persisted_keeps_working(tmp_path):
     again = reduce_stats(arr.persist(), None, C)
     np.testing.assert_allclose(again.mean, first.mean, rtol=1e-12)
     assert again.weight.sum() == 1000
+
+
+def _float_sum(parts):
+    """A merge whose result depends on its tree: float sums rounded differently in every other grouping."""
+    return float(np.sum(np.asarray(parts, dtype=np.float64)))
+
+
+@pytest.mark.parametrize("split_every", [2, 3, 8])
+@pytest.mark.parametrize("n", [1, 2, 7, 8, 9, 20, 64, 65])
+def test_merge_tree_is_the_tree_of_tree_reduce_bit_for_bit(split_every, n):
+    """The in-process merge (persisted passes) and Dask's reduction tree merge the same partials in the same tree,
+    so their results agree in every bit, although the merge rounds differently in other groupings."""
+    from dclust._dask.reduce import merge_tree
+
+    values = np.random.default_rng(n).normal(size=n) * 10.0 ** np.random.default_rng(split_every).integers(-8, 9, n)
+    boxed = np.empty(n, dtype=object)
+    boxed[:] = list(values)
+    lazy = tree_reduce(da.from_array(boxed, chunks=1), _float_sum, split_every=split_every).compute()[()]
+    assert merge_tree(list(values), _float_sum, split_every=split_every) == lazy
+    if n >= 20:  # the merge is sensitive to the tree: another fan-in rounds otherwise
+        assert len({merge_tree(list(values), _float_sum, split_every=s) for s in (2, 3, 8, n)}) > 1
+    with pytest.raises(ValueError):
+        merge_tree([], _float_sum)
+
+
+def _shape(parts):
+    """A merge that records its tree: equal results mean the same tree, node for node."""
+    return "(" + ",".join(parts) + ")"
+
+
+@pytest.mark.parametrize("split_every", [2, 3, 8])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 20, 64, 65, 513])
+def test_subtrees_of_any_ranges_finish_into_the_same_tree(split_every, n):
+    """Runs of consecutive partials merged where they are (merge_subtrees), then finished together (merge_nodes),
+    give the tree of tree_reduce exactly, whatever the runs; a run sends on O(split_every x depth) nodes, not one per
+    partial."""
+    from dclust._dask.reduce import merge_nodes, merge_subtrees, merge_tree
+
+    parts = [str(i) for i in range(n)]
+    boxed = np.empty(n, dtype=object)
+    boxed[:] = parts
+    whole = tree_reduce(da.from_array(boxed, chunks=1), _shape, split_every=split_every).compute()[()]
+    assert merge_tree(parts, _shape, split_every=split_every) == whole
+    depth = max(1, int(np.ceil(np.log(n) / np.log(split_every) - 1e-12)))
+    rng = np.random.default_rng(n * split_every)
+    for n_runs in {1, min(n, 2), min(n, 5)}:
+        cuts = rng.choice(np.arange(1, n), n_runs - 1, replace=False).tolist() if n_runs > 1 else []
+        bounds = [0, *sorted(cuts), n]
+        nodes = {}
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            sub = merge_subtrees(parts[a:b], _shape, first=a, n=n, split_every=split_every)
+            assert len(sub) <= 2 * (split_every - 1) * depth + 1
+            nodes.update(sub)
+        assert merge_nodes(nodes, _shape, n=n, split_every=split_every) == whole
