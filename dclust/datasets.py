@@ -243,7 +243,7 @@ def _ring_shares(n_points: int, n_rings: int) -> np.ndarray:
     counts = np.floor(raw).astype(np.int64)
     extra = n_points - int(counts.sum())
     counts[np.argsort(-(raw - counts), kind="stable")[:extra]] += 1
-    return counts
+    return np.asarray(counts, dtype=np.int64)
 
 
 def _paper_code_rings(n_steps: int, n_points: int, r: np.ndarray, noise: float, motion: float, start: np.ndarray,
@@ -258,8 +258,8 @@ def _paper_code_rings(n_steps: int, n_points: int, r: np.ndarray, noise: float, 
     batches, labels, centers = [], [], np.empty((n_steps, n_rings, 2))
     for t in range(n_steps):
         for j in range(n_rings):  # move, then tether each ring to the one before it
-            step, angle = rng.normal(0.0, motion), rng.uniform(0.0, 2.0 * np.pi)
-            c[j] += step * np.array([np.cos(angle), np.sin(angle)])
+            step, heading = rng.normal(0.0, motion), rng.uniform(0.0, 2.0 * np.pi)
+            c[j] += step * np.array([np.cos(heading), np.sin(heading)])
             if j >= 1:
                 if leash == 0.0:
                     c[j] = c[j - 1]
