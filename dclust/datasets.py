@@ -212,21 +212,22 @@ def make_blobs(
 
 
 class Rings(NamedTuple):
-    """Result of :func:`moving_rings`: one batch of points per time step, their ring indices and the ring centre.
+    """Result of :func:`moving_rings`: one batch of points per time step, their ring indices and the ring centres.
 
     Examples
     --------
     >>> from dclust.datasets import moving_rings
     >>> rings = moving_rings(n_steps=3, n_points=60, random_state=0)
     >>> len(rings.batches), rings.batches[0].shape, sorted(set(rings.labels[0].tolist())), rings.centers.shape
-    (3, (60, 2), [0, 1, 2], (3, 2))
+    (3, (60, 2), [0, 1, 2], (3, 3, 2))
     """
 
     #: list of numpy float64 arrays, one (n_points, 2) batch per time step.
     batches: list[np.ndarray]
-    #: list of numpy int64 arrays, one (n_points,) array of ring indices (0 = largest radius) per time step.
+    #: list of numpy int64 arrays, one (n_points,) array of ring indices (0 = first radius) per time step.
     labels: list[np.ndarray]
-    #: numpy float64 array (n_steps, 2): the common centre of the rings at every step.
+    #: numpy float64 array (n_steps, n_rings, 2): the centre of every ring at every step (all equal under
+    #: ``process="per-axis"``, where the rings move together).
     centers: np.ndarray
 
 
@@ -235,65 +236,125 @@ def _rings_check(name: str, value: Any, ok: bool, expected: str, fix: str) -> No
         raise InvalidParameterError(message(f"moving_rings({name}=...)", expected, repr(value), fix))
 
 
+def _ring_shares(n_points: int, n_rings: int) -> np.ndarray:
+    """Points per ring in the authors' proportions 1 : 1/2 : 1/3 ..., rounded by largest remainder."""
+    w = 1.0 / np.arange(1, n_rings + 1)
+    raw = n_points * w / w.sum()
+    counts = np.floor(raw).astype(np.int64)
+    extra = n_points - int(counts.sum())
+    counts[np.argsort(-(raw - counts), kind="stable")[:extra]] += 1
+    return np.asarray(counts, dtype=np.int64)
+
+
+def _paper_code_rings(n_steps: int, n_points: int, r: np.ndarray, noise: float, motion: float, start: np.ndarray,
+                      seed: int) -> Rings:
+    """The ring process of the authors' program (``example/movingringdatagen.hpp``); see :func:`moving_rings`."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(5,)))
+    n_rings = r.size
+    leash = float(r.max()) / (2.0 * n_rings)
+    counts = _ring_shares(n_points, n_rings)
+    labels_t = np.repeat(np.arange(n_rings, dtype=np.int64), counts)
+    c = np.repeat(start[None, :], n_rings, axis=0)
+    batches, labels, centers = [], [], np.empty((n_steps, n_rings, 2))
+    for t in range(n_steps):
+        for j in range(n_rings):  # move, then tether each ring to the one before it
+            step, heading = rng.normal(0.0, motion), rng.uniform(0.0, 2.0 * np.pi)
+            c[j] += step * np.array([np.cos(heading), np.sin(heading)])
+            if j >= 1:
+                if leash == 0.0:
+                    c[j] = c[j - 1]
+                while np.linalg.norm(c[j] - c[j - 1]) > leash:
+                    c[j] = (c[j - 1] + c[j]) / 2.0
+        centers[t] = c
+        length = r[labels_t] + noise * rng.standard_normal(n_points)
+        angle = rng.uniform(0.0, 2.0 * np.pi, size=n_points)
+        batches.append(c[labels_t] + length[:, None] * np.stack([np.cos(angle), np.sin(angle)], axis=1))
+        labels.append(labels_t.copy())
+    return Rings(batches, labels, centers)
+
+
 def moving_rings(
     n_steps: int = 100,
     n_points: int = 400,
     *,
+    process: str = "per-axis",
     radii: tuple[float, ...] = (0.4, 0.2, 0.0),
-    noise: float = 0.03,
+    noise: float | None = None,
     motion: float = 0.05,
     start: tuple[float, float] = (0.5, 0.5),
-    noise_model: str = "per-axis",
+    noise_model: str | None = None,
     random_state: int | np.random.Generator | None = 0,
 ) -> Rings:
-    """Concentric rings moving together over time, the SD-Means benchmark of [DM] 8.2 (docs/algorithms.md 10.2).
+    """Rings moving over time, the SD-Means benchmark of [DM] 8.2 (docs/algorithms.md 10.2).
 
-    At every step, each point picks a ring uniformly at random and an angle uniformly in [0, 2 pi), and is placed
-    at ``centre + radius (cos, sin) + noise offset``. After the points of a step are emitted, the common centre
-    moves by ``N(0, motion^2 I)``. A radius of 0 is a Gaussian blob. The choices [DM] leaves open (start centre,
-    per-point ring choice, number of steps) are those of E-DM8.
+    Two processes, as for :func:`moving_gaussians`:
+
+    - ``"per-axis"`` (the paper's text, as docs/algorithms.md 10.2 reads it): concentric rings move together. At
+      every step, each point picks a ring uniformly at random and an angle uniformly in [0, 2 pi), and is placed at
+      ``centre + radius (cos, sin) + noise offset``. After the points of a step are emitted, the common centre moves
+      by ``N(0, motion^2 I)``. The choices [DM] leaves open (start centre, per-point ring choice, number of steps)
+      are those of E-DM8.
+    - ``"paper-code"`` (the authors' program, ``example/mainsdm.cpp`` with ``movingringdatagen.hpp`` at
+      github.com/trevorcampbell/dynamic-means): every ring has its own centre, all starting at ``start``. Before
+      the points of every step (the first included), ring j moves by a radial step (length ``N(0, motion^2)``,
+      uniform direction); then, for j >= 1, its centre is moved halfway to the centre of ring j - 1 until the two
+      are at most ``max(radii) / (2 n_rings)`` apart (0.067 for the default radii), so the rings stay nearly
+      concentric. Ring j emits a share of ``n_points`` proportional to ``1 / (j + 1)`` (``n_points=367`` gives the
+      program's 200, 100 and 67 points), each at distance ``radius_j + N(0, noise^2)`` from its centre in a
+      uniform direction (radial noise only). The points come ordered by ring.
 
     Parameters
     ----------
     n_steps : int, default 100
         Number of time steps.
     n_points : int, default 400
-        Points per step.
+        Points per step (400 in [DM] 8.2).
+    process : {"per-axis", "paper-code"}, default "per-axis"
+        The generating process (above).
     radii : tuple of float, default (0.4, 0.2, 0.0)
-        Ring radii (>= 0); the label of a point is the index of its ring in ``radii``.
-    noise : float, default 0.03
-        Scale of the noise added to every point (see ``noise_model``).
+        Ring radii (>= 0); the label of a point is the index of its ring in ``radii``. A radius of 0 is a blob.
+    noise : float, optional
+        Scale of the noise of every point (see ``noise_model``). Default: 0.03 (the paper's text) with
+        ``"per-axis"``, 0.01 (the program's ``clusterStdDev``) with ``"paper-code"``.
     motion : float, default 0.05
-        Standard deviation of the per-axis displacement of the centre between steps.
+        ``"per-axis"``: standard deviation of the per-axis displacement of the common centre between steps;
+        ``"paper-code"``: standard deviation of the length of each ring's radial step.
     start : (float, float), default (0.5, 0.5)
-        Centre at the first step.
-    noise_model : {"per-axis", "radial"}, default "per-axis"
-        ``"per-axis"``: ``N(0, noise^2 I)`` (docs/algorithms.md 10.2). ``"radial"``: an offset of length
-        ``N(0, noise^2)`` in a uniform direction, the convention of the authors' public example program (about
-        ``noise / sqrt(2)`` per axis, so the rings are better separated).
+        Centre at the first step (``"paper-code"``: before the first move).
+    noise_model : {"per-axis", "radial"}, optional
+        ``"per-axis"`` only (default ``"per-axis"``): ``"per-axis"`` adds ``N(0, noise^2 I)``
+        (docs/algorithms.md 10.2); ``"radial"`` adds an offset of length ``N(0, noise^2)`` in a uniform direction
+        (about ``noise / sqrt(2)`` per axis). ``"paper-code"`` has its own noise (above) and accepts only None.
     random_state : int, numpy.random.Generator or None, default 0
-        Seed. Step t is drawn from its own seed, so fewer steps give a prefix of more steps.
+        Seed. Fewer steps give a prefix of more steps.
 
     Returns
     -------
     Rings
         ``batches`` (list of (n_points, 2) arrays), ``labels`` (list of (n_points,) int64 ring indices) and
-        ``centers`` ((n_steps, 2)).
+        ``centers`` ((n_steps, n_rings, 2)).
 
     Examples
     --------
     >>> r = moving_rings(n_steps=3, n_points=30, random_state=0)
     >>> len(r.batches), r.batches[0].shape, sorted(set(r.labels[0].tolist())), r.centers.shape
-    (3, (30, 2), [0, 1, 2], (3, 2))
+    (3, (30, 2), [0, 1, 2], (3, 3, 2))
     >>> bool(np.array_equal(moving_rings(2, 30).batches[1], r.batches[1]))
     True
+    >>> code = moving_rings(n_steps=2, n_points=367, process="paper-code", random_state=0)
+    >>> np.bincount(code.labels[0]).tolist()
+    [200, 100, 67]
     """
     for name, value in (("n_steps", n_steps), ("n_points", n_points)):
         _rings_check(name, value, isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1,
                      "an integer >= 1", f"Pass a positive integer {name}.")
+    _rings_check("process", process, process in ("per-axis", "paper-code"), "'per-axis' or 'paper-code'",
+                 "Pass process='per-axis' (the paper's text) or 'paper-code' (the authors' program).")
     r = np.asarray(radii, dtype=np.float64) if isinstance(radii, (tuple, list, np.ndarray)) else None
     _rings_check("radii", radii, r is not None and r.ndim == 1 and r.size >= 1 and bool(np.isfinite(r).all())
                  and bool((r >= 0).all()), "a non-empty sequence of finite radii >= 0", "Pass e.g. (0.4, 0.2, 0.0).")
+    if noise is None:
+        noise = 0.03 if process == "per-axis" else 0.01
     for name, number in (("noise", noise), ("motion", motion)):
         _rings_check(name, number, isinstance(number, numbers.Real) and not isinstance(number, bool)
                      and np.isfinite(number) and number >= 0, "a finite number >= 0", f"Pass e.g. {name}=0.05.")
@@ -304,9 +365,18 @@ def moving_rings(
                  or (isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool)
                      and random_state >= 0), "None, an int >= 0 or a numpy.random.Generator",
                  "Pass random_state=0 (any fixed int) for reproducible data.")
-    _rings_check("noise_model", noise_model, noise_model in ("per-axis", "radial"), "'per-axis' or 'radial'",
-                 "Pass noise_model='per-axis' (docs/algorithms.md 10.2) or 'radial' (the authors' program).")
+    if process == "paper-code":
+        _rings_check("noise_model", noise_model, noise_model is None,
+                     "None with process='paper-code' (its noise is radial to each ring)",
+                     "Leave noise_model out with process='paper-code', or use process='per-axis'.")
+    else:
+        noise_model = "per-axis" if noise_model is None else noise_model
+        _rings_check("noise_model", noise_model, noise_model in ("per-axis", "radial"), "'per-axis' or 'radial'",
+                     "Pass noise_model='per-axis' (docs/algorithms.md 10.2) or 'radial'.")
+    assert r is not None and s is not None  # _rings_check raised otherwise
     seed = _seed(random_state)
+    if process == "paper-code":
+        return _paper_code_rings(int(n_steps), int(n_points), r, float(noise), float(motion), s, seed)
     steps = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(4,))).standard_normal((n_steps, 2))
     centers = s[None, :] + motion * np.concatenate([np.zeros((1, 2)), np.cumsum(steps[:-1], axis=0)])
     batches, labels = [], []
@@ -322,7 +392,7 @@ def moving_rings(
             offset = length[:, None] * np.stack([np.cos(phi), np.sin(phi)], axis=1)
         batches.append(centers[t] + ring + offset)
         labels.append(lab)
-    return Rings(batches, labels, centers)
+    return Rings(batches, labels, np.repeat(centers[:, None, :], r.size, axis=1))
 
 
 __all__ += ["Rings", "moving_rings"]

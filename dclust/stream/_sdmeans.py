@@ -64,7 +64,7 @@ class SpectralDynamicMeans(BaseEstimator):
         ``"mst-rss"``: the same with the root of the sum of their squares, as the authors' program computes it
         (it reproduces [DM] 8.2 best, see docs/reproduction.md); or a callable ``f(A, B) -> (len(A), len(B))``
         symmetric kernel. For the MST kernels, which change with every batch's tree, the support points of old
-        centres are selected in the RBF space of the same bandwidth.
+        centres are selected in the RBF space of the same bandwidth (see ``support_space``).
     bandwidth : float, optional
         omega of the ``"rbf"``, ``"mst"`` and ``"mst-rss"`` kernels (required for them, not accepted for the others).
     n_restarts : int, default 1
@@ -73,6 +73,13 @@ class SpectralDynamicMeans(BaseEstimator):
         Cap on the rotation iterations per restart.
     max_support : int, default 50
         Budget m of support points per old centre (docs/algorithms.md 4.2).
+    support_space : {"auto", "kernel"}, default "auto"
+        Feature space in which the support of an old centre is chosen (the sparse fit of eq. 36). ``"kernel"``: the
+        kernel's own, for the MST kernels the tree of the batch just clustered, as the authors' program does (there a
+        whole ring is one light component, so the fit keeps a single point per ring). ``"auto"``: the kernel's own,
+        except for the MST kernels, whose support is chosen in the RBF space of the same bandwidth so that it stays
+        spread over the cluster (it tracks the rings of [DM] 8.2 far better, docs/reproduction.md). The
+        coefficients are refitted in that space too; the centre is then used with the batch's kernel as always.
     max_batch : int, default 5000
         Largest Gram matrix side (batch rows + support points) accepted; larger batches raise
         :class:`~dclust.errors.InvalidDataError` naming the memory needed.
@@ -136,6 +143,7 @@ class SpectralDynamicMeans(BaseEstimator):
         "n_restarts": [Interval("int", 1, None)],
         "max_iter": [Interval("int", 1, None)],
         "max_support": [Interval("int", 1, None)],
+        "support_space": [Options(("auto", "kernel"))],
         "max_batch": [Interval("int", 1, None)],
         "random_state": [SEED],
         "checkpoint": [CHECKPOINT],
@@ -166,11 +174,13 @@ class SpectralDynamicMeans(BaseEstimator):
         self, *, lam: float | None = None, T_Q: float | None = None, k_tau: float | None = None, Q: float | None = None,
         tau: float | None = None, kernel: Literal["rbf", "linear", "mst", "mst-rss"] | Callable[..., Any] = "rbf",
         bandwidth: float | None = None, n_restarts: int = 1, max_iter: int = 100, max_support: int = 50,
-        max_batch: int = 5000, random_state: SeedLike = None, checkpoint: CheckpointLike = None,
+        support_space: Literal["auto", "kernel"] = "auto", max_batch: int = 5000, random_state: SeedLike = None,
+        checkpoint: CheckpointLike = None,
     ) -> None:
         self.lam, self.T_Q, self.k_tau, self.Q, self.tau, self.kernel = lam, T_Q, k_tau, Q, tau, kernel
         self.bandwidth, self.n_restarts, self.max_iter = bandwidth, n_restarts, max_iter
-        self.max_support, self.max_batch, self.random_state = max_support, max_batch, random_state
+        self.max_support, self.support_space = max_support, support_space
+        self.max_batch, self.random_state = max_batch, random_state
         self.checkpoint = checkpoint
 
     # ----------------------------------------------------------------------------------------------------------
@@ -453,9 +463,10 @@ class SpectralDynamicMeans(BaseEstimator):
         ring is one light component (kernel 1 between all its points), so an exact sparse fit keeps a single point,
         and in the next batch's tree that one point may attach to another ring. For them the support is chosen in
         the RBF feature space of the same bandwidth, a fixed kernel under which the fit keeps points spread over
-        the cluster (so the old centre stays an average over its shape).
+        the cluster (so the old centre stays an average over its shape). ``support_space="kernel"`` keeps the
+        batch's own Gram matrix, as the authors' program does.
         """
-        if self.kernel in ("mst", "mst-rss"):
+        if self.support_space == "auto" and self.kernel in ("mst", "mst-rss"):
             assert self.bandwidth is not None  # _resolve_params: rbf and mst kernels have a bandwidth
             return K.rbf_kernel(V, V, float(self.bandwidth))
         return gram

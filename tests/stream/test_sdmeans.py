@@ -302,7 +302,8 @@ def test_rings_sd_means_beats_linear_d_means():
      (dict(lam=1.0, Q=0.0, tau=0.0, kernel="rbf"), "bandwidth"),
      (dict(lam=1.0, Q=0.0, tau=0.0, kernel="linear", bandwidth=1.0), "bandwidth"),
      (dict(lam=1.0, Q=0.0, tau=0.0, kernel="cosine"), "kernel"),
-     (dict(lam=1.0, Q=0.0, tau=0.0, kernel="linear", max_support=0), "max_support")],
+     (dict(lam=1.0, Q=0.0, tau=0.0, kernel="linear", max_support=0), "max_support"),
+     (dict(lam=1.0, Q=0.0, tau=0.0, kernel="linear", support_space="rbf"), "support_space")],
 )
 def test_bad_parameters(kwargs, match):
     with pytest.raises(InvalidParameterError, match=match):
@@ -384,3 +385,57 @@ def test_rings_support_spreads_over_the_ring_and_tracks_through_motion():
     pts = sd.support_[ring, : sd.support_size_[ring]]
     angles = np.arctan2(*(pts - pts.mean(0)).T[::-1])
     assert np.ptp(angles) > np.pi  # the support covers more than half of the ring
+
+
+# ------------------------------------------------------------------------------------------------ rings data
+
+
+def test_paper_code_rings_follow_the_authors_program():
+    """moving_rings(process="paper-code"): example/movingringdatagen.hpp of the authors' program (10.2)."""
+    r = moving_rings(300, 367, process="paper-code", random_state=0)
+    assert np.bincount(r.labels[0]).tolist() == [200, 100, 67]  # the program's 200 / 100 / 67
+    assert np.bincount(moving_rings(1, 400, process="paper-code").labels[0]).tolist() == [218, 109, 73]
+    assert r.centers.shape == (300, 3, 2) and not np.allclose(r.centers[0, 0], 0.5)  # it moves before step 1
+    # each ring is tethered to the previous one within max(radii) / (2 * 3)
+    tether = np.linalg.norm(np.diff(r.centers, axis=1), axis=2)
+    assert tether.max() <= 0.4 / 6 + 1e-12 and tether.max() > 0.05
+    # ring 0 moves by a radial step N(0, 0.05): its RMS length is 0.05 (per-axis N(0, 0.05^2 I) gives 0.05 sqrt 2)
+    rms = np.sqrt((np.linalg.norm(np.diff(r.centers[:, 0], axis=0), axis=1) ** 2).mean())
+    assert 0.045 < rms < 0.055
+    axis = moving_rings(300, 30, random_state=0).centers[:, 0]
+    assert 0.065 < np.sqrt((np.linalg.norm(np.diff(axis, axis=0), axis=1) ** 2).mean()) < 0.076
+    # radial noise 0.01 (the program's clusterStdDev) around each ring's own centre
+    t = 7
+    for j, radius in enumerate((0.4, 0.2)):
+        dist = np.linalg.norm(r.batches[t][r.labels[t] == j] - r.centers[t, j], axis=1)
+        assert abs(dist.mean() - radius) < 0.003 and 0.008 < dist.std() < 0.012
+    blob = np.linalg.norm(r.batches[t][r.labels[t] == 2] - r.centers[t, 2], axis=1)
+    assert np.sqrt((blob ** 2).mean()) == pytest.approx(0.01, rel=0.25)
+    # fewer steps give a prefix
+    short = moving_rings(3, 367, process="paper-code", random_state=0)
+    assert all(np.array_equal(a, b) for a, b in zip(short.batches, r.batches[:3]))
+
+
+@pytest.mark.parametrize("kwargs,match", [(dict(process="paper"), "process"),
+                                          (dict(process="paper-code", noise_model="radial"), "noise_model"),
+                                          (dict(noise_model="isotropic"), "noise_model"),
+                                          (dict(process="paper-code", noise=-0.1), "noise")])
+def test_moving_rings_bad_arguments(kwargs, match):
+    with pytest.raises(InvalidParameterError, match=match):
+        moving_rings(2, 30, **kwargs)
+
+
+def test_paper_code_rings_tracked_and_support_space():
+    """[DM] 8.2 on the authors' ring process: SD-Means with the paper's parameters tracks the rings; with
+    support_space="kernel" (the authors' support fit in the batch's MST kernel) each old centre keeps one or two
+    points (a ring is one light component) and tracks worse, with the same partitions."""
+    r = moving_rings(12, 400, process="paper-code", random_state=3)
+    params = dict(lam=55.0, T_Q=13, k_tau=4.5, kernel="mst-rss", bandwidth=0.07, max_support=20, random_state=0)
+    auto = SpectralDynamicMeans(**params)
+    own = SpectralDynamicMeans(support_space="kernel", **params)
+    auto_steps = list(zip(r.labels, _run(auto, r.batches)))
+    own_steps = list(zip(r.labels, _run(own, r.batches)))
+    assert tracking_accuracy(auto_steps) > 0.95
+    assert auto.support_size_.tolist() == [20, 20, 20] and own.support_size_.max() <= 2
+    assert tracking_accuracy(own_steps) < tracking_accuracy(auto_steps) - 0.1
+    assert tracking_accuracy(own_steps, tracked=False) == tracking_accuracy(auto_steps, tracked=False)
