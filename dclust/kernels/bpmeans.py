@@ -420,18 +420,19 @@ class BPBlockResult:
 _PROPOSAL_ROOM = 1024
 
 
-def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi) -> BPBlockResult:
+def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True) -> BPBlockResult:
     """One keyed OCC epoch of BP-means on one block.
 
     The rows whose order key (:func:`dclust.kernels.distances.order_keys`) lies in ``[lo, hi]`` have their bits
     swept over the snapshot ``features`` (final for this pass); a row whose squared residual still exceeds ``lam``
     is proposed. A row's sweep does not depend on the other rows, so they are visited in storage order. ``Zb``
-    (uint8, (n_b, K_snapshot)) is not modified.
+    (uint8, (n_b, K_snapshot)) is not modified, unless ``copy=False`` (then it is swept in place: a C-contiguous
+    uint8 array the caller no longer needs).
     """
     from .distances import order_keys
 
     A = np.ascontiguousarray(features, dtype=np.float64)
-    Z = np.array(Zb, dtype=np.uint8, order="C", copy=True)
+    Z = np.array(Zb, dtype=np.uint8, order="C", copy=True) if copy else Zb
     n, d = Xb.shape
     aa = _norms(A)
     if (lo, hi) == (0, 2**64 - 1):
