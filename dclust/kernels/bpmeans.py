@@ -282,28 +282,40 @@ def serial_sweep(X: np.ndarray, Z: np.ndarray, A: np.ndarray, lam: float, *, R: 
 
 #: Rows per tile of :func:`_bp_block` (its tile arrays stay in the core's cache).
 _TILE = 64
+#: Row length from which a tile's residuals are formed row by row (its own features only) rather than by a select
+#: of every feature over the tile (faster for short rows); both subtract the same features in the same order.
+_ROW_START_D = 32
 
 
 @numba.njit(inline="always", **_JIT)
-def _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q):
+def _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q, r, zf, on):
     """The rows ``perm[p:p + n_t]`` at once, transposed (column t is a row): residuals ``RT``, bits ``ZT``
     (0.0/1.0), scores ``ST``, the first bit whose decision changes it (``first``, K: none) and the squared
-    residuals ``Q``. Per row the operations are those of :func:`_start_row`, :func:`_scores`, :func:`_first_change`
-    and :func:`_sq` (features subtracted in index order, every sum over j in index order); the loops over the rows
-    of the tile run as vector instructions."""
+    residuals ``Q`` (``r``, ``zf``, ``on``: work arrays). Per row the operations are those of :func:`_start_row`,
+    :func:`_scores`, :func:`_first_change` and :func:`_sq` (features subtracted in index order, every sum over j in
+    index order); the loops over the rows of the tile run as vector instructions."""
     D = X.shape[1]
     K = A.shape[0]
-    for t in range(n_t):
-        i = perm[p + t]
-        for j in range(D):
-            RT[j, t] = np.float64(X[i, j])
+    if D >= _ROW_START_D:  # long rows: subtract each row's own features
+        for t in range(n_t):
+            i = perm[p + t]
+            _start_row(X, Z, i, A, K, r, zf, on)
+            for j in range(D):
+                RT[j, t] = r[j]
+            for k in range(K):
+                ZT[k, t] = zf[k]
+    else:  # short rows: every feature, as a vector select over the tile
+        for t in range(n_t):
+            i = perm[p + t]
+            for j in range(D):
+                RT[j, t] = np.float64(X[i, j])
+            for k in range(K):
+                ZT[k, t] = np.float64(Z[i, k])
         for k in range(K):
-            ZT[k, t] = np.float64(Z[i, k])
-    for k in range(K):
-        for j in range(D):
-            a = A[k, j]
-            for t in range(n_t):
-                RT[j, t] = RT[j, t] - a if ZT[k, t] != 0.0 else RT[j, t]
+            for j in range(D):
+                a = A[k, j]
+                for t in range(n_t):
+                    RT[j, t] = RT[j, t] - a if ZT[k, t] != 0.0 else RT[j, t]
     for t in range(n_t):
         first[t] = K
         Q[t] = 0.0
@@ -356,7 +368,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     p = start
     while p < m:
         n_t = min(_TILE, m - p)
-        _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q)
+        _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q, r, zf, on)
         for t in range(n_t):
             i = perm[p + t]
             if first[t] < K:
