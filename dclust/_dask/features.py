@@ -17,13 +17,11 @@ from .reduce import tree_reduce
 __all__ = [
     "Gram",
     "map_with_bits",
-    "widen",
     "greedy_init",
     "init_bits",
     "kfeatures_pass",
     "transform_bits",
     "FeatureOverflow",
-    "select_bits",
     "bits_from_parts",
 ]
 
@@ -68,21 +66,6 @@ def map_with_bits(fn, X: da.Array, Z: da.Array, *, blocks=None, **kwargs) -> da.
     to those block indices.
     """
     return map_partials(fn, X, Z, blocks=blocks, **kwargs)
-
-
-def _widen_block(Zb, k):
-    if Zb.shape[1] == k:
-        return Zb
-    out = np.zeros((Zb.shape[0], k), np.uint8)
-    out[:, : Zb.shape[1]] = Zb
-    return out
-
-
-def widen(Z: da.Array, k: int) -> da.Array:
-    """Lazily pad Z with zero columns up to ``k`` (features a row has not seen yet are 0)."""
-    if Z.shape[1] == k:
-        return Z
-    return Z.map_blocks(_widen_block, k, chunks=(Z.chunks[0], (k,)), dtype=np.uint8)
 
 
 def _gram_of(parts):
@@ -209,18 +192,6 @@ def kfeatures_pass(X: da.Array, Z: da.Array, A: np.ndarray, *, exhaustive: bool,
     gram = gram.compute()[()]
     Znew = bits_from_parts(parts, X.chunks[0], A.shape[0]).persist()
     return Znew, gram
-
-
-def _select_block(Zb, keep):
-    return np.ascontiguousarray(Zb[:, keep])
-
-
-def select_bits(Z: da.Array, keep: np.ndarray) -> da.Array:
-    """Lazily keep the columns ``keep`` of Z."""
-    keep = np.asarray(keep, dtype=np.int64)
-    if keep.size == Z.shape[1] and np.array_equal(keep, np.arange(Z.shape[1])):
-        return Z
-    return Z.map_blocks(_select_block, keep, chunks=(Z.chunks[0], (keep.size,)), dtype=np.uint8)
 
 
 def _transform_block(Xb, features):

@@ -24,14 +24,14 @@ from ..kernels.distances import block_stats, epoch_stats, order_keys
 from ..kernels.dpmeans import serial_assign
 from ..kernels.dynmeans import dm_assign, dm_propose, label_pass
 from ..kernels.stats import ClusterStats
-from .features import FeatureOverflow, Gram, _gram_of, bits_from_parts, widen
+from .features import FeatureOverflow, Gram
 from .passes import block_offsets, map_partials, map_reduce
 from .reduce import tree_reduce
 
 __all__ = [
     "KEY_END", "KeyedEpoch", "KeyedPass", "OCCRule", "DPRule", "DMRule", "BPRule", "keyed_pass", "keyed_prefix",
     "next_epoch_end", "opening_rate", "run_pass", "keyed_records_state", "keyed_records_from", "patch_bits",
-    "apply_patches",
+    "apply_patches", "BPBits",
 ]
 
 
@@ -368,9 +368,10 @@ def keyed_records_from(state: dict) -> list[KeyedPass]:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# BP-means (docs/algorithms.md 8.3): the bits Z stay on the workers. Each epoch's block results are persisted, and the
-# driver's decisions for proposals reach the blocks as small *patches* applied by the next epoch (or at the end of
-# the pass).
+# BP-means (docs/algorithms.md 8.3): the bits Z stay on the workers, inside the persisted results of the last epoch's
+# tasks (one per block). An epoch is one graph: every block task takes its block's bits from the last epoch's result,
+# applies the driver's pending decisions (small *patches*) and the pass's pruning, sweeps, and returns its bits with
+# its partial; a tree reduction of the partials comes back to the driver in the same submission.
 # ------------------------------------------------------------------------------------------------------------------
 
 
@@ -397,29 +398,91 @@ def _merge_patches(into: dict, new: dict) -> None:
         into.setdefault(b, []).extend(items)
 
 
-def _padded_bits(Zb, patches, k):
-    """The block's bits widened to ``k`` features with ``patches`` applied: ``Zb`` itself when there is nothing
-    to do (no copy), else a new array."""
-    if Zb.shape[1] == k and not patches:
-        return Zb
-    Z = np.zeros((Zb.shape[0], k), np.uint8)
-    Z[:, : Zb.shape[1]] = Zb
-    return apply_patches(Z, patches)
+@dataclass
+class BPBits:
+    """Where the bits Z of a BP-means fit are: ``source``, a uint8 dask array (N, ``width``) with X's row chunks,
+    or the persisted results of an epoch's block tasks (a 1-D object array, one ``(Z_block, ...)`` per block,
+    ``width`` columns); then the driver's ``pending`` patches ``{block: [(local, col0, bits)]}`` (columns below
+    ``width`` or beyond it, which are first added as zeros), then the columns ``keep`` (None: all) and zero columns
+    up to ``k``. :meth:`array` is the (N, k) uint8 dask array; a BP-means epoch takes the blocks themselves."""
+
+    source: da.Array
+    width: int
+    k: int
+    pending: dict = field(default_factory=dict)
+    keep: np.ndarray | None = None
+
+    @staticmethod
+    def of(Z: da.Array) -> "BPBits":
+        """The bits of a uint8 dask array."""
+        return BPBits(Z, int(Z.shape[1]), int(Z.shape[1]))
+
+    def select(self, keep: np.ndarray) -> "BPBits":
+        """These bits with only the columns ``keep`` (an increasing selection of the ``k`` columns)."""
+        keep = np.asarray(keep, dtype=np.int64)
+        if keep.size == self.k and np.array_equal(keep, np.arange(self.k)):
+            return self
+        cols = keep if self.keep is None else self.keep[keep]
+        return BPBits(self.source, self.width, int(keep.size), self.pending, cols)
+
+    def array(self, chunks: tuple[int, ...]) -> da.Array:
+        """The bits as a lazy (N, k) uint8 dask array with the row chunks ``chunks`` (X's)."""
+        if self.source.dtype != object and not self.pending and self.keep is None and self.k == self.width:
+            return self.source
+        kw = {"pending": self.pending, "keep": self.keep, "k": self.k, "chunks": (tuple(chunks), (self.k,)),
+              "dtype": np.uint8, "meta": np.empty((0, 0), np.uint8)}
+        if self.source.dtype == object:
+            return self.source.map_blocks(_bits_block, new_axis=1, **kw)
+        return self.source.map_blocks(_bits_block, **kw)
 
 
-def _bp_propose(Xb, Zb, *, offset, block_index, features, lam, mix, lo, hi, patches):
-    Z = _padded_bits(Zb, patches.get(block_index, ()), features.shape[0])
-    res = bp_block(Xb, Z, offset=offset, features=features, lam=lam, mix=mix, lo=lo, hi=hi)
+def _bits_block(Zsrc, pending, keep, k, block_info=None):
+    """(map_blocks over :attr:`BPBits.source`) the block's bits."""
+    b = block_info[None]["chunk-location"][0]
+    return _prepared_bits(Zsrc, pending.get(b, ()), keep, k, copy=False)
+
+
+def _prepared_bits(Zsrc, patches, keep, k, *, copy: bool) -> np.ndarray:
+    """A block's bits from its source (a uint8 block, or an epoch result boxed in a 1-element object array): the
+    patches applied, the columns ``keep`` taken, zero columns up to ``k``. A new array when ``copy`` or when
+    anything changes; else the source's own."""
+    Zb = Zsrc[0][0] if Zsrc.dtype == object else Zsrc
+    if patches:
+        width = max([Zb.shape[1]] + [c + bits.shape[1] for _, c, bits in patches])
+        Z = np.zeros((Zb.shape[0], width), np.uint8)
+        Z[:, : Zb.shape[1]] = Zb
+        Zb = apply_patches(Z, patches)
+        copy = False
+    if keep is not None:
+        Zb = np.ascontiguousarray(Zb[:, keep])
+        copy = False
+    if Zb.shape[1] != k:
+        Z = np.zeros((Zb.shape[0], k), np.uint8)
+        Z[:, : min(k, Zb.shape[1])] = Zb[:, :k]
+        return Z
+    return np.array(Zb, dtype=np.uint8, order="C", copy=True) if copy else Zb
+
+
+def _bp_propose(Xb, Zsrc, patches, *, offset, block_index, features, lam, mix, lo, hi, keep):
+    Z = _prepared_bits(Zsrc, patches, keep, features.shape[0], copy=True)
+    res = bp_block(Xb, Z, offset=offset, features=features, lam=lam, mix=mix, lo=lo, hi=hi, copy=False)
     index = res.local + offset
     rows = np.asarray(Xb[res.local], dtype=np.float64).reshape(-1, Xb.shape[1])
     props = (order_keys(mix, index), index, rows, res.resid, res.zbits, res.n_rows)
     return res.Z, Gram(res.G, res.B, res.sse, res.flips), props
 
 
-def _props_of(parts):
+def _summary_of(parts):
+    """(On the worker holding a block's result.) Its partial and proposals, without its bits."""
     out = np.empty(len(parts), dtype=object)
-    out[:] = [p[2] for p in parts]
+    out[:] = [(p[1], p[2]) for p in parts]
     return out
+
+
+def _merge_summaries(parts):
+    gram = Gram.merge_all([p[0] for p in parts])
+    props = tuple(np.concatenate([p[1][i] for p in parts]) for i in range(5)) + (sum(p[1][5] for p in parts),)
+    return gram, props
 
 
 class BPRule(OCCRule):
@@ -428,39 +491,38 @@ class BPRule(OCCRule):
     opened earlier in the validation and opens its residual as a new feature if its squared norm still exceeds
     ``lam`` (features are visited old first, then new, which is the serial order too).
 
-    ``Z`` is the (N, K0') uint8 dask array of the bits at the start (X's row chunks), ``patches`` pending driver
-    decisions per block (the serial prefix's rows). ``capped``: capped BP-means ([MB] eq. 15): at
-    ``max_features`` features rows stop opening features (and blocks stop proposing) instead of raising
+    ``bits`` (:class:`BPBits`) are the bits at the start, over the ``features``' columns (their pending patches
+    hold, e.g., the serial prefix's rows). ``capped``: capped BP-means ([MB] eq. 15): at ``max_features`` features
+    rows stop opening features (and blocks stop proposing) instead of raising
     :class:`~dclust._dask.features.FeatureOverflow`.
     """
 
     merge = staticmethod(Gram.merge_all)
 
-    def __init__(self, X, Z, features, lam: float, *, patches: dict, max_features: int, capped: bool = False):
+    def __init__(self, X, bits: BPBits, features, lam: float, *, max_features: int, capped: bool = False):
         self.chunks = tuple(X.chunks[0])
-        self.Z = Z
         self.features = np.asarray(features, dtype=np.float64).reshape(-1, X.shape[1])
+        if bits.k != self.features.shape[0]:
+            raise ValueError(f"bits over {bits.k} features for {self.features.shape[0]} features")
+        self.bits = bits
         self.lam = float(lam)
-        self.pending: dict[int, list] = {}
-        _merge_patches(self.pending, patches)
         self.max_features = int(max_features)
         self.capped = bool(capped)
         self.grams: list[Gram] = []
 
     def epoch(self, X, w, *, mix: int, lo: int, hi: int, split_every=None):
-        K = self.features.shape[0]
+        K, bits = self.features.shape[0], self.bits
         lam = np.inf if self.capped and K >= self.max_features else self.lam
-        parts = map_partials(_bp_propose, X, widen(self.Z, K), grouped=False, features=self.features, lam=lam,
-                             mix=mix, lo=lo, hi=hi, patches=self.pending).persist()
-        self.pending = {}
-        gram, props = dask.compute(tree_reduce(parts.map_blocks(_gram_of, dtype=object), Gram.merge_all,
-                                               split_every=split_every), parts.map_blocks(_props_of, dtype=object))
-        self.Z = bits_from_parts(parts, self.chunks, K)
+        patches = [bits.pending.get(b, ()) for b in range(len(self.chunks))]
+        parts = map_partials(_bp_propose, X, bits.source, grouped=False, block_args=patches,
+                             features=self.features, lam=lam, mix=mix, lo=lo, hi=hi, keep=bits.keep)
+        summary = tree_reduce(parts.map_blocks(_summary_of, dtype=object), _merge_summaries, split_every=split_every)
+        parts, summary = dask.persist(parts, summary)  # one submission: the bits stay, the summary comes back
+        gram, (keys, index, rows, resid, zbits, n_rows) = summary.compute()[()]
+        self.bits = BPBits(parts, K, K)
         d = X.shape[1]
-        keys, index = (np.concatenate([p[i] for p in props]) for i in (0, 1))
-        cat = lambda i, k: np.concatenate([p[i] for p in props]).reshape(index.size, k)  # noqa: E731
-        extra = (cat(3, d), cat(4, K))
-        return gram[()], int(sum(p[5] for p in props)), keys, index, cat(2, d), np.ones(index.size), extra
+        extra = (resid.reshape(index.size, d), zbits.reshape(index.size, K))
+        return gram, int(n_rows), keys, index, rows.reshape(index.size, d), np.ones(index.size), extra
 
     def accept(self, partial, index, rows, weight, extra) -> int:
         if partial is not None:
@@ -475,18 +537,16 @@ class BPRule(OCCRule):
         if overflow >= 0:
             raise FeatureOverflow(self.max_features + 1, float((resid * resid).sum(axis=1).max()), "OCC validation")
         self.grams.append(Gram(*gram_partial(rows, Zv), float(q.sum()), int(flips)))
-        if new.shape[0]:
-            _merge_patches(self.pending, patch_bits(index, K, Zv[:, K:], self.chunks))
         self.features = np.vstack([self.features, new])
+        if new.shape[0]:
+            k_new = self.features.shape[0]
+            pending = {b: list(items) for b, items in self.bits.pending.items()}
+            _merge_patches(pending, patch_bits(index, K, Zv[:, K:], self.chunks))
+            self.bits = BPBits(self.bits.source, self.bits.width, k_new, pending, self.bits.keep)
         return int(new.shape[0])
 
-    def result(self) -> tuple[da.Array, Gram]:
-        """``(Z, gram)``: the bits after the pass (lazy over persisted pieces; pending patches applied) and the
-        Gram of every row accepted (padded to the number of features)."""
+    def result(self) -> tuple[BPBits, Gram]:
+        """``(bits, gram)``: the bits after the pass and the Gram of every row accepted (padded to the number of
+        features)."""
         K, d = self.features.shape
-        blocks = [self.Z.blocks[b].map_blocks(_padded_bits, self.pending.get(b, ()), K,
-                                              chunks=((self.chunks[b],), (K,)), dtype=np.uint8)
-                  for b in range(len(self.chunks))]
-        Z = da.concatenate(blocks) if len(blocks) > 1 else blocks[0]
-        gram = Gram.merge_all(self.grams + [Gram(np.zeros((K, K)), np.zeros((K, d)))])
-        return Z, gram
+        return self.bits, Gram.merge_all(self.grams + [Gram(np.zeros((K, K)), np.zeros((K, d)))])

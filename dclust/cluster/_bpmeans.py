@@ -9,10 +9,12 @@ import dask.array as da
 import numpy as np
 import numpy.typing as npt
 
-from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, select_bits, transform_bits
+from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, transform_bits
 from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
 from .._dask.passes import persist
-from .._dask.occ import BPRule, KeyedPass, keyed_pass, keyed_records_from, keyed_records_state, patch_bits
+from .._dask.occ import (
+    BPBits, BPRule, KeyedPass, keyed_pass, keyed_records_from, keyed_records_state, patch_bits,
+)
 from .._registry import register
 from .._validation import Interval, Options, as_generator, check_array
 from ..kernels.distances import seed_mix
@@ -52,9 +54,10 @@ class _Passes(HistoryStep):
     :meth:`start` draws the seed, makes the first pass over the data (NaN check, mean, ``||X||_F^2``, the rows of
     the serial prefix; a resumed fit makes it at its first :meth:`step`) and the initial features; the first
     :meth:`step` sweeps the serial prefix on the driver, then the other keys with optimistic concurrency. The
-    state is a dict: ``seed``, ``features`` (A), ``init_features``, ``Z`` (the allocation, a persisted dask array),
-    the histories, ``records`` and ``proposals`` (per pass); after a pass also ``epochs``, ``opened``, ``flips`` and
-    ``settled`` (no flip, no feature opened or removed: converged), for the event, not saved.
+    state is a dict: ``seed``, ``features`` (A), ``init_features``, ``bits`` (the allocation Z, a
+    :class:`~dclust._dask.occ.BPBits`: on the workers, in the last epoch's results), the histories, ``records``
+    and ``proposals`` (per pass); after a pass also ``epochs``, ``opened``, ``flips`` and ``settled`` (no flip,
+    no feature opened or removed: converged), for the event, not saved.
     """
 
     name, unit = "BPMeans", "passes"
@@ -94,13 +97,13 @@ class _Passes(HistoryStep):
             Z = persist(init_bits(X, A, greedy))
         else:  # lazy: computed by the first epoch's tasks, from the same reads of X
             Z = transform_bits(X, A)
-        return {"seed": seed, "features": A, "init_features": A.copy(), "Z": Z, "history": [], "assign_history": [],
-                "records": [], "proposals": []}
+        return {"seed": seed, "features": A, "init_features": A.copy(), "bits": BPBits.of(Z), "history": [],
+                "assign_history": [], "records": [], "proposals": []}
 
     def step(self, s: dict[str, Any]) -> dict[str, Any]:
         est, X, lam, A, first = self.est, self.X, self.lam, s["features"], not s["history"]
         _, sq_norm, p_end, p_index, p_rows = self._first_pass(s["seed"])
-        start, rate, patches, pre, n_new = 0, 0.0, {}, None, 0
+        start, rate, bits, pre, n_new = 0, 0.0, s["bits"], None, 0
         if first and p_index.size:
             Zp = greedy_rows(p_rows, A)[0] if est.init == "greedy" else _swept(p_rows, A)
             Zp, new, q, flips, overflow = serial_sweep(p_rows, Zp, A, lam,
@@ -111,23 +114,23 @@ class _Passes(HistoryStep):
                                       "serial prefix")
             G_pre, B_pre = gram_partial(p_rows, Zp)
             pre = Gram(G_pre, B_pre, float(q.sum()), int(flips))
-            patches = patch_bits(p_index, 0, Zp, tuple(X.chunks[0]))
             A, n_new = np.vstack([A, new]), new.shape[0]
+            bits = BPBits(bits.source, bits.width, A.shape[0], patch_bits(p_index, 0, Zp, tuple(X.chunks[0])))
             rate = n_new / p_index.size
         if first:  # after the prefix, epochs sized by its opening rate (1 when it is too short to tell)
             start, rate = p_end, (rate if p_index.size >= 16 else 1.0)
         k_start = A.shape[0] - n_new
-        rule = BPRule(X, s["Z"], A, lam, patches=patches, max_features=est.max_features, capped=est.capped)
+        rule = BPRule(X, bits, A, lam, max_features=est.max_features, capped=est.capped)
         epochs, _ = keyed_pass(X, None, rule, mix=seed_mix(s["seed"]), start=start, rate=rate,
                                max_proposals=est.max_proposals, split_every=est.split_every)
-        Zpass, gram = rule.result()
+        bits, gram = rule.result()
         k_all = rule.features.shape[0]
         gram = _pad_gram(Gram.merge_all([gram] + ([pre] if pre is not None else [])), k_all)
         keep, _ = prune_features(gram.G)
         G, B = gram.G[np.ix_(keep, keep)], gram.B[keep]
         opened = k_all - k_start
         return {"seed": s["seed"], "features": feature_means(G, B), "init_features": s["init_features"],
-                "Z": persist(select_bits(Zpass, keep)),
+                "bits": bits.select(keep),
                 "history": s["history"] + [collapsed_objective(G, B, sq_norm, lam)],
                 "assign_history": s["assign_history"] + [gram.sse + lam * k_all],
                 "records": s["records"] + [KeyedPass(start, epochs)],
@@ -142,8 +145,8 @@ class _Passes(HistoryStep):
         return {"epochs": s["epochs"], "opened": s["opened"], "flips": s["flips"]}
 
     def to_checkpoint(self, s: dict[str, Any]) -> dict[str, Any]:
-        return {k: s[k] for k in ("seed", "features", "init_features", "Z", "history", "assign_history",
-                                  "proposals")} | {"records": keyed_records_state(s["records"])}
+        return {k: s[k] for k in ("seed", "features", "init_features", "history", "assign_history", "proposals")} | {
+            "Z": s["bits"].array(self.X.chunks[0]), "records": keyed_records_state(s["records"])}
 
     def from_checkpoint(self, ck: Any, saved: dict[str, Any], iteration: int) -> dict[str, Any]:
         (n, d), chunks = self.X.shape, tuple(self.X.chunks[0])
@@ -153,7 +156,7 @@ class _Passes(HistoryStep):
         if (not hasattr(Z, "chunks") or Z.shape != (n, A.shape[0]) or tuple(Z.chunks[0]) != chunks
                 or A.shape[0] > self.est.max_features):
             raise ValueError(f"an allocation of shape {getattr(Z, 'shape', None)} for {A.shape[0]} features")
-        out = {"seed": int(saved["seed"]), "features": A, "init_features": A0, "Z": Z.astype(np.uint8),
+        out = {"seed": int(saved["seed"]), "features": A, "init_features": A0, "bits": BPBits.of(Z.astype(np.uint8)),
                "history": [float(v) for v in saved["history"]],
                "assign_history": [float(v) for v in saved["assign_history"]],
                "records": keyed_records_from(saved["records"]),
@@ -316,10 +319,11 @@ class BPMeans(FeatureMixin, BaseEstimator):
         except FeatureOverflow as exc:
             raise overflow_error("BPMeans", self.lam, self.max_features, exc) from None
         s = run.state
+        Z = s["bits"].array(arr.chunks[0])
         self.features_ = s["features"]
         self.n_latent_features_ = int(s["features"].shape[0])
         self.init_features_ = s["init_features"]
-        self.allocation_ = wrap_output(s["Z"], info, "allocation")
+        self.allocation_ = wrap_output(Z, info, "allocation")
         self.objective_ = s["history"][-1]
         self.objective_history_ = s["history"]
         self.assignment_objective_history_ = s["assign_history"]
@@ -329,7 +333,7 @@ class BPMeans(FeatureMixin, BaseEstimator):
         self.n_features_in_ = d
         self._order_records = (seed_mix(s["seed"]), n, s["records"])
         finish(self, ck, n_iter=run.n_iter, objective=self.objective_, n_clusters=self.n_latent_features_,
-               seed=s["seed"], records=keyed_records_state(s["records"]), allocation=s["Z"])
+               seed=s["seed"], records=keyed_records_state(s["records"]), allocation=Z)
         return self
 
     @property

@@ -82,20 +82,10 @@ def _decide(v, a, cur):
 
 
 @numba.njit(inline="always", **_JIT)
-def _sweep(Z, i, A, AT, aa, r, s, zf, k0, K):
-    """Coordinate sweep of the bits ``k0..K-1`` of row ``i`` (T1: a bit changes only on a strict gain).
-
-    ``r`` is the current residual (it includes the current bits, ``zf`` as 0.0/1.0) and is updated in place with
-    ``Z[i]`` and ``zf``. The scores of all bits come first; a bit that changes renews the scores of the bits after
-    it, so the decisions are those of the bit-by-bit sweep. Returns the number of bits that changed."""
+def _sweep_from(Z, i, A, AT, aa, r, s, zf, first, K):
+    """The rest of a sweep whose scores ``s`` are those of the row's state and whose first bit to change is
+    ``first`` (K: none): changes the bits ``first..K-1`` as :func:`_sweep` does. Returns the number changed."""
     D = A.shape[1]
-    _scores(r, AT, zf, s, k0, K)
-    first = K
-    for k in range(k0, K):
-        cur = zf[k] != 0.0
-        if _decide(2.0 * s[k], aa[k], cur) != cur:
-            first = k
-            break
     flips = 0
     for k in range(first, K):
         cur = zf[k] != 0.0
@@ -109,6 +99,27 @@ def _sweep(Z, i, A, AT, aa, r, s, zf, k0, K):
             flips += 1
             _scores(r, AT, zf, s, k + 1, K)
     return flips
+
+
+@numba.njit(inline="always", **_JIT)
+def _first_change(s, zf, aa, k0, K):
+    """The first bit in ``k0..K-1`` whose decision on the scores ``s`` changes it (K: none)."""
+    for k in range(k0, K):
+        cur = zf[k] != 0.0
+        if _decide(2.0 * s[k], aa[k], cur) != cur:
+            return k
+    return K
+
+
+@numba.njit(inline="always", **_JIT)
+def _sweep(Z, i, A, AT, aa, r, s, zf, k0, K):
+    """Coordinate sweep of the bits ``k0..K-1`` of row ``i`` (T1: a bit changes only on a strict gain).
+
+    ``r`` is the current residual (it includes the current bits, ``zf`` as 0.0/1.0) and is updated in place with
+    ``Z[i]`` and ``zf``. The scores of all bits come first; a bit that changes renews the scores of the bits after
+    it, so the decisions are those of the bit-by-bit sweep. Returns the number of bits that changed."""
+    _scores(r, AT, zf, s, k0, K)
+    return _sweep_from(Z, i, A, AT, aa, r, s, zf, _first_change(s, zf, aa, k0, K), K)
 
 
 @numba.njit(inline="always", **_JIT)
@@ -269,10 +280,71 @@ def serial_sweep(X: np.ndarray, Z: np.ndarray, A: np.ndarray, lam: float, *, R: 
                          np.asarray(k_from, dtype=np.int64), max_new, bool(saturate))
 
 
+#: Rows per tile of :func:`_bp_block` (its tile arrays stay in the core's cache).
+_TILE = 64
+#: Row length from which a tile's residuals are formed row by row (its own features only) rather than by a select
+#: of every feature over the tile (faster for short rows); both subtract the same features in the same order.
+_ROW_START_D = 32
+
+
+@numba.njit(inline="always", **_JIT)
+def _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q, r, zf, on):
+    """The rows ``perm[p:p + n_t]`` at once, transposed (column t is a row): residuals ``RT``, bits ``ZT``
+    (0.0/1.0), scores ``ST``, the first bit whose decision changes it (``first``, K: none) and the squared
+    residuals ``Q`` (``r``, ``zf``, ``on``: work arrays). Per row the operations are those of :func:`_start_row`,
+    :func:`_scores`, :func:`_first_change` and :func:`_sq` (features subtracted in index order, every sum over j in
+    index order); the loops over the rows of the tile run as vector instructions."""
+    D = X.shape[1]
+    K = A.shape[0]
+    if D >= _ROW_START_D:  # long rows: subtract each row's own features
+        for t in range(n_t):
+            i = perm[p + t]
+            _start_row(X, Z, i, A, K, r, zf, on)
+            for j in range(D):
+                RT[j, t] = r[j]
+            for k in range(K):
+                ZT[k, t] = zf[k]
+    else:  # short rows: every feature, as a vector select over the tile
+        for t in range(n_t):
+            i = perm[p + t]
+            for j in range(D):
+                RT[j, t] = np.float64(X[i, j])
+            for k in range(K):
+                ZT[k, t] = np.float64(Z[i, k])
+        for k in range(K):
+            for j in range(D):
+                a = A[k, j]
+                for t in range(n_t):
+                    RT[j, t] = RT[j, t] - a if ZT[k, t] != 0.0 else RT[j, t]
+    for t in range(n_t):
+        first[t] = K
+        Q[t] = 0.0
+    for j in range(D):
+        for t in range(n_t):
+            Q[t] += RT[j, t] * RT[j, t]
+    for k in range(K - 1, -1, -1):  # downwards: the last bit set is the first that changes
+        for t in range(n_t):
+            ST[k, t] = 0.0
+        for j in range(D):
+            a = A[k, j]
+            for t in range(n_t):
+                ST[k, t] += (RT[j, t] + ZT[k, t] * a) * a
+        ak = aa[k]
+        for t in range(n_t):
+            v = 2.0 * ST[k, t]
+            change = (v > ak) if ZT[k, t] == 0.0 else (v < ak)
+            first[t] = k if change else first[t]
+
+
 @numba.njit(**_JIT)
 def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     """Sweep the rows ``perm[start:]`` of one block, fused with the (G, B, sse) partial of the rows that do not
-    propose; stops after the ``max_proposals``-th proposal (``stop``: the next position)."""
+    propose; stops after the ``max_proposals``-th proposal (``stop``: the next position).
+
+    The rows go by tiles of ``_TILE``: their residuals, first scores and first changing bits come from
+    :func:`_tile_rows`; a row with a bit to change (rare after the first pass) continues on its own as in
+    :func:`_sweep`. Every row's arithmetic is that of :func:`_sweep`, and rows are folded into (G, B, sse) in
+    ``perm`` order."""
     D = X.shape[1]
     K = A.shape[0]
     AT = _transposed(A, K)
@@ -282,41 +354,55 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     s = np.empty(K)
     zf = np.zeros(K)
     on = np.empty(K, dtype=np.int64)
+    RT = np.empty((D, _TILE))
+    ZT = np.empty((K, _TILE))
+    ST = np.empty((K, _TILE))
+    first = np.empty(_TILE, dtype=np.int64)
+    Q = np.empty(_TILE)
     flips = 0
     count = 0
     sse = 0.0
     m = perm.shape[0]
-    stop = m
     pos = np.empty(min(m, max_proposals), dtype=np.int64)
     res = np.empty((min(m, max_proposals), D))
-    for p in range(start, m):
-        i = perm[p]
-        n_on = _start_row(X, Z, i, A, K, r, zf, on)
-        flipped = _sweep(Z, i, A, AT, aa, r, s, zf, 0, K)
-        flips += flipped
-        qi = _sq(r)
-        if qi > lam:
-            pos[count] = p
-            for j in range(D):
-                res[count, j] = r[j]
-            count += 1
-            if count >= max_proposals:
-                stop = p + 1
-                break
-            continue
-        sse += qi
-        if flipped:
+    p = start
+    while p < m:
+        n_t = min(_TILE, m - p)
+        _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q, r, zf, on)
+        for t in range(n_t):
+            i = perm[p + t]
+            if first[t] < K:
+                for k in range(K):
+                    zf[k] = ZT[k, t]
+                    s[k] = ST[k, t]
+                for j in range(D):
+                    r[j] = RT[j, t]
+                flips += _sweep_from(Z, i, A, AT, aa, r, s, zf, first[t], K)
+                for j in range(D):
+                    RT[j, t] = r[j]
+                Q[t] = _sq(r)
+            qi = Q[t]
+            if qi > lam:
+                pos[count] = p + t
+                for j in range(D):
+                    res[count, j] = RT[j, t]
+                count += 1
+                if count >= max_proposals:
+                    return pos[:count].copy(), res[:count].copy(), flips, p + t + 1, G, B, sse
+                continue
+            sse += qi
             n_on = 0
             for k in range(K):
                 on[n_on] = k
                 n_on += Z[i, k] != 0
-        for a in range(n_on):  # the row's terms of G = Z'Z and B = Z'X
-            ka = on[a]
-            for b in range(n_on):
-                G[ka, on[b]] += 1.0
-            for j in range(D):
-                B[ka, j] += np.float64(X[i, j])
-    return pos[:count].copy(), res[:count].copy(), flips, stop, G, B, sse
+            for a in range(n_on):  # the row's terms of G = Z'Z and B = Z'X
+                ka = on[a]
+                for b in range(n_on):
+                    G[ka, on[b]] += 1.0
+                for j in range(D):
+                    B[ka, j] += np.float64(X[i, j])
+        p += n_t
+    return pos[:count].copy(), res[:count].copy(), flips, m, G, B, sse
 
 
 def gram_partial(X: np.ndarray, Z: np.ndarray, rows: np.ndarray | None = None):
@@ -346,18 +432,19 @@ class BPBlockResult:
 _PROPOSAL_ROOM = 1024
 
 
-def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi) -> BPBlockResult:
+def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True) -> BPBlockResult:
     """One keyed OCC epoch of BP-means on one block.
 
     The rows whose order key (:func:`dclust.kernels.distances.order_keys`) lies in ``[lo, hi]`` have their bits
     swept over the snapshot ``features`` (final for this pass); a row whose squared residual still exceeds ``lam``
     is proposed. A row's sweep does not depend on the other rows, so they are visited in storage order. ``Zb``
-    (uint8, (n_b, K_snapshot)) is not modified.
+    (uint8, (n_b, K_snapshot)) is not modified, unless ``copy=False`` (then it is swept in place: a C-contiguous
+    uint8 array the caller no longer needs).
     """
     from .distances import order_keys
 
     A = np.ascontiguousarray(features, dtype=np.float64)
-    Z = np.array(Zb, dtype=np.uint8, order="C", copy=True)
+    Z = np.array(Zb, dtype=np.uint8, order="C", copy=True) if copy else Zb
     n, d = Xb.shape
     aa = _norms(A)
     if (lo, hi) == (0, 2**64 - 1):

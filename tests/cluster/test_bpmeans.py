@@ -321,3 +321,59 @@ def test_kfeatures_n_features_is_the_deprecated_name_of_n_components():
     assert old.n_latent_features_ == new.n_latent_features_ == 2
     np.testing.assert_array_equal(old.features_, new.features_)
     assert "n_components" in KFeatures().get_params() and KFeatures().get_params()["n_features"] == "deprecated"
+
+
+@pytest.mark.parametrize("d", [5, 40])  # both ways a tile forms its residuals (_ROW_START_D)
+def test_bp_block_tiles_equal_the_row_by_row_sweep(d):
+    """The block kernel sweeps its rows by tiles: every row's bits, residual and squared residual equal one
+    row-by-row sweep (``sweep_rows``, the arithmetic of the serial validation) bit for bit, including rows whose
+    bits change and the tile left over at the end; (G, B, sse) are those of the rows that do not propose."""
+    from dclust.kernels import bpmeans
+
+    rng = np.random.default_rng(11)
+    n = 3 * bpmeans._TILE + 17
+    A = rng.normal(size=(6, d))
+    Z0 = rng.integers(0, 2, size=(n, 6)).astype(np.uint8)
+    X = Z0 @ A + 0.3 * rng.normal(size=(n, d))
+    Z0[rng.random(Z0.shape) < 0.2] ^= 1  # bits to flip back
+    Zs = Z0.copy()
+    q, flips = sweep_rows(X, Zs, A)
+    lam = float(np.quantile(q, 0.9))
+    res = bpmeans.bp_block(X, Z0, offset=0, features=A, lam=lam, mix=0, lo=0, hi=2**64 - 1)
+    props = np.flatnonzero(q > lam)
+    assert 0 < props.size < n and flips > n // 10
+    np.testing.assert_array_equal(res.Z, Zs)
+    assert res.flips == flips
+    np.testing.assert_array_equal(res.local, props)
+    np.testing.assert_array_equal(np.cumsum(res.resid * res.resid, axis=1)[:, -1], q[props])  # summed in order
+    np.testing.assert_allclose(res.resid, X[props] - Zs[props].astype(float) @ A, rtol=1e-12, atol=1e-12)
+    keep = np.setdiff1d(np.arange(n), props)
+    G, B = bpmeans.gram_partial(X[keep], Zs[keep])
+    np.testing.assert_array_equal(res.G, G)
+    np.testing.assert_allclose(res.B, B, rtol=1e-12, atol=1e-12)
+    assert res.sse == pytest.approx(q[keep].sum(), rel=1e-12)
+
+
+def test_bp_bits_apply_patches_then_selection_then_zero_columns():
+    """BPBits, the bits of a BP-means fit between epochs: pending driver decisions (in the source's column space,
+    possibly beyond its width), then the kept columns, then zero columns up to k, block by block."""
+    from dclust._dask.occ import BPBits, patch_bits
+
+    rng = np.random.default_rng(2)
+    Z = rng.integers(0, 2, size=(10, 3)).astype(np.uint8)
+    src = da.from_array(Z, chunks=((4, 6), (3,)))
+    bits = BPBits.of(src)
+    assert bits.array(src.chunks[0]) is src  # nothing to do: the array itself
+    index, new = np.array([1, 5, 9]), np.array([[1, 1], [0, 1], [1, 0]], np.uint8)
+    pending = patch_bits(index, 3, new, (4, 6))
+    assert sorted(pending) == [0, 1]
+    bits = BPBits(src, 3, 5, pending).select(np.array([0, 2, 3, 4]))
+    want = np.c_[Z, np.zeros((10, 2), np.uint8)]
+    want[index, 3:] = new
+    want = want[:, [0, 2, 3, 4]]
+    got = bits.array(src.chunks[0])
+    assert got.chunks == ((4, 6), (4,))
+    np.testing.assert_array_equal(got.compute(), want)
+    wider = BPBits(bits.source, bits.width, 5, bits.pending, bits.keep)  # a feature opened after the selection
+    np.testing.assert_array_equal(wider.array(src.chunks[0]).compute(), np.c_[want, np.zeros(10, np.uint8)])
+    np.testing.assert_array_equal(bits.select(np.arange(4)).array(src.chunks[0]).compute(), want)
