@@ -22,8 +22,11 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/demo.py --out demo-output
 
+# two pytest processes, each test file whole in one of them (its module-scoped clusters start once); the bytecode of
+# dclust is cached (__pycache__, gitignored) even where PYTHONDONTWRITEBYTECODE is set: every CLI, benchmark and
+# worker process of the suite imports the package again
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=20
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=20
 
 test-fast: $(STAMP)  # everything but the tests marked slow (benchmark scripts end to end, killed processes)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"

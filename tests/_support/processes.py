@@ -49,12 +49,20 @@ def dask_processes(work: Path, n_workers: int, *, scheduler_args: Sequence[str] 
             c.wait_for_workers(n_workers, timeout=90)
         yield address, procs
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop(procs)
+
+
+def stop(procs: Sequence[subprocess.Popen], grace: float = 3.0) -> None:
+    """SIGTERM every process still running (the workers first), then SIGKILL those not gone within ``grace``
+    seconds in all: a TLS worker can spend 20 s trying to say goodbye to a scheduler that is stopping too, and
+    nothing of a test cluster needs a clean exit (its files are in a temporary directory)."""
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -330,15 +330,11 @@ def test_memory_url_writes_directly():
     assert open_array(gurl, component="b").shape == (3, 4)
 
 
-def test_write_through_a_distributed_cluster(tmp_path):
-    from distributed import Client, LocalCluster
-
+def test_write_through_a_distributed_cluster(tmp_path, client):
+    # the session's cluster of worker processes (conftest.py): what matters is pickling the target
     data = _data(2000)
-    # one worker process (with two threads): imports are slow on this machine; what matters is pickling the target
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0") as cluster:
-        with Client(cluster):
-            write_array(da.from_array(data, chunks=(250, 4)), tmp_path / "x.zarr")
-            write_labels(da.arange(2000, chunks=250).astype(np.int32), tmp_path / "l.zarr")
-            np.testing.assert_array_equal(open_array(tmp_path / "x.zarr").compute(), data)
+    write_array(da.from_array(data, chunks=(250, 4)), tmp_path / "x.zarr")
+    write_labels(da.arange(2000, chunks=250).astype(np.int32), tmp_path / "l.zarr")
+    np.testing.assert_array_equal(open_array(tmp_path / "x.zarr").compute(), data)
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "l.zarr"), mode="r")[...], np.arange(2000))
     assert sorted(os.listdir(tmp_path)) == ["l.zarr", "x.zarr"]
