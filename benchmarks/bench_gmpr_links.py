@@ -177,7 +177,7 @@ def fit_all(X, y, i, j, must, seed: int, methods) -> dict[str, float]:
                 init = "k-means++" if "k-means++" in m else "chunklets"
                 gm = dclust.GMPR(n_classes=M, init=init, random_state=seed, max_iter=100, tol=1e-6)
                 try:
-                    labels = gm.fit(X, constraints=G).predict(X)
+                    labels = gm.fit(X, constraints=G).labels_  # predict(X), set by the fit
                 except ZeroDivisionError:  # a GM-PR failure seen with many cannot-links: counted, not hidden
                     out[m] = float("nan")
                     continue
