@@ -22,15 +22,20 @@ the curve) and a random initialisation (k-means++ seeds, as [GP] 4.1), and fits
 - EM-PC (Graca, Ganchev and Taskar 2007), cannot-links only: EM whose E-step penalises the expected number of
   cannot-linked pairs in one class (factorised posteriors, a fixed dual weight of 5; our reading);
 
-all with one Gaussian per class (full covariance, reg 1e-6). The metric is purity; mean and std over the trials.
-[GP] gives figures only, so the targets are its claims: GM-PR >= GMM-EC at every link count, must-links alone help,
+all with one Gaussian per class (full covariance, reg 1e-6). The metric is purity of the labels by the highest
+posterior ([GP] 4.1): a linked row's posterior carries its links in every method (GM-PR: its pair posteriors,
+``predict(X, constraints=G)``; GMM-EC: its chunklet's; EM-PC: its constrained posterior); ``--labels plain`` gives
+GM-PR's rows their own posterior instead (the reading before 2026-11). Mean and std over the trials. [GP] gives
+figures only, so the targets are its claims: GM-PR >= GMM-EC at every link count, must-links alone help,
 cannot-links alone help, and (the issue's requirement) GM-PR's purity rises with the link count on the small
 imbalanced sets.
 
-Run: ``.venv/bin/python benchmarks/bench_gmpr_links.py`` (full: 4 tasks x 3 kinds x links {0, 16, 64, 256}, 5
-trials, ~15 min on 2 cores: each GM-PR fit is a Dask EM of ~1-2 s on these few hundred rows; ``--trials 100`` is
-the paper's count, 20x longer); ``--quick``: two tasks, 2 link counts, 3 trials. Writes
-``benchmarks/results/bench_gmpr_links.json`` and ``bench_gmpr_links.png``.
+Run: ``.venv/bin/python benchmarks/bench_gmpr_links.py --trials 100 --jobs 2`` (the paper's 100 trials: 4 tasks x 3
+kinds x links {0, 16, 64, 256}; ~0.3 CPU-seconds per trial of one cell, all methods, so ~20 CPU-minutes); the
+default is 5 trials; ``--quick``: two tasks, 2 link counts, 3 trials. ``--jobs`` runs the (task, kind) units in
+worker processes, the figures in order (every task's mixed links first); the JSON is rewritten after each unit
+(``"complete": false`` until the end). Writes ``benchmarks/results/bench_gmpr_links.json`` and
+``bench_gmpr_links.png``.
 """
 
 from __future__ import annotations
@@ -345,7 +350,7 @@ def main(argv=None) -> dict:
 
     def result(rows, complete: bool) -> dict:
         checks = claims(rows)
-        png = plot(rows, args.out.with_suffix(".png")) if complete else None
+        png = plot(rows, args.out.with_suffix(".png"))
         return {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                 "stand_ins": {t: STAND_INS[t] for t in args.tasks}, "rows": rows, "claims": checks,
                 "complete": complete, "plot": str(png) if png else None, "machine": machine_info(),
