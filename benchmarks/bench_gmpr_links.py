@@ -182,6 +182,11 @@ def fit_all(X, y, i, j, must, seed: int, methods, label_mode: str = "links") -> 
         for m in methods:
             if m == "EM-PC" and must.any():
                 continue
+            # no links: GM-PR's two inits are one ("chunklets" falls back to k-means++), GMM-EC and EM-PC are EM
+            same = next((o for o in out if G is None and o.startswith("GM-PR") == m.startswith("GM-PR")), None)
+            if same is not None:
+                out[m] = out[same]
+                continue
             if m.startswith("GM-PR"):
                 init = "k-means++" if "k-means++" in m else "chunklets"
                 gm = dclust.GMPR(n_classes=M, init=init, random_state=seed, max_iter=100, tol=1e-6)
