@@ -30,11 +30,11 @@ figures only, so the targets are its claims: GM-PR >= GMM-EC at every link count
 cannot-links alone help, and (the issue's requirement) GM-PR's purity rises with the link count on the small
 imbalanced sets.
 
-Run: ``.venv/bin/python benchmarks/bench_gmpr_links.py --trials 100 --jobs 2`` (the paper's 100 trials: 4 tasks x 3
-kinds x links {0, 16, 64, 256}; ~0.3 CPU-seconds per trial of one cell, all methods, so ~20 CPU-minutes); the
-default is 5 trials; ``--quick``: two tasks, 2 link counts, 3 trials. ``--jobs`` runs the (task, kind) units in
-worker processes, the figures in order (every task's mixed links first); the JSON is rewritten after each unit
-(``"complete": false`` until the end). Writes ``benchmarks/results/bench_gmpr_links.json`` and
+Run: ``.venv/bin/python benchmarks/bench_gmpr_links.py`` (the paper's protocol: 100 trials, 4 tasks x 3 kinds x
+links {0, 16, 64, 256}, two worker processes; ~0.1 CPU-second per GM-PR fit, ~30 CPU-minutes in all);
+``--trials 5`` for a look; ``--quick``: two tasks, 2 link counts, 3 trials. ``--jobs`` runs the (task, kind) units
+in worker processes, the figures in order (every task's mixed links first); the JSON (and plot) is rewritten after
+each unit (``"complete": false`` until the end). Writes ``benchmarks/results/bench_gmpr_links.json`` and
 ``bench_gmpr_links.png``.
 """
 
@@ -332,11 +332,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
     ap.add_argument("--links", type=int, nargs="+", default=[0, 16, 64, 256])
-    ap.add_argument("--trials", type=int, default=5, help="random initialisations and link draws (paper: 100)")
+    ap.add_argument("--trials", type=int, default=100, help="random initialisations and link draws (the paper's 100)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--labels", choices=("links", "plain"), default="links",
                     help="GM-PR's labels of linked rows: their pair posteriors (the paper) or their own posterior")
-    ap.add_argument("--jobs", type=int, default=1, help="tasks run at once in worker processes")
+    ap.add_argument("--jobs", type=int, default=2, help="(task, kind) units run at once in worker processes")
     ap.add_argument("--quick", action="store_true", help="haberman* and digits 1,2,3; 0 and 64 links; 3 trials")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "bench_gmpr_links.json")
     args = ap.parse_args(argv)
