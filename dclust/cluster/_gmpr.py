@@ -400,7 +400,8 @@ class _EM(HistoryStep):
 
 def _argmax_rows(b: npt.NDArray[np.float64]) -> npt.NDArray[np.int32]:
     """Per row, the index of the largest column (a module function: dask tokenizes a lambda by pickling it)."""
-    return np.argmax(b, axis=1).astype(np.int32)
+    out: npt.NDArray[np.int32] = np.argmax(b, axis=1).astype(np.int32)
+    return out
 
 
 def _pooled(stats: GaussianStats) -> tuple[float, npt.NDArray[np.float64], npt.NDArray[np.float64]]:
