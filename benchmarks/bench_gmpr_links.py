@@ -249,6 +249,8 @@ def run(tasks, kinds, counts, trials, methods, labels: str = "links", jobs: int 
         for task in tasks:
             base = [r for r in got.get((task, kinds[0]), []) if r["links"] == 0]
             for kind in kinds:
+                if kind != kinds[0] and (task, kind) not in got:
+                    continue  # not run yet: no curve (its plain EM row comes with it)
                 rows += [{**r, "kind": kind} for r in base]
                 rows += [r for r in got.get((task, kind), []) if r["links"]]
         return rows
