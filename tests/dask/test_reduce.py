@@ -84,20 +84,3 @@ def test_a_store_read_then_persisted_keeps_working(tmp_path):
     again = reduce_stats(arr.persist(), None, C)
     np.testing.assert_allclose(again.mean, first.mean, rtol=1e-12)
     assert again.weight.sum() == 1000
-
-
-def _sum_merge(parts):
-    return sum(parts)
-
-
-def _max_merge(parts):
-    return max(parts)
-
-
-def test_tree_reduce_names_follow_the_merge_and_the_partials():
-    parts = map_partials(lambda b, *, offset, block_index: float(b.sum()), da.arange(10.0, chunks=3)[:, None])
-    a, b = tree_reduce(parts, _sum_merge), tree_reduce(parts, _sum_merge)
-    c = tree_reduce(parts, _max_merge)
-    assert a.name == b.name  # deterministic: equal graphs share their keys
-    assert a.name != c.name  # a different merge is a different graph, never a cached one
-    assert a.compute()[()] == 45.0 and c.compute()[()] == 21.0  # blocks sum to 3, 12, 21, 9
