@@ -320,7 +320,7 @@ class GMPR(ClusterMixin, BaseEstimator):  # type: ignore[misc]  # scikit-learn s
         arr, info = check_array(X, n_features=self.means_.shape[2])
         plan = None if constraints is None else _link_plan(constraints, arr, info.kind, self.n_classes)
         p = _dgmpr.proba(finite_rows(arr, "predict"), params, plan)
-        labels = map_blocks(p, lambda b: np.argmax(b, axis=1).astype(np.int32), dtype=np.int32, drop_axis=1)
+        labels = map_blocks(p, _argmax_rows, dtype=np.int32, drop_axis=1)
         return wrap_output(labels, info, "labels")
 
     def fit_predict(self, X: ArrayLike, y: Ignored = None, constraints: ConstraintsLike = None) -> ArrayLike:
@@ -396,6 +396,12 @@ class _EM(HistoryStep):
             raise ValueError(f"a log-likelihood history of {len(history)} values at iteration {iteration}")
         est._warned = bool(saved["warned"])
         return {"params": est._build(alpha, pi, means, cov), "stats": None, "history": history}
+
+
+def _argmax_rows(b: npt.NDArray[np.float64]) -> npt.NDArray[np.int32]:
+    """Per row, the index of the largest column (a module function: dask tokenizes a lambda by pickling it)."""
+    out: npt.NDArray[np.int32] = np.argmax(b, axis=1).astype(np.int32)
+    return out
 
 
 def _pooled(stats: GaussianStats) -> tuple[float, npt.NDArray[np.float64], npt.NDArray[np.float64]]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numba
 import numpy as np
-from scipy.linalg import solve_triangular
+from scipy.linalg.lapack import dtrtri
 from scipy.special import logsumexp
 
 from .distances import _one_blas_thread
@@ -96,11 +96,15 @@ def precision_cholesky(covariances: np.ndarray) -> np.ndarray:
         return 1.0 / np.sqrt(cov)
     M, K, D, _ = cov.shape
     out = np.empty_like(cov)
-    eye = np.eye(D)
+    low = np.linalg.cholesky(cov)  # batched; raises LinAlgError when one is not positive definite
     for m in range(M):
         for k in range(K):
-            low = np.linalg.cholesky(cov[m, k])
-            out[m, k] = solve_triangular(low, eye, lower=True).T
+            # LAPACK's triangular inverse: scipy's solve_triangular(low, eye) (trtrs) takes ~30 ms on a 5 x 5
+            # with a 2-thread OpenBLAS on a busy machine, trtri ~2 us
+            inv, info = dtrtri(low[m, k], lower=1)
+            if info:
+                raise np.linalg.LinAlgError(f"a singular Cholesky factor (trtri info {info})")
+            out[m, k] = inv.T
     return out
 
 
