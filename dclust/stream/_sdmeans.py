@@ -15,7 +15,7 @@ from .._dask.passes import compute
 from .._fit import ProgressEvent, emit
 from .._registry import register
 from .._validation import (
-    CALLABLE, SEED, Interval, Options, check_array, check_temporal_pair, temporal_rates, validate_params,
+    CALLABLE, SEED, Interval, Options, check_array, temporal_rates, validate_params,
 )
 from ..cluster._base import CHECKPOINT, BaseEstimator
 from ..errors import DclustError, InvalidDataError, InvalidParameterError, NotFittedError, message
@@ -194,7 +194,8 @@ class SpectralDynamicMeans(BaseEstimator):
             raise InvalidParameterError(
                 message(f"{name}(lam=...)", "a penalty lam > 0 (kernel units)", "None",
                         f"Pass lam, e.g. {name}(lam=55)."))
-        check_temporal_pair(name, self.T_Q, self.k_tau, self.Q, self.tau)
+        lam = float(self.lam)
+        rates = temporal_rates(name, lam, self.T_Q, self.k_tau, self.Q, self.tau)  # checks the pair first
         needs_bw = isinstance(self.kernel, str) and self.kernel in ("rbf", "mst", "mst-rss")
         if needs_bw != (self.bandwidth is not None):
             kname = self.kernel if isinstance(self.kernel, str) else "a callable"
@@ -203,8 +204,7 @@ class SpectralDynamicMeans(BaseEstimator):
                         "a bandwidth > 0 with kernel 'rbf' or 'mst', and none with other kernels",
                         f"bandwidth={self.bandwidth!r} with kernel {kname!r}",
                         "Pass bandwidth=omega for 'rbf'/'mst' (e.g. 0.07 for the rings), and leave it None otherwise."))
-        lam = float(self.lam)
-        return (lam, *temporal_rates(name, lam, self.T_Q, self.k_tau, self.Q, self.tau))
+        return (lam, *rates)
 
     # ----------------------------------------------------------------------------------------------------------
     # kernel
