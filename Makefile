@@ -15,6 +15,9 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[all]'
+	# the OpenSky sample of benchmarks/bench_trajectories.py ([DM] 8.4): only the package's data files are read, so
+	# not its (heavy) dependencies; pyproject's "trajectories" extra names it
+	$(PY) -m pip install --quiet --no-deps 'traffic>=2.13'
 	touch $(STAMP)
 
 venv: $(STAMP)
