@@ -38,7 +38,7 @@ typecheck: $(STAMP)  # mypy on the public modules; configuration and documented 
 	$(PY) -m mypy
 
 bench: $(STAMP)
-	for b in engine pass_floor occ_ratio kmeans dynamic constraints features video pointcloud scale uci sweep rings gp gmpr_links faces gmpr_step anytime; do $(PY) benchmarks/bench_$$b.py || exit 1; done
+	for b in engine pass_floor occ_ratio kmeans dynamic constraints features video pointcloud scale uci sweep rings gp trajectories gmpr_links faces gmpr_step anytime; do $(PY) benchmarks/bench_$$b.py || exit 1; done
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict   # warnings are errors; the site goes to site/ (gitignored)
