@@ -39,7 +39,7 @@ from dask.array.optimization import _is_getter_task
 from dask.highlevelgraph import HighLevelGraph
 
 from ..errors import DclustError
-from .reduce import merge_nodes, merge_subtrees, tree_reduce
+from .reduce import boxed, merge_nodes, merge_subtrees, tree_reduce
 
 __all__ = [
     "map_reduce",
@@ -493,15 +493,12 @@ def _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, split_every)
 
 def _merge_held(merge, n, split_every, subtrees) -> np.ndarray:
     """The task of :func:`_merged_held`: the root of the tree from the groups' subtrees."""
-    out = np.empty((), dtype=object)
-    out[()] = merge_nodes({k: v for nodes in subtrees for k, v in nodes.items()}, merge, n=n, split_every=split_every)
-    return out
+    return boxed(merge_nodes({k: v for nodes in subtrees for k, v in nodes.items()}, merge, n=n,
+                             split_every=split_every), 0)
 
 
 def _box_one(part) -> np.ndarray:
-    box = np.empty(1, dtype=object)
-    box[0] = part
-    return box
+    return boxed(part, 1)
 
 
 def map_partials(fn: Callable[..., Any], X: da.Array, *aligned: da.Array | None, blocks=None, block_args=None,

@@ -13,12 +13,13 @@ from typing import Any, Callable, Sequence
 import dask.array as da
 import numpy as np
 
-__all__ = ["tree_reduce", "merge_tree", "merge_subtrees", "merge_nodes", "DEFAULT_SPLIT_EVERY"]
+__all__ = ["tree_reduce", "merge_tree", "merge_subtrees", "merge_nodes", "boxed", "DEFAULT_SPLIT_EVERY"]
 
 DEFAULT_SPLIT_EVERY = 8
 
 
-def _boxed(value: Any, ndim: int) -> np.ndarray:
+def boxed(value: Any, ndim: int) -> np.ndarray:
+    """``value`` alone in an object array of ``ndim`` dimensions of length 1 (0: a 0-d array)."""
     out = np.empty((1,) * ndim, dtype=object)
     out[(0,) * ndim] = value
     return out
@@ -39,7 +40,7 @@ class _Merged:
         self.merge, self.ndim = merge, ndim
 
     def __call__(self, blocks: np.ndarray, axis=None, keepdims=None) -> np.ndarray:
-        return _boxed(self.merge(list(np.ravel(blocks))), self.ndim)
+        return boxed(self.merge(list(np.ravel(blocks))), self.ndim)
 
     def __dask_tokenize__(self):
         from dask.tokenize import tokenize
