@@ -227,10 +227,10 @@ class _DirectChunks:
         if got != len(buf) - 1:
             return None
         if self.checksum:
-            import google_crc32c  # zarr's own checksum implementation
+            from crc32c import crc32c  # the checksum zarr writes; 3 x google_crc32c's speed, without the GIL
 
             stored = int.from_bytes(buf[self.nbytes:self.nbytes + 4].tobytes(), "little")
-            if int(google_crc32c.value(buf[: self.nbytes])) != stored:
+            if int(crc32c(buf[: self.nbytes])) != stored:
                 return None
         return buf[: self.nbytes].view(self.dtype).reshape(self.chunks)[: stop - start]
 
