@@ -320,7 +320,7 @@ def _fold_rows(X, lo, ks, idx, rs, means, weight, sums, scat, diff, y):
 
 #: Rows per tile of the diagonal E-step kernels (unlinked rows; link endpoints): a tile's rows and its (C, rows)
 #: log-densities stay in cache, and the BLAS products per tile amortise their call (256: at 64 components the
-#: (C, rows) products and log-densities stay in L2; 7 % less time than 512 at 2M x 64, K = 64, same at 8-D).
+#: (C, rows) products and log-densities stay in L2; equal to 512 or a few % faster at 64-D, K = 64, same at 8-D).
 _DIAG_TILE = 256
 _EXP_FLOOR = -708.0  # exp below this is taken as 0 (exp(-708) ~ 3e-308, the smallest normal double)
 
