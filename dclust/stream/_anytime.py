@@ -40,7 +40,9 @@ _READ_AHEAD = 2
 
 class _BlockReader:
     """Row block ``j`` of ``arr`` (one column chunk, as ``check_array`` gives it) and of the weights ``w``, in
-    driver memory and checked for NaN/inf, as :func:`~dclust.stream._dynamic.load_block` gives it.
+    driver memory and checked for NaN/inf, as :func:`~dclust.stream._dynamic.load_block` gives it (with
+    ``check=False`` a block read from the graph is not checked here: the labelling pass of the batch checks every
+    row, :func:`~dclust.stream._anytime_step.sampled_step`).
 
     A block no cluster holds is read by its own tasks, run in the calling thread from the array's graph,
     materialized once (no scheduler, no graph optimization per batch): a Dask compute per batch took about 3 x the
@@ -49,8 +51,8 @@ class _BlockReader:
     through :func:`load_block`.
     """
 
-    def __init__(self, arr: da.Array, w: da.Array | None) -> None:
-        self.arr, self.w = arr, w
+    def __init__(self, arr: da.Array, w: da.Array | None, *, check: bool = True) -> None:
+        self.arr, self.w, self.check = arr, w, check
         self.graphs: list[tuple[da.Array, dict[Any, Any]]] | None = None
         if not on_cluster(arr, w):
             self.graphs = [(a, dict(a.__dask_graph__())) for a in (arr, w) if a is not None]
@@ -63,7 +65,8 @@ class _BlockReader:
                 if current_client() is None:
                     raise
             else:
-                return _finite(np.asarray(Y)), np.asarray(wn[0], dtype=np.float64) if wn else None
+                Y = np.asarray(Y)
+                return _finite(Y) if self.check else Y, np.asarray(wn[0], dtype=np.float64) if wn else None
         return load_block(self.arr.blocks[j], None if self.w is None else self.w.blocks[j])
 
 
@@ -79,14 +82,14 @@ def _task_value(graph: dict[Any, Any], key: Any) -> Any:
 
 
 def _prefetched(arr: da.Array, w: da.Array | None, order: npt.NDArray[np.int64], start: int,
-                prepare: Callable[[int, LoadedBatch], Any]
+                prepare: Callable[[int, LoadedBatch], Any], *, check: bool = True
                 ) -> Iterator[tuple[int, da.Array, da.Array | None, LoadedBatch, Any]]:
     """``(j, batch, weights, loaded, prepared)`` for the batches ``order[start:]`` of ``arr`` (and ``w``): each
     batch (and its weights) as a dask array of one block, ``loaded`` the same in driver memory
-    (:class:`_BlockReader`) and ``prepare(j, loaded)``, all made in background threads up to ``_READ_AHEAD``
+    (:class:`_BlockReader`, with ``check``) and ``prepare(j, loaded)``, all made in background threads up to ``_READ_AHEAD``
     batches ahead of the one processed: a read is waiting for every core the batch in process leaves free (the
     first two batches are read side by side)."""
-    read = _BlockReader(arr, w)
+    read = _BlockReader(arr, w, check=check)
 
     def load(j: int) -> tuple[da.Array, da.Array | None, LoadedBatch, Any]:
         b = int(order[j])
@@ -247,6 +250,8 @@ class AnytimeDPMeans(DynamicBase):
             res, check = sampled_step(X, w, state, mix=mix, sample_rows=self.sample_rows, max_iter=self.max_iter,
                                       max_proposals=self.max_proposals, split_every=self.split_every,
                                       sample=drawn[1].get((mix, self.sample_rows)))
+            if check.bad_block >= 0 and isinstance(X, np.ndarray):
+                _finite(X)  # names the first row with NaN/inf (a batch read unchecked: the pass found it)
             raise_if_bad_block(check, arr, "batch")
             assert res is not None  # None only with a bad block, which raised
             if best is None or res.result.objective < best.result.objective:
@@ -308,7 +313,7 @@ class AnytimeDPMeans(DynamicBase):
         self._ck_fp = fp
         try:
             for j, batch, wb, loaded, samples in _prefetched(arr, w, self.batch_order_, int(self.n_batches_),
-                                                             self._draw_samples):
+                                                             self._draw_samples, check=self.sample_rows is None):
                 self._samples = (j, samples)
                 self._fit_batch(batch, wb, loaded)  # partial_fit with the batch in memory
                 self._samples = None

@@ -63,7 +63,7 @@ def test_fused_kernel_equals_dm_propose():
         has = a.weight > 0
         np.testing.assert_allclose(a.mean[has], b.mean[has], rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-9)
-        np.testing.assert_array_equal(a.fingerprint, b.fingerprint)
+        assert not a.fingerprint.any() and b.fingerprint[b.weight > 0].all()  # the fused pass keeps none
         assert a.cost == pytest.approx(b.cost, rel=1e-10) and a.bad_block == b.bad_block == -1
     X[1234, 1] = np.nan
     assert dm_assign(X, None, offset=0, block_index=5, mix=1, lo=0, hi=2**64 - 1, state=state)[0].bad_block == 5
