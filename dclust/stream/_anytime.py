@@ -86,9 +86,9 @@ def _prefetched(arr: da.Array, w: da.Array | None, order: npt.NDArray[np.int64],
                 ) -> Iterator[tuple[int, da.Array, da.Array | None, LoadedBatch, Any]]:
     """``(j, batch, weights, loaded, prepared)`` for the batches ``order[start:]`` of ``arr`` (and ``w``): each
     batch (and its weights) as a dask array of one block, ``loaded`` the same in driver memory
-    (:class:`_BlockReader`, with ``check``) and ``prepare(j, loaded)``, all made in background threads up to ``_READ_AHEAD``
-    batches ahead of the one processed: a read is waiting for every core the batch in process leaves free (the
-    first two batches are read side by side)."""
+    (:class:`_BlockReader`, with ``check``) and ``prepare(j, loaded)``, all made in background threads up to
+    ``_READ_AHEAD`` batches ahead of the one processed: a read is waiting for every core the batch in process
+    leaves free (the first two batches are read side by side)."""
     read = _BlockReader(arr, w, check=check)
 
     def load(j: int) -> tuple[da.Array, da.Array | None, LoadedBatch, Any]:
@@ -117,13 +117,13 @@ class AnytimeDPMeans(DynamicBase):
     after a full pass the clusters approximate batch :class:`dclust.DPMeans` ([DM] 4.1; docs/algorithms.md DM4).
 
     Each batch is read once into the driver's memory, by the driver itself (the block's own tasks, run in a
-    background thread) unless a ``distributed`` cluster holds the data (persisted), and the next one is read, and
-    its keyed sample drawn, while this one is processed. D-Means' iterations
+    background thread) unless a ``distributed`` cluster holds the data (persisted), and the next two are read, and
+    their keyed samples drawn, while this one is processed (up to three batches in memory). D-Means' iterations
     run on a keyed sample of ``sample_rows`` rows of the batch; one labelling pass over every row (two threads, a
-    fused kernel with no per-row output) then gives the centres, the weights and the objective of the whole
-    batch; the batch that starts the read first has one full D-Means pass, so that its clusters open as in
-    D-Means (:mod:`dclust.stream._anytime_step`). The model is the same for any chunking of the data and any
-    number of workers.
+    fused kernel with no per-row output, which also checks every row for NaN/inf) then gives the centres, the
+    weights and the objective of the whole batch; the batch that starts the read first has one full D-Means
+    pass, so that its clusters open as in D-Means (:mod:`dclust.stream._anytime_step`). The model is the same for
+    any chunking of the data and any number of workers.
 
     Parameters
     ----------

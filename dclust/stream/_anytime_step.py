@@ -98,9 +98,9 @@ def sampled_step(X: ArrayLike, w: ArrayLike | None, state: StepState, *, mix: in
 
     Returns ``(StepResult, check)``; ``check.bad_block`` names a block holding NaN/inf (the StepResult is then
     None): for dask ``X`` found by the sample's read, for numpy ``X`` by the labelling passes, which check every
-    row (so a batch in memory need not be checked before). The StepResult's ``history`` holds the batch's eq. 18 objective after each full pass, ``n_iter`` the
-    full passes plus the sample's, ``converged`` whether the sample converged, ``orders`` the records of the full
-    passes (whose serial orders ``serial_order_`` gives).
+    row (so a batch in memory need not be checked before). The StepResult's ``history`` holds the batch's eq. 18
+    objective after each full pass, ``n_iter`` the full passes plus the sample's, ``converged`` whether the sample
+    converged, ``orders`` the records of the full passes (whose serial orders ``serial_order_`` gives).
     """
     n, d = X.shape
     end = _sample_end(n, sample_rows)
