@@ -34,8 +34,10 @@ if TYPE_CHECKING:
 __all__ = ["AnytimeDPMeans"]
 
 _BATCH_STREAM = 0xA7
-#: Batches read (and sampled) ahead of the one processed, each in its own thread (16 MB each for 500,000 x 8 float32)
-_READ_AHEAD = 2
+#: Batches read (and sampled) ahead of the one processed, one after the other in one thread. Two, or two reads side
+#: by side, measured no faster at 10M x 8 on 2 cores (20 batches: the reads are ~2 x faster than the batches'
+#: passes, and a second reader only competes with the two threads of the pass).
+_READ_AHEAD = 1
 
 
 class _BlockReader:
@@ -86,9 +88,8 @@ def _prefetched(arr: da.Array, w: da.Array | None, order: npt.NDArray[np.int64],
                 ) -> Iterator[tuple[int, da.Array, da.Array | None, LoadedBatch, Any]]:
     """``(j, batch, weights, loaded, prepared)`` for the batches ``order[start:]`` of ``arr`` (and ``w``): each
     batch (and its weights) as a dask array of one block, ``loaded`` the same in driver memory
-    (:class:`_BlockReader`, with ``check``) and ``prepare(j, loaded)``, all made in background threads up to
-    ``_READ_AHEAD`` batches ahead of the one processed: a read is waiting for every core the batch in process
-    leaves free (the first two batches are read side by side)."""
+    (:class:`_BlockReader`, with ``check``) and ``prepare(j, loaded)``, all made in a background thread up to
+    ``_READ_AHEAD`` batches ahead of the one processed."""
     read = _BlockReader(arr, w, check=check)
 
     def load(j: int) -> tuple[da.Array, da.Array | None, LoadedBatch, Any]:
@@ -96,7 +97,7 @@ def _prefetched(arr: da.Array, w: da.Array | None, order: npt.NDArray[np.int64],
         loaded = read(b)
         return arr.blocks[b], None if w is None else w.blocks[b], loaded, prepare(j, loaded)
 
-    pool = ThreadPoolExecutor(_READ_AHEAD)
+    pool = ThreadPoolExecutor(1)
     try:
         ahead = deque(pool.submit(load, j) for j in range(start, min(start + _READ_AHEAD, len(order))))
         for j in range(start, len(order)):
@@ -117,8 +118,8 @@ class AnytimeDPMeans(DynamicBase):
     after a full pass the clusters approximate batch :class:`dclust.DPMeans` ([DM] 4.1; docs/algorithms.md DM4).
 
     Each batch is read once into the driver's memory, by the driver itself (the block's own tasks, run in a
-    background thread) unless a ``distributed`` cluster holds the data (persisted), and the next two are read, and
-    their keyed samples drawn, while this one is processed (up to three batches in memory). D-Means' iterations
+    background thread) unless a ``distributed`` cluster holds the data (persisted), and the next one is read, and
+    its keyed sample drawn, while this one is processed. D-Means' iterations
     run on a keyed sample of ``sample_rows`` rows of the batch; one labelling pass over every row (two threads, a
     fused kernel with no per-row output, which also checks every row for NaN/inf) then gives the centres, the
     weights and the objective of the whole batch; the batch that starts the read first has one full D-Means

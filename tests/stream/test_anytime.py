@@ -187,8 +187,8 @@ def test_the_block_reader_runs_one_blocks_tasks_with_its_weights_and_checks_the_
 
 
 def test_batches_are_read_ahead_in_order_and_a_stop_reads_no_further():
-    """The batches come out in the fit's order with their own rows, read up to _READ_AHEAD batches ahead (the first
-    ones side by side); closing the stream after the first batch leaves at most the reads already under way."""
+    """The batches come out in the fit's order with their own rows, read up to _READ_AHEAD batches ahead; closing
+    the stream after the first batch leaves at most the read already under way."""
     from dclust.stream._anytime import _READ_AHEAD, _prefetched
 
     X = np.arange(20 * 30, dtype=np.float64).reshape(-1, 2)  # 30 rows a batch, 10 batches
