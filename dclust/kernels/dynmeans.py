@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 _JIT = dict(nogil=True, cache=True)
+_NO_KEY = np.uint64(0)  # the fingerprint key of a row whose partition nothing compares
 
 
 def reparameterise(lam: float, T_Q: float, k_tau: float) -> tuple[float, float]:
@@ -278,8 +279,10 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
     tile of rows in the block's dtype, about the point ``o``, laid out candidate by candidate as in
     :func:`dclust.kernels.distances._lloyd_block` (``Ck`` is ``-2 (C - o)``), so that both argmins (instantiated,
     revived) run branch-free over contiguous rows; the costs the decision compares are then recomputed exactly in
-    float64. ``delta``/``cost_k`` accumulate ``w (x - c)`` and ``w ||x - c||^2`` per slot. Returns ``(n_bad,
-    n_taken, n_proposed)``; only the first ``len(proposals)`` proposals are written (the count goes on).
+    float64. ``delta``/``cost_k`` accumulate ``w (x - c)`` and ``w ||x - c||^2`` per slot; ``fp`` stays zero (the
+    fused pass ends a batch: no later pass compares its partition, and the row keys cost 3-6 % of the kernel).
+    Returns ``(n_bad, n_taken, n_proposed)``; only the first ``len(proposals)`` proposals are written (the count
+    goes on).
     """
     n, d = X.shape
     k = Ck.shape[0]
@@ -334,17 +337,19 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
                     proposals[n_prop] = i
                 n_prop += 1
                 continue
-            fold_row(weight, cost_k, fp, delta, slot[b], w[i] if has_w else 1.0, q, _key(offset + i), t)
+            fold_row(weight, cost_k, fp, delta, slot[b], w[i] if has_w else 1.0, q, _NO_KEY, t)  # no fingerprint
     return n_bad, n_taken, n_prop
 
 
 def dm_assign(Xb, wb, *, offset: int, block_index: int, mix: int, lo: int, hi: int, state: StepState):
     """:func:`dm_propose` with the fused kernel of the Lloyd pass: one read, no per-row output.
 
-    Same contract (``(stats, n_rows, proposals, ())``, rows with NaN/inf neither kept nor proposed). The kept rows'
-    best option is chosen on float32-rounded distances for float32 blocks (exact float64 for float64 ones) and
-    its cost recomputed exactly; so a row within rounding of a tie between two instantiated slots may take the
-    other one than :func:`label_pass` would, as in DP-means' OCC (:func:`dclust.kernels.distances.epoch_stats`).
+    Same contract (``(stats, n_rows, proposals, ())``, rows with NaN/inf neither kept nor proposed), except that
+    ``stats.fingerprint`` is zero: the fused pass is the last of a batch, whose partition nothing compares. The
+    kept rows' best option is chosen on float32-rounded distances for float32 blocks (exact float64 for float64
+    ones) and its cost recomputed exactly; so a row within rounding of a tie between two instantiated slots may
+    take the other one than :func:`label_pass` would, as in DP-means' OCC
+    (:func:`dclust.kernels.distances.epoch_stats`).
     """
     X = _float_block(Xb)
     n, d = X.shape
@@ -406,12 +411,19 @@ def first_nonfinite_row(X) -> int:
 
 @numba.njit(**_JIT)
 def _keyed_rows(mix, offset, n, end):
+    """Local rows of keys below ``end``, in order: the keys of a tile of rows first (a branch-free loop the
+    compiler vectorizes: 2 x faster than testing each key where it is made), then the tile's rows kept."""
     out = np.empty(n, dtype=np.int64)
+    below = np.empty(1024, dtype=np.bool_)
     m = 0
-    for i in range(n):
-        if _key(np.uint64(offset + i) ^ mix) < end:
-            out[m] = i
-            m += 1
+    for s in range(0, n, 1024):
+        e = min(n, s + 1024)
+        for i in range(s, e):
+            below[i - s] = _key(np.uint64(offset + i) ^ mix) < end
+        for i in range(s, e):
+            if below[i - s]:
+                out[m] = i
+                m += 1
     return out[:m]
 
 

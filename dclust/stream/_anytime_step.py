@@ -58,12 +58,14 @@ def _fresh(state: StepState, theta: npt.NDArray[np.float64] | None = None,
 
 
 def _full_pass(X: ArrayLike, w: ArrayLike | None, rule: DMRule, *, mix: int, start: int, rate: float,
-               max_proposals: int, split_every: Any) -> tuple[PassResult, KeyedPass]:
-    """One keyed OCC label pass of ``rule`` over the keys from ``start``; ``(PassResult, KeyedPass)``."""
+               max_proposals: int, split_every: Any) -> tuple[PassResult, KeyedPass, int]:
+    """One keyed OCC label pass of ``rule`` over the keys from ``start``; ``(PassResult, KeyedPass, bad_block)``
+    with ``bad_block`` the first block holding NaN/inf among the rows of the pass (-1 when none)."""
     epochs, _ = keyed_pass(X, w, rule, mix=mix, start=start, rate=rate, max_proposals=max_proposals,
                            split_every=split_every)
     stats = rule.stats()
-    return end_of_pass(stats.weight, stats.mean, stats.scatter, rule.state), KeyedPass(start, epochs)
+    return (end_of_pass(stats.weight, stats.mean, stats.scatter, rule.state), KeyedPass(start, epochs),
+            stats.bad_block)
 
 
 #: A batch's keyed sample as :func:`keyed_sample` gives it: ``(bad_block, total_weight, index, rows, weights)``.
@@ -79,7 +81,8 @@ def keyed_sample(X: ArrayLike, w: ArrayLike | None, *, mix: int, sample_rows: in
                  ) -> Sample:
     """The keyed sample of :func:`sampled_step` (global indices, rows as float64, weights; in key order), the
     batch's total weight, and the first block holding NaN/inf (-1 when none; numpy ``X`` is not checked: its rows
-    were checked when loaded). Rows and keys only: it can run before the batch before it is done."""
+    were checked when loaded, or the labelling pass of :func:`sampled_step` checks them). Rows and keys only: it
+    can run before the batch before it is done."""
     end = _sample_end(X.shape[0], sample_rows)
     bad, total, keys, index, rows, sw = run_pass(_sample_partial, _merge_sample, X, w, split_every=split_every,
                                                  mix=mix, end=end, check=not isinstance(X, np.ndarray))
@@ -94,9 +97,10 @@ def sampled_step(X: ArrayLike, w: ArrayLike | None, state: StepState, *, mix: in
     ``sample`` is the batch's :func:`keyed_sample` for ``mix`` and ``sample_rows`` when it is already drawn.
 
     Returns ``(StepResult, check)``; ``check.bad_block`` names a block holding NaN/inf (the StepResult is then
-    None). The StepResult's ``history`` holds the batch's eq. 18 objective after each full pass, ``n_iter`` the
-    full passes plus the sample's, ``converged`` whether the sample converged, ``orders`` the records of the full
-    passes (whose serial orders ``serial_order_`` gives).
+    None): for dask ``X`` found by the sample's read, for numpy ``X`` by the labelling passes, which check every
+    row (so a batch in memory need not be checked before). The StepResult's ``history`` holds the batch's eq. 18
+    objective after each full pass, ``n_iter`` the full passes plus the sample's, ``converged`` whether the sample
+    converged, ``orders`` the records of the full passes (whose serial orders ``serial_order_`` gives).
     """
     n, d = X.shape
     end = _sample_end(n, sample_rows)
@@ -112,16 +116,20 @@ def sampled_step(X: ArrayLike, w: ArrayLike | None, state: StepState, *, mix: in
     if state.n_old == 0:  # no cluster yet: D-Means' first pass over every row opens them (serial prefix: the sample)
         rule = DMRule(_fresh(state), fused=True)
         opened = rule.accept(None, index, rows, sw, ())
-        res, rec = _full_pass(X, w, rule, mix=mix, start=end, rate=opened / max(index.size, 1),
-                              max_proposals=max_proposals, split_every=split_every)
+        res, rec, check.bad_block = _full_pass(X, w, rule, mix=mix, start=end, rate=opened / max(index.size, 1),
+                                               max_proposals=max_proposals, split_every=split_every)
+        if check.bad_block >= 0:
+            return None, check
         history.append(res.objective)
         records.append(rec)
         passes += 1
         cur = _fresh(state, res.theta.copy(), res.has_data.copy())
     scale = total / float(sw.sum()) if sw.size else 1.0
     cur, _, _, n_iter, converged, rate = serial_step(rows, sw * scale, cur, max_iter=max_iter)
-    res, rec = _full_pass(X, w, DMRule(cur, fused=True), mix=mix, start=0, rate=rate, max_proposals=max_proposals,
-                          split_every=split_every)
+    res, rec, check.bad_block = _full_pass(X, w, DMRule(cur, fused=True), mix=mix, start=0, rate=rate,
+                                           max_proposals=max_proposals, split_every=split_every)
+    if check.bad_block >= 0:
+        return None, check
     history.append(res.objective)
     records.append(rec)
     return StepResult(res, None, history, passes + n_iter + 1, converged, records), check

@@ -195,7 +195,8 @@ class DynamicBase(BaseEstimator):
     def _fit_batch(self, batch: ArrayLike, sample_weight: ArrayLike | None = None,
                    loaded: LoadedBatch | None = None) -> Self:
         """:meth:`partial_fit`; ``loaded`` is ``(rows, weights)``: the batch (a dask array of one block) already in
-        memory, checked for NaN/inf (as :func:`load_block` gives it), so that it is not computed again."""
+        memory, checked for NaN/inf (as :func:`load_block` gives it) or to be checked by ``_step`` (AnytimeDPMeans'
+        labelling pass), so that it is not computed again."""
         self._validate_params()
         lam, Q, tau = self._rates()
         if self.checkpoint is not None and not hasattr(self, "cluster_ids_"):

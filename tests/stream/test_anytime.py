@@ -186,6 +186,42 @@ def test_the_block_reader_runs_one_blocks_tasks_with_its_weights_and_checks_the_
         AnytimeDPMeans(lam=4.0, batch_rows=1000, random_state=0).fit(da.from_array(X, chunks=(1000, 2)))
 
 
+def test_batches_are_read_ahead_in_order_and_a_stop_reads_no_further():
+    """The batches come out in the fit's order with their own rows, read up to _READ_AHEAD batches ahead; closing
+    the stream after the first batch leaves at most the read already under way."""
+    from dclust.stream._anytime import _READ_AHEAD, _prefetched
+
+    X = np.arange(20 * 30, dtype=np.float64).reshape(-1, 2)  # 30 rows a batch, 10 batches
+    arr = da.from_array(X, chunks=(30, 2))
+    order = np.array([3, 1, 4, 0, 9, 2, 6, 5, 8, 7], dtype=np.int64)
+    prepared = []
+    stream = _prefetched(arr, None, order, 2, lambda j, loaded: prepared.append(j) or j)
+    j, batch, wb, (Y, w), mark = next(stream)
+    assert (j, mark, wb, w) == (2, 2, None, None)
+    np.testing.assert_array_equal(Y, X[120:150])
+    np.testing.assert_array_equal(batch.compute(), Y)
+    stream.close()
+    assert 2 in prepared and set(prepared) <= set(range(2, 3 + _READ_AHEAD))
+    rest = list(_prefetched(arr, None, order, 8, lambda j, loaded: loaded[0][0, 0]))
+    assert [(j, first) for j, _, _, _, first in rest] == [(8, X[240, 0]), (9, X[210, 0])]
+
+
+def test_a_row_with_nan_outside_the_sample_of_a_large_batch_fails_the_fit_naming_it():
+    """Batches read by the fit are checked by their labelling pass (two threads for a large batch), which sees every
+    row: a NaN outside the sample fails the fit with the row named, whichever batch comes first."""
+    from dclust.stream._anytime import _BlockReader
+
+    X, _ = _blobs(280_000, seed=6)
+    X[140_000 + 70_001, 0] = np.nan
+    arr = da.from_array(X, chunks=(140_000, 2))
+    assert np.isnan(_BlockReader(arr, None, check=False)(1)[0]).any()  # read as it is: the pass checks it
+    for seed in (0, 1, 2):
+        for kw in ({}, {"sample_rows": None}):
+            with pytest.raises(InvalidDataError, match="row 70001"):
+                AnytimeDPMeans(lam=4.0, sample_rows=kw.get("sample_rows", 500), random_state=seed,
+                               max_iter=3).fit(arr)
+
+
 def _read_on_a_worker(path, block):
     """A block of the store at ``path``, readable only inside a worker process (as when the files are mounted on
     the cluster's side only): on the driver, FileNotFoundError."""
