@@ -290,7 +290,7 @@ _ROW_START_D = 32
 @numba.njit(inline="always", **_JIT)
 def _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q, r, zf, on):
     """The rows ``perm[p:p + n_t]`` at once, transposed (column t is a row): residuals ``RT``, bits ``ZT``
-    (0.0/1.0), scores ``ST``, the first bit whose decision changes it (``first``, K: none) and the squared
+    (0.0/1.0), scores ``ST``, the first bit whose decision changes it (``first``, as a float; K: none) and the squared
     residuals ``Q`` (``r``, ``zf``, ``on``: work arrays). Per row the operations are those of :func:`_start_row`,
     :func:`_scores`, :func:`_first_change` and :func:`_sq` (features subtracted in index order, every sum over j in
     index order); the loops over the rows of the tile run as vector instructions."""
@@ -329,11 +329,48 @@ def _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q, r, zf, on):
             a = A[k, j]
             for t in range(n_t):
                 ST[k, t] += (RT[j, t] + ZT[k, t] * a) * a
-        ak = aa[k]
-        for t in range(n_t):
+        ak, kf = aa[k], np.float64(k)
+        for t in range(n_t):  # _decide as a select over floats (a vector loop)
             v = 2.0 * ST[k, t]
-            change = (v > ak) if ZT[k, t] == 0.0 else (v < ak)
-            first[t] = k if change else first[t]
+            z = ZT[k, t]
+            change = ((z == 0.0) & (v > ak)) | ((z != 0.0) & (v < ak))
+            first[t] = kf if change else first[t]
+
+
+#: Slots of the pattern table of :func:`_bp_block` (a power of two; folded into (G, B) when half full) and the most
+#: features whose bit patterns it keys (one bit each in a uint64; more features: rows are folded one by one).
+_PATTERN_SLOTS = 1024
+_PATTERN_BITS = 63
+_EMPTY = np.uint64(2**64 - 1)
+_HASH = np.uint64(0x9E3779B97F4A7C15)
+
+
+@numba.njit(inline="always", **_JIT)
+def _add_terms(G, B, on, n_on, c, xs):
+    """Add ``c`` rows with the bits ``on[:n_on]`` and the sum of rows ``xs`` to ``G = Z'Z`` and ``B = Z'X``."""
+    for a in range(n_on):
+        ka = on[a]
+        for b in range(n_on):
+            G[ka, on[b]] += c
+        for j in range(xs.shape[0]):
+            B[ka, j] += xs[j]
+
+
+@numba.njit(inline="always", **_JIT)
+def _fold_patterns(keys, cnt, SX, used, n_used, G, B, on):
+    """Fold the pattern table (``used[:n_used]``: the filled slots, in filling order) into (G, B) and empty it."""
+    K = G.shape[0]
+    for u in range(n_used):
+        s = used[u]
+        key = keys[s]
+        m = 0
+        for k in range(K):
+            on[m] = k
+            m += ((key >> np.uint64(k)) & np.uint64(1)) != np.uint64(0)
+        _add_terms(G, B, on, m, cnt[s], SX[s])
+        keys[s] = _EMPTY
+        cnt[s] = 0.0
+        SX[s, :] = 0.0
 
 
 @numba.njit(**_JIT)
@@ -343,8 +380,11 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
 
     The rows go by tiles of ``_TILE``: their residuals, first scores and first changing bits come from
     :func:`_tile_rows`; a row with a bit to change (rare after the first pass) continues on its own as in
-    :func:`_sweep`. Every row's arithmetic is that of :func:`_sweep`, and rows are folded into (G, B, sse) in
-    ``perm`` order."""
+    :func:`_sweep`. Every row's arithmetic is that of :func:`_sweep`; ``sse`` sums the rows in ``perm`` order.
+    (G, B) are gathered by bit pattern (up to ``_PATTERN_BITS`` features): a table keyed by the row's bits holds
+    the number of rows and the sum of their x, and is folded into ``G = sum_p n_p z_p z_p'`` and
+    ``B = sum_p z_p (sum of x over p)`` when half full and at the end; G is exact (counts), B is Z'X up to the
+    order of its float64 sums."""
     D = X.shape[1]
     K = A.shape[0]
     AT = _transposed(A, K)
@@ -357,8 +397,18 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     RT = np.empty((D, _TILE))
     ZT = np.empty((K, _TILE))
     ST = np.empty((K, _TILE))
-    first = np.empty(_TILE, dtype=np.int64)
+    first = np.empty(_TILE)
     Q = np.empty(_TILE)
+    by_pattern = K <= _PATTERN_BITS
+    n_slots = _PATTERN_SLOTS if by_pattern else 1
+    keys = np.full(n_slots, _EMPTY)
+    cnt = np.zeros(n_slots)
+    SX = np.zeros((n_slots, D))
+    used = np.empty(n_slots, dtype=np.int64)
+    xs = np.empty(D)
+    n_used = 0
+    mask = np.uint64(n_slots - 1)
+    shift = np.uint64(64 - int(np.log2(n_slots)))
     flips = 0
     count = 0
     sse = 0.0
@@ -366,7 +416,8 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     pos = np.empty(min(m, max_proposals), dtype=np.int64)
     res = np.empty((min(m, max_proposals), D))
     p = start
-    while p < m:
+    stop = m
+    while p < m and stop == m:
         n_t = min(_TILE, m - p)
         _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q, r, zf, on)
         for t in range(n_t):
@@ -377,7 +428,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                     s[k] = ST[k, t]
                 for j in range(D):
                     r[j] = RT[j, t]
-                flips += _sweep_from(Z, i, A, AT, aa, r, s, zf, first[t], K)
+                flips += _sweep_from(Z, i, A, AT, aa, r, s, zf, int(first[t]), K)
                 for j in range(D):
                     RT[j, t] = r[j]
                 Q[t] = _sq(r)
@@ -388,21 +439,40 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                     res[count, j] = RT[j, t]
                 count += 1
                 if count >= max_proposals:
-                    return pos[:count].copy(), res[:count].copy(), flips, p + t + 1, G, B, sse
+                    stop = p + t + 1
+                    break
                 continue
             sse += qi
-            n_on = 0
-            for k in range(K):
-                on[n_on] = k
-                n_on += Z[i, k] != 0
-            for a in range(n_on):  # the row's terms of G = Z'Z and B = Z'X
-                ka = on[a]
-                for b in range(n_on):
-                    G[ka, on[b]] += 1.0
+            if not by_pattern:  # the row's own terms
+                n_on = 0
+                for k in range(K):
+                    on[n_on] = k
+                    n_on += Z[i, k] != 0
                 for j in range(D):
-                    B[ka, j] += np.float64(X[i, j])
-        p += n_t
-    return pos[:count].copy(), res[:count].copy(), flips, m, G, B, sse
+                    xs[j] = np.float64(X[i, j])
+                _add_terms(G, B, on, n_on, 1.0, xs)
+                continue
+            key = np.uint64(0)
+            for k in range(K):
+                key |= np.uint64(Z[i, k] != 0) << np.uint64(k)
+            h = ((key * _HASH) >> shift) & mask
+            while keys[h] != key and keys[h] != _EMPTY:
+                h = (h + np.uint64(1)) & mask
+            if keys[h] != key:  # a new pattern
+                if 2 * n_used >= n_slots:
+                    _fold_patterns(keys, cnt, SX, used, n_used, G, B, on)
+                    n_used = 0
+                    h = ((key * _HASH) >> shift) & mask
+                keys[h] = key
+                used[n_used] = h
+                n_used += 1
+            cnt[h] += 1.0
+            for j in range(D):
+                SX[h, j] += np.float64(X[i, j])
+        if stop == m:
+            p += n_t
+    _fold_patterns(keys, cnt, SX, used, n_used, G, B, on)
+    return pos[:count].copy(), res[:count].copy(), flips, stop, G, B, sse
 
 
 def gram_partial(X: np.ndarray, Z: np.ndarray, rows: np.ndarray | None = None):
