@@ -280,69 +280,16 @@ def serial_sweep(X: np.ndarray, Z: np.ndarray, A: np.ndarray, lam: float, *, R: 
                          np.asarray(k_from, dtype=np.int64), max_new, bool(saturate))
 
 
-#: Rows per tile of :func:`_bp_block` (its tile arrays stay in the core's cache).
-_TILE = 64
-#: Row length from which a tile's residuals are formed row by row (its own features only) rather than by a select
-#: of every feature over the tile (faster for short rows); both subtract the same features in the same order.
-_ROW_START_D = 32
-
-
-@numba.njit(inline="always", **_JIT)
-def _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q, r, zf, on):
-    """The rows ``perm[p:p + n_t]`` at once, transposed (column t is a row): residuals ``RT``, bits ``ZT``
-    (0.0/1.0), scores ``ST``, the first bit whose decision changes it (``first``, as a float; K: none) and the squared
-    residuals ``Q`` (``r``, ``zf``, ``on``: work arrays). Per row the operations are those of :func:`_start_row`,
-    :func:`_scores`, :func:`_first_change` and :func:`_sq` (features subtracted in index order, every sum over j in
-    index order); the loops over the rows of the tile run as vector instructions."""
-    D = X.shape[1]
-    K = A.shape[0]
-    if D >= _ROW_START_D:  # long rows: subtract each row's own features
-        for t in range(n_t):
-            i = perm[p + t]
-            _start_row(X, Z, i, A, K, r, zf, on)
-            for j in range(D):
-                RT[j, t] = r[j]
-            for k in range(K):
-                ZT[k, t] = zf[k]
-    else:  # short rows: every feature, as a vector select over the tile
-        for t in range(n_t):
-            i = perm[p + t]
-            for j in range(D):
-                RT[j, t] = np.float64(X[i, j])
-            for k in range(K):
-                ZT[k, t] = np.float64(Z[i, k])
-        for k in range(K):
-            for j in range(D):
-                a = A[k, j]
-                for t in range(n_t):
-                    RT[j, t] = RT[j, t] - a if ZT[k, t] != 0.0 else RT[j, t]
-    for t in range(n_t):
-        first[t] = K
-        Q[t] = 0.0
-    for j in range(D):
-        for t in range(n_t):
-            Q[t] += RT[j, t] * RT[j, t]
-    for k in range(K - 1, -1, -1):  # downwards: the last bit set is the first that changes
-        for t in range(n_t):
-            ST[k, t] = 0.0
-        for j in range(D):
-            a = A[k, j]
-            for t in range(n_t):
-                ST[k, t] += (RT[j, t] + ZT[k, t] * a) * a
-        ak, kf = aa[k], np.float64(k)
-        for t in range(n_t):  # _decide as a select over floats (a vector loop)
-            v = 2.0 * ST[k, t]
-            z = ZT[k, t]
-            change = ((z == 0.0) & (v > ak)) | ((z != 0.0) & (v < ak))
-            first[t] = kf if change else first[t]
-
-
+#: Rows per tile of :func:`_bp_block`: their products ``x a_k`` come from one BLAS call.
+_TILE = 256
 #: Slots of the pattern table of :func:`_bp_block` (a power of two; folded into (G, B) when half full) and the most
-#: features whose bit patterns it keys (one bit each in a uint64; more features: rows are folded one by one).
+#: features whose bit patterns it keys (one bit each in a uint64; with more features every row is its own pattern).
 _PATTERN_SLOTS = 1024
 _PATTERN_BITS = 63
 _EMPTY = np.uint64(2**64 - 1)
 _HASH = np.uint64(0x9E3779B97F4A7C15)
+#: Safety factor of the screen's rounding bounds (see :func:`_bp_block`).
+_SCREEN_SAFETY = 16.0
 
 
 @numba.njit(inline="always", **_JIT)
@@ -357,20 +304,54 @@ def _add_terms(G, B, on, n_on, c, xs):
 
 
 @numba.njit(inline="always", **_JIT)
-def _fold_patterns(keys, cnt, SX, used, n_used, G, B, on):
-    """Fold the pattern table (``used[:n_used]``: the filled slots, in filling order) into (G, B) and empty it."""
+def _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on):
+    """Fold the patterns of the slots ``used[:n_used]`` (bits ``ZP``, row counts ``cnt``, row sums ``SX``) into
+    (G, B), in filling order, and zero their counts and sums."""
     K = G.shape[0]
     for u in range(n_used):
         s = used[u]
-        key = keys[s]
         m = 0
         for k in range(K):
             on[m] = k
-            m += ((key >> np.uint64(k)) & np.uint64(1)) != np.uint64(0)
+            m += ZP[s, k] != 0.0
         _add_terms(G, B, on, m, cnt[s], SX[s])
-        keys[s] = _EMPTY
         cnt[s] = 0.0
         SX[s, :] = 0.0
+
+
+@numba.njit(inline="always", **_JIT)
+def _pattern(s, M, aa, ZP, THR, SG):
+    """The screen's terms of the pattern whose bits are ``ZP[s]`` (0.0/1.0): the threshold ``THR[s, k]`` of
+    ``2 x a_k`` (``aa_k + 2 sum_{l on} M_lk - 2 z_k aa_k``, so that ``2 x a_k - THR = 2 s_k - aa_k``), the sign
+    ``SG[s, k]`` (+1 for a bit on, -1 off: the bit stays when ``SG (2 x a_k - THR) > 0``); returns
+    ``sum_{l, m on} M_lm`` and the number of bits on."""
+    K = aa.shape[0]
+    mm = 0.0
+    n_on = 0
+    for k in range(K):
+        z = ZP[s, k]
+        THR[s, k] = aa[k] - 2.0 * z * aa[k]
+        SG[s, k] = 2.0 * z - 1.0
+    for l in range(K):
+        if ZP[s, l] != 0.0:
+            n_on += 1
+            for k in range(K):
+                THR[s, k] += 2.0 * M[l, k]
+                mm += ZP[s, k] * M[l, k]
+    return mm, n_on
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz", "arcp"})
+def _screen_sums(X, t, Y, Z, s):
+    """``(||x||^2, z y)`` of ``x = X[t]``, ``y = Y[t]``, ``z = Z[s]`` for the screen of :func:`_bp_block`, summed in any order (vector loops; NaN and inf
+    propagate)."""
+    xx = 0.0
+    for j in range(X.shape[1]):
+        xx += X[t, j] * X[t, j]
+    zy = 0.0
+    for k in range(Y.shape[1]):
+        zy += Z[s, k] * Y[t, k]
+    return xx, zy
 
 
 @numba.njit(**_JIT)
@@ -378,34 +359,49 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     """Sweep the rows ``perm[start:]`` of one block, fused with the (G, B, sse) partial of the rows that do not
     propose; stops after the ``max_proposals``-th proposal (``stop``: the next position).
 
-    The rows go by tiles of ``_TILE``: their residuals, first scores and first changing bits come from
-    :func:`_tile_rows`; a row with a bit to change (rare after the first pass) continues on its own as in
-    :func:`_sweep`. Every row's arithmetic is that of :func:`_sweep`; ``sse`` sums the rows in ``perm`` order.
-    (G, B) are gathered by bit pattern (up to ``_PATTERN_BITS`` features): a table keyed by the row's bits holds
-    the number of rows and the sum of their x, and is folded into ``G = sum_p n_p z_p z_p'`` and
-    ``B = sum_p z_p (sum of x over p)`` when half full and at the end; G is exact (counts), B is Z'X up to the
-    order of its float64 sums."""
-    D = X.shape[1]
+    Screen: with ``y_k = x a_k`` (one BLAS product per tile of ``_TILE`` rows) and the Gram ``M = A A'`` of the
+    features, a row's decision values are ``2 s_k - aa_k = 2 y_k - THR_pk`` and its squared residual is
+    ``||x||^2 - 2 sum_{l on} y_l + sum_{l,m on} M_lm``, with terms of its bit pattern p only. A row whose every
+    bit keeps its value, and whose squared residual is below ``lam``, by more than a bound on the rounding of
+    both these forms and the sweep's own arithmetic (``_SCREEN_SAFETY`` times it) is settled without its
+    residual: its bits stand, its squared residual (the expansion) goes into ``sse``. Every other row (a bit to
+    change, a proposal, a tie or a value within rounding of one, NaN or inf) is swept exactly as by
+    :func:`_sweep` (from :func:`_start_row`), so the bits and proposals are those of the serial sweep bit for bit.
+
+    (G, B) are gathered by bit pattern (up to ``_PATTERN_BITS`` features; with more every row is folded on its
+    own): a table keyed by the row's bits holds the number of rows and the sum of their x, folded into
+    ``G = sum_p n_p z_p z_p'`` and ``B = sum_p z_p (sum of x over p)`` when half full and at the end. G is exact
+    (counts); B and sse equal the row-by-row sums up to the order and rounding of their float64 sums."""
+    n, D = X.shape
     K = A.shape[0]
     AT = _transposed(A, K)
+    M = np.dot(A, AT) if K else np.zeros((0, 0))
+    amax = 0.0
+    for k in range(K):
+        for j in range(D):
+            amax = max(amax, abs(A[k, j]))
+    u = 2.0 ** -53
+    tol_q = _SCREEN_SAFETY * u * D * (D + K + 4)  # times R^2, R = max|x_j| + n_on * amax >= every |r_j|
+    tol_s = tol_q * amax  # times R + amax
     G = np.zeros((K, K))
     B = np.zeros((K, D))
     r = np.empty(D)
     s = np.empty(K)
     zf = np.zeros(K)
     on = np.empty(K, dtype=np.int64)
-    RT = np.empty((D, _TILE))
-    ZT = np.empty((K, _TILE))
-    ST = np.empty((K, _TILE))
-    first = np.empty(_TILE)
-    Q = np.empty(_TILE)
+    XT = np.zeros((_TILE, D))
+    Y = np.empty((_TILE, K))
     by_pattern = K <= _PATTERN_BITS
     n_slots = _PATTERN_SLOTS if by_pattern else 1
     keys = np.full(n_slots, _EMPTY)
     cnt = np.zeros(n_slots)
     SX = np.zeros((n_slots, D))
+    ZP = np.zeros((n_slots, K))
+    THR = np.empty((n_slots, K))
+    SG = np.empty((n_slots, K))
+    MM = np.empty(n_slots)
+    NON = np.empty(n_slots)
     used = np.empty(n_slots, dtype=np.int64)
-    xs = np.empty(D)
     n_used = 0
     mask = np.uint64(n_slots - 1)
     shift = np.uint64(64 - int(np.log2(n_slots)))
@@ -419,59 +415,82 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     stop = m
     while p < m and stop == m:
         n_t = min(_TILE, m - p)
-        _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q, r, zf, on)
         for t in range(n_t):
             i = perm[p + t]
-            if first[t] < K:
+            for j in range(D):
+                XT[t, j] = np.float64(X[i, j])
+        np.dot(XT, AT, Y)
+        for t in range(n_t):
+            i = perm[p + t]
+            if by_pattern:  # the row's pattern slot (a new pattern: its screen terms)
+                key = np.uint64(0)
                 for k in range(K):
-                    zf[k] = ZT[k, t]
-                    s[k] = ST[k, t]
+                    key |= np.uint64(Z[i, k] != 0) << np.uint64(k)
+                h = ((key * _HASH) >> shift) & mask
+                while keys[h] != key and keys[h] != _EMPTY:
+                    h = (h + np.uint64(1)) & mask
+                if keys[h] != key:
+                    if 2 * n_used >= n_slots:
+                        _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
+                        keys[:] = _EMPTY
+                        n_used = 0
+                        h = ((key * _HASH) >> shift) & mask
+                    hs = np.int64(h)
+                    keys[h] = key
+                    used[n_used] = hs
+                    n_used += 1
+                    for k in range(K):
+                        ZP[hs, k] = np.float64((key >> np.uint64(k)) & np.uint64(1))
+                    mm, n_on = _pattern(hs, M, aa, ZP, THR, SG)
+                    MM[hs] = mm
+                    NON[hs] = n_on
+                hs = np.int64(h)
+            else:  # every row its own pattern, in slot 0
+                hs = 0
+                for k in range(K):
+                    ZP[0, k] = np.float64(Z[i, k] != 0)
+                mm, n_on = _pattern(0, M, aa, ZP, THR, SG)
+                MM[0] = mm
+                NON[0] = n_on
+            # the screen: every bit stays and the squared residual is below lam, beyond rounding
+            xx, zy = _screen_sums(XT, t, Y, ZP, hs)
+            R = np.sqrt(xx) + NON[hs] * amax  # >= max_j |r_j|
+            tol = tol_s * (R + amax)
+            unsure = 0
+            for k in range(K):
+                unsure += not (SG[hs, k] * (2.0 * Y[t, k] - THR[hs, k]) > tol)
+            q = xx - 2.0 * zy + MM[hs]
+            if unsure == 0 and q < lam - tol_q * R * R:  # False on NaN: swept exactly
+                sse += q
+                cnt[hs] += 1.0
                 for j in range(D):
-                    r[j] = RT[j, t]
-                flips += _sweep_from(Z, i, A, AT, aa, r, s, zf, int(first[t]), K)
-                for j in range(D):
-                    RT[j, t] = r[j]
-                Q[t] = _sq(r)
-            qi = Q[t]
+                    SX[hs, j] += XT[t, j]
+                if not by_pattern:
+                    used[0] = 0
+                    _fold_patterns(ZP, cnt, SX, used, 1, G, B, on)
+                continue
+            _start_row(X, Z, i, A, K, r, zf, on)
+            flips += _sweep(Z, i, A, AT, aa, r, s, zf, 0, K)
+            qi = _sq(r)
             if qi > lam:
                 pos[count] = p + t
-                for j in range(D):
-                    res[count, j] = RT[j, t]
+                res[count] = r
                 count += 1
                 if count >= max_proposals:
                     stop = p + t + 1
                     break
                 continue
             sse += qi
-            if not by_pattern:  # the row's own terms
-                n_on = 0
-                for k in range(K):
-                    on[n_on] = k
-                    n_on += Z[i, k] != 0
-                for j in range(D):
-                    xs[j] = np.float64(X[i, j])
-                _add_terms(G, B, on, n_on, 1.0, xs)
-                continue
-            key = np.uint64(0)
+            n_on = 0
             for k in range(K):
-                key |= np.uint64(Z[i, k] != 0) << np.uint64(k)
-            h = ((key * _HASH) >> shift) & mask
-            while keys[h] != key and keys[h] != _EMPTY:
-                h = (h + np.uint64(1)) & mask
-            if keys[h] != key:  # a new pattern
-                if 2 * n_used >= n_slots:
-                    _fold_patterns(keys, cnt, SX, used, n_used, G, B, on)
-                    n_used = 0
-                    h = ((key * _HASH) >> shift) & mask
-                keys[h] = key
-                used[n_used] = h
-                n_used += 1
-            cnt[h] += 1.0
+                on[n_on] = k
+                n_on += zf[k] != 0.0
             for j in range(D):
-                SX[h, j] += np.float64(X[i, j])
+                r[j] = XT[t, j]
+            _add_terms(G, B, on, n_on, 1.0, r)
         if stop == m:
             p += n_t
-    _fold_patterns(keys, cnt, SX, used, n_used, G, B, on)
+    _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
     return pos[:count].copy(), res[:count].copy(), flips, stop, G, B, sse
 
 
