@@ -282,9 +282,9 @@ def serial_sweep(X: np.ndarray, Z: np.ndarray, A: np.ndarray, lam: float, *, R: 
 
 #: Rows per tile of :func:`_bp_block`: their products ``x a_k`` come from one BLAS call.
 _TILE = 256
-#: Slots of the pattern table of :func:`_bp_block` (a power of two; folded into (G, B) when half full) and the most
+#: log2 of the most slots of the pattern table of :func:`_bp_block` (folded into (G, B) when half full) and the most
 #: features whose bit patterns it keys (one bit each in a uint64; with more features every row is its own pattern).
-_PATTERN_SLOTS = 1024
+_PATTERN_SLOT_BITS = 12
 _PATTERN_BITS = 63
 _EMPTY = np.uint64(2**64 - 1)
 _HASH = np.uint64(0x9E3779B97F4A7C15)
@@ -341,17 +341,34 @@ def _pattern(s, M, aa, ZP, THR, SG):
     return mm, n_on
 
 
-@numba.njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz", "arcp"})
-def _screen_sums(X, t, Y, Z, s):
-    """``(||x||^2, z y)`` of ``x = X[t]``, ``y = Y[t]``, ``z = Z[s]`` for the screen of :func:`_bp_block`, summed in any order (vector loops; NaN and inf
-    propagate)."""
-    xx = 0.0
-    for j in range(X.shape[1]):
-        xx += X[t, j] * X[t, j]
-    zy = 0.0
-    for k in range(Y.shape[1]):
-        zy += Z[s, k] * Y[t, k]
-    return xx, zy
+@numba.njit(inline="always", **_JIT)
+def _probe(keys, key, shift, mask):
+    """The slot of ``key`` in the pattern table ``keys`` (linear probing): the slot holding it, or the empty slot
+    where it goes."""
+    h = ((key * _HASH) >> shift) & mask
+    while keys[h] != key and keys[h] != _EMPTY:
+        h = (h + np.uint64(1)) & mask
+    return h
+
+
+@numba.njit(**_JIT)
+def _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON, cnt, SX, G, B, on):
+    """Put the bits ``zz`` (key ``key``, empty slot ``h``) into the pattern table with their screen terms
+    (:func:`_pattern`), after folding the table into (G, B) when it is half full (or at every row, when the table
+    has one slot: no keys); returns the slot and the new number of used slots. (Called on misses only: a call
+    with many arrays costs their reference counts.)"""
+    if 2 * n_used >= keys.shape[0]:
+        _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
+        keys[:] = _EMPTY
+        n_used = 0
+        h = ((key * _HASH) >> shift) & mask
+    hs = np.int64(h)
+    keys[h] = key
+    used[n_used] = hs
+    for k in range(zz.shape[0]):
+        ZP[hs, k] = zz[k]
+    MM[hs], NON[hs] = _pattern(hs, M, aa, ZP, THR, SG)
+    return hs, n_used + 1
 
 
 @numba.njit(**_JIT)
@@ -381,7 +398,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
         for j in range(D):
             amax = max(amax, abs(A[k, j]))
     u = 2.0 ** -53
-    tol_q = _SCREEN_SAFETY * u * D * (D + K + 4)  # times R^2, R = max|x_j| + n_on * amax >= every |r_j|
+    tol_q = _SCREEN_SAFETY * u * D * (D + 2 * K + 4)  # times R^2, R = max|x_j| + (n_on + flips) * amax >= |r_j|
     tol_s = tol_q * amax  # times R + amax
     G = np.zeros((K, K))
     B = np.zeros((K, D))
@@ -390,9 +407,11 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     zf = np.zeros(K)
     on = np.empty(K, dtype=np.int64)
     XT = np.zeros((_TILE, D))
+    zz = np.empty(K)
+    dv = np.empty(K)
     Y = np.empty((_TILE, K))
     by_pattern = K <= _PATTERN_BITS
-    n_slots = _PATTERN_SLOTS if by_pattern else 1
+    n_slots = 2 ** min(K + 1, _PATTERN_SLOT_BITS) if by_pattern else 1  # K <= 11: room for every pattern
     keys = np.full(n_slots, _EMPTY)
     cnt = np.zeros(n_slots)
     SX = np.zeros((n_slots, D))
@@ -404,7 +423,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     used = np.empty(n_slots, dtype=np.int64)
     n_used = 0
     mask = np.uint64(n_slots - 1)
-    shift = np.uint64(64 - int(np.log2(n_slots)))
+    shift = np.uint64(64 - int(np.log2(n_slots)) if n_slots > 1 else 0)
     flips = 0
     count = 0
     sse = 0.0
@@ -422,52 +441,86 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
         np.dot(XT, AT, Y)
         for t in range(n_t):
             i = perm[p + t]
-            if by_pattern:  # the row's pattern slot (a new pattern: its screen terms)
+            key, h = _EMPTY, np.uint64(0)  # without keys: slot 0, refilled for every row
+            if by_pattern:
                 key = np.uint64(0)
                 for k in range(K):
                     key |= np.uint64(Z[i, k] != 0) << np.uint64(k)
-                h = ((key * _HASH) >> shift) & mask
-                while keys[h] != key and keys[h] != _EMPTY:
-                    h = (h + np.uint64(1)) & mask
-                if keys[h] != key:
-                    if 2 * n_used >= n_slots:
-                        _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
-                        keys[:] = _EMPTY
-                        n_used = 0
-                        h = ((key * _HASH) >> shift) & mask
-                    hs = np.int64(h)
-                    keys[h] = key
-                    used[n_used] = hs
-                    n_used += 1
-                    for k in range(K):
-                        ZP[hs, k] = np.float64((key >> np.uint64(k)) & np.uint64(1))
-                    mm, n_on = _pattern(hs, M, aa, ZP, THR, SG)
-                    MM[hs] = mm
-                    NON[hs] = n_on
-                hs = np.int64(h)
-            else:  # every row its own pattern, in slot 0
-                hs = 0
+                h = _probe(keys, key, shift, mask)
+            hs = np.int64(h)
+            if keys[h] != key or not by_pattern:
                 for k in range(K):
-                    ZP[0, k] = np.float64(Z[i, k] != 0)
-                mm, n_on = _pattern(0, M, aa, ZP, THR, SG)
-                MM[0] = mm
-                NON[0] = n_on
-            # the screen: every bit stays and the squared residual is below lam, beyond rounding
-            xx, zy = _screen_sums(XT, t, Y, ZP, hs)
-            R = np.sqrt(xx) + NON[hs] * amax  # >= max_j |r_j|
-            tol = tol_s * (R + amax)
+                    zz[k] = np.float64(Z[i, k] != 0)
+                hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON, cnt,
+                                     SX, G, B, on)
+            # the screen: decisions and squared residual beyond rounding, else an exact sweep
+            xx = 0.0
+            for j in range(D):
+                xx += XT[t, j] * XT[t, j]
+            zy = 0.0
+            for k in range(K):
+                zy += ZP[hs, k] * Y[t, k]
+            R = np.sqrt(xx) + NON[hs] * amax  # >= max_j |r_j| (within rounding)
             unsure = 0
+            tol = tol_s * (R + amax)
             for k in range(K):
                 unsure += not (SG[hs, k] * (2.0 * Y[t, k] - THR[hs, k]) > tol)
+            nf = 0
+            settled = False
             q = xx - 2.0 * zy + MM[hs]
-            if unsure == 0 and q < lam - tol_q * R * R:  # False on NaN: swept exactly
+            if unsure == 0:  # every bit stays
+                settled = q < lam - tol_q * R * R  # False on NaN
+            else:  # the sweep on the screened values: a change of bit k moves 2 s_l - aa_l by -+2 M_kl
+                for k in range(K):
+                    dv[k] = 2.0 * Y[t, k] - THR[hs, k]
+                    zz[k] = ZP[hs, k]
+                sure = True
+                for k in range(K):
+                    tol = tol_s * (R + (nf + 1) * amax)  # |r_j| grows by at most amax per flip
+                    v = dv[k]
+                    if zz[k] != 0.0:
+                        if v > tol:
+                            continue
+                        if not (v < -tol):
+                            sure = False
+                            break
+                        sign, zz[k] = 2.0, 0.0
+                    else:
+                        if v < -tol:
+                            continue
+                        if not (v > tol):
+                            sure = False
+                            break
+                        sign, zz[k] = -2.0, 1.0
+                    nf += 1
+                    for l in range(k + 1, K):
+                        dv[l] += sign * M[k, l]
+                if sure:
+                    key, h = _EMPTY, np.uint64(0)
+                    if by_pattern:
+                        key = np.uint64(0)
+                        for k in range(K):
+                            key |= np.uint64(zz[k] != 0.0) << np.uint64(k)
+                        h = _probe(keys, key, shift, mask)
+                    hs = np.int64(h)
+                    if keys[h] != key or not by_pattern:
+                        hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM,
+                                             NON, cnt, SX, G, B, on)
+                    zy = 0.0
+                    for k in range(K):
+                        zy += ZP[hs, k] * Y[t, k]
+                    R += nf * amax
+                    q = xx - 2.0 * zy + MM[hs]
+                    settled = q < lam - tol_q * R * R
+            if settled:
+                if nf:
+                    for k in range(K):
+                        Z[i, k] = np.uint8(zz[k])
+                    flips += nf
                 sse += q
                 cnt[hs] += 1.0
                 for j in range(D):
                     SX[hs, j] += XT[t, j]
-                if not by_pattern:
-                    used[0] = 0
-                    _fold_patterns(ZP, cnt, SX, used, 1, G, B, on)
                 continue
             _start_row(X, Z, i, A, K, r, zf, on)
             flips += _sweep(Z, i, A, AT, aa, r, s, zf, 0, K)
