@@ -354,9 +354,8 @@ def _probe(keys, key, shift, mask):
 @numba.njit(**_JIT)
 def _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON, cnt, SX, G, B, on):
     """Put the bits ``zz`` (key ``key``, empty slot ``h``) into the pattern table with their screen terms
-    (:func:`_pattern`), after folding the table into (G, B) when it is half full (or at every row, when the table
-    has one slot: no keys); returns the slot and the new number of used slots. (Called on misses only: a call
-    with many arrays costs their reference counts.)"""
+    (:func:`_pattern`), after folding the table into (G, B) when it is half full; returns the slot and the new
+    number of used slots. (Called on misses only: a call with many arrays costs their reference counts.)"""
     if 2 * n_used >= keys.shape[0]:
         _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
         keys[:] = _EMPTY
@@ -376,19 +375,22 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     """Sweep the rows ``perm[start:]`` of one block, fused with the (G, B, sse) partial of the rows that do not
     propose; stops after the ``max_proposals``-th proposal (``stop``: the next position).
 
-    Screen: with ``y_k = x a_k`` (one BLAS product per tile of ``_TILE`` rows) and the Gram ``M = A A'`` of the
-    features, a row's decision values are ``2 s_k - aa_k = 2 y_k - THR_pk`` and its squared residual is
-    ``||x||^2 - 2 sum_{l on} y_l + sum_{l,m on} M_lm``, with terms of its bit pattern p only. A row whose every
-    bit keeps its value, and whose squared residual is below ``lam``, by more than a bound on the rounding of
-    both these forms and the sweep's own arithmetic (``_SCREEN_SAFETY`` times it) is settled without its
-    residual: its bits stand, its squared residual (the expansion) goes into ``sse``. Every other row (a bit to
-    change, a proposal, a tie or a value within rounding of one, NaN or inf) is swept exactly as by
-    :func:`_sweep` (from :func:`_start_row`), so the bits and proposals are those of the serial sweep bit for bit.
+    Screen (up to ``_PATTERN_BITS`` features; with more, every row is swept exactly): with ``y_k = x a_k`` (one
+    BLAS product per tile of ``_TILE`` rows) and the Gram ``M = A A'`` of the features, a row's decision values
+    are ``2 s_k - aa_k = 2 y_k - THR_pk`` and its squared residual is ``||x||^2 - 2 sum_{l on} y_l +
+    sum_{l,m on} M_lm``, with terms of its bit pattern p only (kept in a table keyed by the bits). A row whose
+    every decision is clear, and whose squared residual is below ``lam``, by more than a bound on the rounding of
+    both these forms and of the sweep's own arithmetic (``_SCREEN_SAFETY`` times it) is settled without its
+    residual: its bits change where the sweep would change them (a change of bit k moves the later values by
+    -+2 M_kl, the bound grows with every change), its squared residual (the expansion, over its final pattern)
+    goes into ``sse``. Every other row (a tie or a value within rounding of one, a proposal, NaN or inf) is swept
+    exactly as by :func:`_sweep` (from :func:`_start_row`). So the bits, flips and proposals (with their
+    residuals) are those of the serial sweep bit for bit.
 
-    (G, B) are gathered by bit pattern (up to ``_PATTERN_BITS`` features; with more every row is folded on its
-    own): a table keyed by the row's bits holds the number of rows and the sum of their x, folded into
-    ``G = sum_p n_p z_p z_p'`` and ``B = sum_p z_p (sum of x over p)`` when half full and at the end. G is exact
-    (counts); B and sse equal the row-by-row sums up to the order and rounding of their float64 sums."""
+    (G, B) of the settled rows are gathered by pattern: the table holds the number of rows and the sum of their
+    x, folded into ``G = sum_p n_p z_p z_p'`` and ``B = sum_p z_p (sum of x over p)`` when half full and at the
+    end (rows swept exactly are added on their own). G is exact (counts); B and sse equal the row-by-row sums up
+    to the order and rounding of their float64 sums."""
     n, D = X.shape
     K = A.shape[0]
     AT = _transposed(A, K)
@@ -441,87 +443,84 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
         np.dot(XT, AT, Y)
         for t in range(n_t):
             i = perm[p + t]
-            key, h = _EMPTY, np.uint64(0)  # without keys: slot 0, refilled for every row
-            if by_pattern:
+            if by_pattern:  # the screen (more features than a key holds: every row swept exactly)
                 key = np.uint64(0)
                 for k in range(K):
                     key |= np.uint64(Z[i, k] != 0) << np.uint64(k)
                 h = _probe(keys, key, shift, mask)
-            hs = np.int64(h)
-            if keys[h] != key or not by_pattern:
+                hs = np.int64(h)
+                if keys[h] != key:
+                    for k in range(K):
+                        zz[k] = np.float64(Z[i, k] != 0)
+                    hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON,
+                                         cnt, SX, G, B, on)
+                # the screen: decisions and squared residual beyond rounding, else an exact sweep
+                xx = 0.0
+                for j in range(D):
+                    xx += XT[t, j] * XT[t, j]
+                zy = 0.0
                 for k in range(K):
-                    zz[k] = np.float64(Z[i, k] != 0)
-                hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON, cnt,
-                                     SX, G, B, on)
-            # the screen: decisions and squared residual beyond rounding, else an exact sweep
-            xx = 0.0
-            for j in range(D):
-                xx += XT[t, j] * XT[t, j]
-            zy = 0.0
-            for k in range(K):
-                zy += ZP[hs, k] * Y[t, k]
-            R = np.sqrt(xx) + NON[hs] * amax  # >= max_j |r_j| (within rounding)
-            unsure = 0
-            tol = tol_s * (R + amax)
-            for k in range(K):
-                unsure += not (SG[hs, k] * (2.0 * Y[t, k] - THR[hs, k]) > tol)
-            nf = 0
-            settled = False
-            q = xx - 2.0 * zy + MM[hs]
-            if unsure == 0:  # every bit stays
-                settled = q < lam - tol_q * R * R  # False on NaN
-            else:  # the sweep on the screened values: a change of bit k moves 2 s_l - aa_l by -+2 M_kl
+                    zy += ZP[hs, k] * Y[t, k]
+                R = np.sqrt(xx) + NON[hs] * amax  # >= max_j |r_j| (within rounding)
+                unsure = 0
+                tol = tol_s * (R + amax)
                 for k in range(K):
-                    dv[k] = 2.0 * Y[t, k] - THR[hs, k]
-                    zz[k] = ZP[hs, k]
-                sure = True
-                for k in range(K):
-                    tol = tol_s * (R + (nf + 1) * amax)  # |r_j| grows by at most amax per flip
-                    v = dv[k]
-                    if zz[k] != 0.0:
-                        if v > tol:
-                            continue
-                        if not (v < -tol):
-                            sure = False
-                            break
-                        sign, zz[k] = 2.0, 0.0
-                    else:
-                        if v < -tol:
-                            continue
-                        if not (v > tol):
-                            sure = False
-                            break
-                        sign, zz[k] = -2.0, 1.0
-                    nf += 1
-                    for l in range(k + 1, K):
-                        dv[l] += sign * M[k, l]
-                if sure:
-                    key, h = _EMPTY, np.uint64(0)
-                    if by_pattern:
+                    unsure += not (SG[hs, k] * (2.0 * Y[t, k] - THR[hs, k]) > tol)
+                nf = 0
+                settled = False
+                q = xx - 2.0 * zy + MM[hs]
+                if unsure == 0:  # every bit stays
+                    settled = q < lam - tol_q * R * R  # False on NaN
+                else:  # the sweep on the screened values: a change of bit k moves 2 s_l - aa_l by -+2 M_kl
+                    for k in range(K):
+                        dv[k] = 2.0 * Y[t, k] - THR[hs, k]
+                        zz[k] = ZP[hs, k]
+                    sure = True
+                    for k in range(K):
+                        tol = tol_s * (R + (nf + 1) * amax)  # |r_j| grows by at most amax per flip
+                        v = dv[k]
+                        if zz[k] != 0.0:
+                            if v > tol:
+                                continue
+                            if not (v < -tol):
+                                sure = False
+                                break
+                            sign, zz[k] = 2.0, 0.0
+                        else:
+                            if v < -tol:
+                                continue
+                            if not (v > tol):
+                                sure = False
+                                break
+                            sign, zz[k] = -2.0, 1.0
+                        nf += 1
+                        for l in range(k + 1, K):
+                            dv[l] += sign * M[k, l]
+                    if sure:
                         key = np.uint64(0)
                         for k in range(K):
                             key |= np.uint64(zz[k] != 0.0) << np.uint64(k)
                         h = _probe(keys, key, shift, mask)
-                    hs = np.int64(h)
-                    if keys[h] != key or not by_pattern:
-                        hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM,
-                                             NON, cnt, SX, G, B, on)
-                    zy = 0.0
-                    for k in range(K):
-                        zy += ZP[hs, k] * Y[t, k]
-                    R += nf * amax
-                    q = xx - 2.0 * zy + MM[hs]
-                    settled = q < lam - tol_q * R * R
-            if settled:
-                if nf:
-                    for k in range(K):
-                        Z[i, k] = np.uint8(zz[k])
-                    flips += nf
-                sse += q
-                cnt[hs] += 1.0
-                for j in range(D):
-                    SX[hs, j] += XT[t, j]
-                continue
+                        hs = np.int64(h)
+                        if keys[h] != key:
+                            hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM,
+                                                 NON, cnt, SX, G, B, on)
+                        zy = 0.0
+                        for k in range(K):
+                            zy += ZP[hs, k] * Y[t, k]
+                        R += nf * amax
+                        q = xx - 2.0 * zy + MM[hs]
+                        settled = q < lam - tol_q * R * R
+                if settled:
+                    if nf:
+                        for k in range(K):
+                            Z[i, k] = np.uint8(zz[k])
+                        flips += nf
+                    sse += q
+                    cnt[hs] += 1.0
+                    for j in range(D):
+                        SX[hs, j] += XT[t, j]
+                    continue
             _start_row(X, Z, i, A, K, r, zf, on)
             flips += _sweep(Z, i, A, AT, aa, r, s, zf, 0, K)
             qi = _sq(r)
