@@ -4,8 +4,9 @@ proposals, the feature update ``A = pinv(G) B``, feature pruning, the objective 
 Everything here is pure numpy/numba: one block (or the driver's small arrays) in, arrays out.
 
 Arithmetic is shared on purpose: the serial reference :func:`bpmeans_reference` performs the same floating-point
-operations per row, in the same order, as the numba kernels, so that OCC and the serial algorithm make the same
-decisions on exact ties too.
+operations per row, in the same order, as the numba sweeps, so that OCC and the serial algorithm make the same
+decisions on exact ties too. The block kernel settles most rows by a cheaper screen whose decisions are those of
+the sweep whenever they are clear beyond a rounding bound; every other row is swept (:func:`_bp_block`).
 """
 
 from __future__ import annotations
@@ -408,7 +409,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     s = np.empty(K)
     zf = np.zeros(K)
     on = np.empty(K, dtype=np.int64)
-    XT = np.zeros((_TILE, D))
+    XF = np.zeros((_TILE, D))  # the tile's rows in float64
     zz = np.empty(K)
     dv = np.empty(K)
     Y = np.empty((_TILE, K))
@@ -439,8 +440,8 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
         for t in range(n_t):
             i = perm[p + t]
             for j in range(D):
-                XT[t, j] = np.float64(X[i, j])
-        np.dot(XT, AT, Y)
+                XF[t, j] = np.float64(X[i, j])
+        np.dot(XF, AT, Y)
         for t in range(n_t):
             i = perm[p + t]
             if by_pattern:  # the screen (more features than a key holds: every row swept exactly)
@@ -457,7 +458,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                 # the screen: decisions and squared residual beyond rounding, else an exact sweep
                 xx = 0.0
                 for j in range(D):
-                    xx += XT[t, j] * XT[t, j]
+                    xx += XF[t, j] * XF[t, j]
                 zy = 0.0
                 for k in range(K):
                     zy += ZP[hs, k] * Y[t, k]
@@ -519,7 +520,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                     sse += q
                     cnt[hs] += 1.0
                     for j in range(D):
-                        SX[hs, j] += XT[t, j]
+                        SX[hs, j] += XF[t, j]
                     continue
             _start_row(X, Z, i, A, K, r, zf, on)
             flips += _sweep(Z, i, A, AT, aa, r, s, zf, 0, K)
@@ -538,7 +539,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                 on[n_on] = k
                 n_on += zf[k] != 0.0
             for j in range(D):
-                r[j] = XT[t, j]
+                r[j] = XF[t, j]
             _add_terms(G, B, on, n_on, 1.0, r)
         if stop == m:
             p += n_t
