@@ -410,6 +410,8 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     zf = np.zeros(K)
     on = np.empty(K, dtype=np.int64)
     XF = np.zeros((_TILE, D))  # the tile's rows in float64
+    XX = np.empty(_TILE)
+    KEYS = np.empty(_TILE, dtype=np.uint64)
     zz = np.empty(K)
     dv = np.empty(K)
     Y = np.empty((_TILE, K))
@@ -437,17 +439,24 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     stop = m
     while p < m and stop == m:
         n_t = min(_TILE, m - p)
-        for t in range(n_t):
+        for t in range(n_t):  # the tile's rows, their squared norms and bit keys (independent rows: overlapped)
             i = perm[p + t]
+            xx = 0.0
             for j in range(D):
-                XF[t, j] = np.float64(X[i, j])
+                x = np.float64(X[i, j])
+                XF[t, j] = x
+                xx += x * x
+            XX[t] = xx
+            key = np.uint64(0)
+            if by_pattern:
+                for k in range(K):
+                    key |= np.uint64(Z[i, k] != 0) << np.uint64(k)
+            KEYS[t] = key
         np.dot(XF, AT, Y)
         for t in range(n_t):
             i = perm[p + t]
             if by_pattern:  # the screen (more features than a key holds: every row swept exactly)
-                key = np.uint64(0)
-                for k in range(K):
-                    key |= np.uint64(Z[i, k] != 0) << np.uint64(k)
+                key = KEYS[t]
                 h = _probe(keys, key, shift, mask)
                 hs = np.int64(h)
                 if keys[h] != key:
@@ -456,9 +465,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                     hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON,
                                          cnt, SX, G, B, on)
                 # the screen: decisions and squared residual beyond rounding, else an exact sweep
-                xx = 0.0
-                for j in range(D):
-                    xx += XF[t, j] * XF[t, j]
+                xx = XX[t]
                 zy = 0.0
                 for k in range(K):
                     zy += ZP[hs, k] * Y[t, k]
