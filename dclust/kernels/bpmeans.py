@@ -590,7 +590,7 @@ def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True) -
     (uint8, (n_b, K_snapshot)) is not modified, unless ``copy=False`` (then it is swept in place: a C-contiguous
     uint8 array the caller no longer needs).
     """
-    from .distances import order_keys
+    from .distances import _one_blas_thread, order_keys
 
     A = np.ascontiguousarray(features, dtype=np.float64)
     Z = np.array(Zb, dtype=np.uint8, order="C", copy=True) if copy else Zb
@@ -605,15 +605,16 @@ def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True) -
     G, B, sse, flips = np.zeros((K, K)), np.zeros((K, d)), 0.0, 0
     pos, res = [], []
     start = 0
-    while start < rows.size:
-        p, r, f, stop, g, b, q = _bp_block(Xb, Z, A, aa, rows, start, float(lam), _PROPOSAL_ROOM)
-        G += g
-        B += b
-        sse += q
-        flips += f
-        pos.append(p)
-        res.append(r)
-        start = stop
+    with _one_blas_thread():  # the kernel's tile products: no BLAS threads inside a worker's kernel
+        while start < rows.size:
+            p, r, f, stop, g, b, q = _bp_block(Xb, Z, A, aa, rows, start, float(lam), _PROPOSAL_ROOM)
+            G += g
+            B += b
+            sse += q
+            flips += f
+            pos.append(p)
+            res.append(r)
+            start = stop
     local = rows[np.concatenate(pos)] if pos else np.zeros(0, np.int64)
     resid = np.concatenate(res) if res else np.zeros((0, d))
     return BPBlockResult(Z, G, B, float(sse), int(flips), int(rows.size), local, resid, Z[local].copy())
