@@ -4,8 +4,9 @@ proposals, the feature update ``A = pinv(G) B``, feature pruning, the objective 
 Everything here is pure numpy/numba: one block (or the driver's small arrays) in, arrays out.
 
 Arithmetic is shared on purpose: the serial reference :func:`bpmeans_reference` performs the same floating-point
-operations per row, in the same order, as the numba kernels, so that OCC and the serial algorithm make the same
-decisions on exact ties too.
+operations per row, in the same order, as the numba sweeps, so that OCC and the serial algorithm make the same
+decisions on exact ties too. The block kernel settles most rows by a cheaper screen whose decisions are those of
+the sweep whenever they are clear beyond a rounding bound; every other row is swept (:func:`_bp_block`).
 """
 
 from __future__ import annotations
@@ -280,60 +281,94 @@ def serial_sweep(X: np.ndarray, Z: np.ndarray, A: np.ndarray, lam: float, *, R: 
                          np.asarray(k_from, dtype=np.int64), max_new, bool(saturate))
 
 
-#: Rows per tile of :func:`_bp_block` (its tile arrays stay in the core's cache).
-_TILE = 64
-#: Row length from which a tile's residuals are formed row by row (its own features only) rather than by a select
-#: of every feature over the tile (faster for short rows); both subtract the same features in the same order.
-_ROW_START_D = 32
+#: Rows per tile of :func:`_bp_block`: their products ``x a_k`` come from one BLAS call.
+_TILE = 256
+#: log2 of the most slots of the pattern table of :func:`_bp_block` (folded into (G, B) when half full) and the most
+#: features whose bit patterns it keys (one bit each in a uint64; with more features every row is its own pattern).
+_PATTERN_SLOT_BITS = 12
+_PATTERN_BITS = 63
+_EMPTY = np.uint64(2**64 - 1)
+_HASH = np.uint64(0x9E3779B97F4A7C15)
+#: Safety factor of the screen's rounding bounds (see :func:`_bp_block`).
+_SCREEN_SAFETY = 16.0
 
 
 @numba.njit(inline="always", **_JIT)
-def _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q, r, zf, on):
-    """The rows ``perm[p:p + n_t]`` at once, transposed (column t is a row): residuals ``RT``, bits ``ZT``
-    (0.0/1.0), scores ``ST``, the first bit whose decision changes it (``first``, K: none) and the squared
-    residuals ``Q`` (``r``, ``zf``, ``on``: work arrays). Per row the operations are those of :func:`_start_row`,
-    :func:`_scores`, :func:`_first_change` and :func:`_sq` (features subtracted in index order, every sum over j in
-    index order); the loops over the rows of the tile run as vector instructions."""
-    D = X.shape[1]
-    K = A.shape[0]
-    if D >= _ROW_START_D:  # long rows: subtract each row's own features
-        for t in range(n_t):
-            i = perm[p + t]
-            _start_row(X, Z, i, A, K, r, zf, on)
-            for j in range(D):
-                RT[j, t] = r[j]
-            for k in range(K):
-                ZT[k, t] = zf[k]
-    else:  # short rows: every feature, as a vector select over the tile
-        for t in range(n_t):
-            i = perm[p + t]
-            for j in range(D):
-                RT[j, t] = np.float64(X[i, j])
-            for k in range(K):
-                ZT[k, t] = np.float64(Z[i, k])
+def _add_terms(G, B, on, n_on, c, xs):
+    """Add ``c`` rows with the bits ``on[:n_on]`` and the sum of rows ``xs`` to ``G = Z'Z`` and ``B = Z'X``."""
+    for a in range(n_on):
+        ka = on[a]
+        for b in range(n_on):
+            G[ka, on[b]] += c
+        for j in range(xs.shape[0]):
+            B[ka, j] += xs[j]
+
+
+@numba.njit(inline="always", **_JIT)
+def _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on):
+    """Fold the patterns of the slots ``used[:n_used]`` (bits ``ZP``, row counts ``cnt``, row sums ``SX``) into
+    (G, B), in filling order, and zero their counts and sums."""
+    K = G.shape[0]
+    for u in range(n_used):
+        s = used[u]
+        m = 0
         for k in range(K):
-            for j in range(D):
-                a = A[k, j]
-                for t in range(n_t):
-                    RT[j, t] = RT[j, t] - a if ZT[k, t] != 0.0 else RT[j, t]
-    for t in range(n_t):
-        first[t] = K
-        Q[t] = 0.0
-    for j in range(D):
-        for t in range(n_t):
-            Q[t] += RT[j, t] * RT[j, t]
-    for k in range(K - 1, -1, -1):  # downwards: the last bit set is the first that changes
-        for t in range(n_t):
-            ST[k, t] = 0.0
-        for j in range(D):
-            a = A[k, j]
-            for t in range(n_t):
-                ST[k, t] += (RT[j, t] + ZT[k, t] * a) * a
-        ak = aa[k]
-        for t in range(n_t):
-            v = 2.0 * ST[k, t]
-            change = (v > ak) if ZT[k, t] == 0.0 else (v < ak)
-            first[t] = k if change else first[t]
+            on[m] = k
+            m += ZP[s, k] != 0.0
+        _add_terms(G, B, on, m, cnt[s], SX[s])
+        cnt[s] = 0.0
+        SX[s, :] = 0.0
+
+
+@numba.njit(inline="always", **_JIT)
+def _pattern(s, M, aa, ZP, THR, SG):
+    """The screen's terms of the pattern whose bits are ``ZP[s]`` (0.0/1.0): the threshold ``THR[s, k]`` of
+    ``2 x a_k`` (``aa_k + 2 sum_{l on} M_lk - 2 z_k aa_k``, so that ``2 x a_k - THR = 2 s_k - aa_k``), the sign
+    ``SG[s, k]`` (+1 for a bit on, -1 off: the bit stays when ``SG (2 x a_k - THR) > 0``); returns
+    ``sum_{l, m on} M_lm`` and the number of bits on."""
+    K = aa.shape[0]
+    mm = 0.0
+    n_on = 0
+    for k in range(K):
+        z = ZP[s, k]
+        THR[s, k] = aa[k] - 2.0 * z * aa[k]
+        SG[s, k] = 2.0 * z - 1.0
+    for l in range(K):
+        if ZP[s, l] != 0.0:
+            n_on += 1
+            for k in range(K):
+                THR[s, k] += 2.0 * M[l, k]
+                mm += ZP[s, k] * M[l, k]
+    return mm, n_on
+
+
+@numba.njit(inline="always", **_JIT)
+def _probe(keys, key, shift, mask):
+    """The slot of ``key`` in the pattern table ``keys`` (linear probing): the slot holding it, or the empty slot
+    where it goes."""
+    h = ((key * _HASH) >> shift) & mask
+    while keys[h] != key and keys[h] != _EMPTY:
+        h = (h + np.uint64(1)) & mask
+    return h
+
+
+@numba.njit(**_JIT)
+def _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON, cnt, SX, G, B, on):
+    """Put the bits ``zz`` (key ``key``, empty slot ``h``) into the pattern table with their screen terms
+    (:func:`_pattern`), after folding the table into (G, B) when it is half full; returns the slot and the new
+    number of used slots. (Called on misses only: a call with many arrays costs their reference counts.)"""
+    if 2 * n_used >= keys.shape[0]:
+        _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
+        keys[:] = _EMPTY
+        n_used = 0
+        h = ((key * _HASH) >> shift) & mask
+    hs = np.int64(h)
+    keys[h] = key
+    used[n_used] = hs
+    for k in range(zz.shape[0]):
+        ZP[hs, k] = zz[k]
+    MM[hs], NON[hs] = _pattern(hs, M, aa, ZP, THR, SG)
+    return hs, n_used + 1
 
 
 @numba.njit(**_JIT)
@@ -341,24 +376,59 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     """Sweep the rows ``perm[start:]`` of one block, fused with the (G, B, sse) partial of the rows that do not
     propose; stops after the ``max_proposals``-th proposal (``stop``: the next position).
 
-    The rows go by tiles of ``_TILE``: their residuals, first scores and first changing bits come from
-    :func:`_tile_rows`; a row with a bit to change (rare after the first pass) continues on its own as in
-    :func:`_sweep`. Every row's arithmetic is that of :func:`_sweep`, and rows are folded into (G, B, sse) in
-    ``perm`` order."""
-    D = X.shape[1]
+    Screen (up to ``_PATTERN_BITS`` features; with more, every row is swept exactly): with ``y_k = x a_k`` (one
+    BLAS product per tile of ``_TILE`` rows) and the Gram ``M = A A'`` of the features, a row's decision values
+    are ``2 s_k - aa_k = 2 y_k - THR_pk`` and its squared residual is ``||x||^2 - 2 sum_{l on} y_l +
+    sum_{l,m on} M_lm``, with terms of its bit pattern p only (kept in a table keyed by the bits). A row whose
+    every decision is clear, and whose squared residual is below ``lam``, by more than a bound on the rounding of
+    both these forms and of the sweep's own arithmetic (``_SCREEN_SAFETY`` times it) is settled without its
+    residual: its bits change where the sweep would change them (a change of bit k moves the later values by
+    -+2 M_kl, the bound grows with every change), its squared residual (the expansion, over its final pattern)
+    goes into ``sse``. Every other row (a tie or a value within rounding of one, a proposal, NaN or inf) is swept
+    exactly as by :func:`_sweep` (from :func:`_start_row`). So the bits, flips and proposals (with their
+    residuals) are those of the serial sweep bit for bit.
+
+    (G, B) of the settled rows are gathered by pattern: the table holds the number of rows and the sum of their
+    x, folded into ``G = sum_p n_p z_p z_p'`` and ``B = sum_p z_p (sum of x over p)`` when half full and at the
+    end (rows swept exactly are added on their own). G is exact (counts); B and sse equal the row-by-row sums up
+    to the order and rounding of their float64 sums."""
+    n, D = X.shape
     K = A.shape[0]
     AT = _transposed(A, K)
+    M = np.dot(A, AT) if K else np.zeros((0, 0))
+    amax = 0.0
+    for k in range(K):
+        for j in range(D):
+            amax = max(amax, abs(A[k, j]))
+    u = 2.0 ** -53
+    tol_q = _SCREEN_SAFETY * u * D * (D + 2 * K + 4)  # times R^2, R = max|x_j| + (n_on + flips) * amax >= |r_j|
+    tol_s = tol_q * amax  # times R + amax
     G = np.zeros((K, K))
     B = np.zeros((K, D))
     r = np.empty(D)
     s = np.empty(K)
     zf = np.zeros(K)
     on = np.empty(K, dtype=np.int64)
-    RT = np.empty((D, _TILE))
-    ZT = np.empty((K, _TILE))
-    ST = np.empty((K, _TILE))
-    first = np.empty(_TILE, dtype=np.int64)
-    Q = np.empty(_TILE)
+    XF = np.zeros((_TILE, D))  # the tile's rows in float64
+    XX = np.empty(_TILE)
+    KEYS = np.empty(_TILE, dtype=np.uint64)
+    zz = np.empty(K)
+    dv = np.empty(K)
+    Y = np.empty((_TILE, K))
+    by_pattern = K <= _PATTERN_BITS
+    n_slots = 2 ** min(K + 1, _PATTERN_SLOT_BITS) if by_pattern else 1  # K <= 11: room for every pattern
+    keys = np.full(n_slots, _EMPTY)
+    cnt = np.zeros(n_slots)
+    SX = np.zeros((n_slots, D))
+    ZP = np.zeros((n_slots, K))
+    THR = np.empty((n_slots, K))
+    SG = np.empty((n_slots, K))
+    MM = np.empty(n_slots)
+    NON = np.empty(n_slots)
+    used = np.empty(n_slots, dtype=np.int64)
+    n_used = 0
+    mask = np.uint64(n_slots - 1)
+    shift = np.uint64(64 - int(np.log2(n_slots)) if n_slots > 1 else 0)
     flips = 0
     count = 0
     sse = 0.0
@@ -366,43 +436,122 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     pos = np.empty(min(m, max_proposals), dtype=np.int64)
     res = np.empty((min(m, max_proposals), D))
     p = start
-    while p < m:
+    stop = m
+    while p < m and stop == m:
         n_t = min(_TILE, m - p)
-        _tile_rows(X, Z, A, aa, perm, p, n_t, RT, ZT, ST, first, Q, r, zf, on)
+        for t in range(n_t):  # the tile's rows, their squared norms and bit keys (independent rows: overlapped)
+            i = perm[p + t]
+            xx = 0.0
+            for j in range(D):
+                x = np.float64(X[i, j])
+                XF[t, j] = x
+                xx += x * x
+            XX[t] = xx
+            key = np.uint64(0)
+            if by_pattern:
+                for k in range(K):
+                    key |= np.uint64(Z[i, k] != 0) << np.uint64(k)
+            KEYS[t] = key
+        np.dot(XF, AT, Y)
         for t in range(n_t):
             i = perm[p + t]
-            if first[t] < K:
+            if by_pattern:  # the screen (more features than a key holds: every row swept exactly)
+                key = KEYS[t]
+                h = _probe(keys, key, shift, mask)
+                hs = np.int64(h)
+                if keys[h] != key:
+                    for k in range(K):
+                        zz[k] = np.float64(Z[i, k] != 0)
+                    hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON,
+                                         cnt, SX, G, B, on)
+                # the screen: decisions and squared residual beyond rounding, else an exact sweep
+                xx = XX[t]
+                zy = 0.0
                 for k in range(K):
-                    zf[k] = ZT[k, t]
-                    s[k] = ST[k, t]
-                for j in range(D):
-                    r[j] = RT[j, t]
-                flips += _sweep_from(Z, i, A, AT, aa, r, s, zf, first[t], K)
-                for j in range(D):
-                    RT[j, t] = r[j]
-                Q[t] = _sq(r)
-            qi = Q[t]
+                    zy += ZP[hs, k] * Y[t, k]
+                R = np.sqrt(xx) + NON[hs] * amax  # >= max_j |r_j| (within rounding)
+                unsure = 0
+                tol = tol_s * (R + amax)
+                for k in range(K):
+                    unsure += not (SG[hs, k] * (2.0 * Y[t, k] - THR[hs, k]) > tol)
+                nf = 0
+                settled = False
+                q = xx - 2.0 * zy + MM[hs]
+                if unsure == 0:  # every bit stays
+                    settled = q < lam - tol_q * R * R  # False on NaN
+                else:  # the sweep on the screened values: a change of bit k moves 2 s_l - aa_l by -+2 M_kl
+                    for k in range(K):
+                        dv[k] = 2.0 * Y[t, k] - THR[hs, k]
+                        zz[k] = ZP[hs, k]
+                    sure = True
+                    for k in range(K):
+                        tol = tol_s * (R + (nf + 1) * amax)  # |r_j| grows by at most amax per flip
+                        v = dv[k]
+                        if zz[k] != 0.0:
+                            if v > tol:
+                                continue
+                            if not (v < -tol):
+                                sure = False
+                                break
+                            sign, zz[k] = 2.0, 0.0
+                        else:
+                            if v < -tol:
+                                continue
+                            if not (v > tol):
+                                sure = False
+                                break
+                            sign, zz[k] = -2.0, 1.0
+                        nf += 1
+                        for l in range(k + 1, K):
+                            dv[l] += sign * M[k, l]
+                    if sure:
+                        key = np.uint64(0)
+                        for k in range(K):
+                            key |= np.uint64(zz[k] != 0.0) << np.uint64(k)
+                        h = _probe(keys, key, shift, mask)
+                        hs = np.int64(h)
+                        if keys[h] != key:
+                            hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM,
+                                                 NON, cnt, SX, G, B, on)
+                        zy = 0.0
+                        for k in range(K):
+                            zy += ZP[hs, k] * Y[t, k]
+                        R += nf * amax
+                        q = xx - 2.0 * zy + MM[hs]
+                        settled = q < lam - tol_q * R * R
+                if settled:
+                    if nf:
+                        for k in range(K):
+                            Z[i, k] = np.uint8(zz[k])
+                        flips += nf
+                    sse += q
+                    cnt[hs] += 1.0
+                    for j in range(D):
+                        SX[hs, j] += XF[t, j]
+                    continue
+            _start_row(X, Z, i, A, K, r, zf, on)
+            flips += _sweep(Z, i, A, AT, aa, r, s, zf, 0, K)
+            qi = _sq(r)
             if qi > lam:
                 pos[count] = p + t
-                for j in range(D):
-                    res[count, j] = RT[j, t]
+                res[count] = r
                 count += 1
                 if count >= max_proposals:
-                    return pos[:count].copy(), res[:count].copy(), flips, p + t + 1, G, B, sse
+                    stop = p + t + 1
+                    break
                 continue
             sse += qi
             n_on = 0
             for k in range(K):
                 on[n_on] = k
-                n_on += Z[i, k] != 0
-            for a in range(n_on):  # the row's terms of G = Z'Z and B = Z'X
-                ka = on[a]
-                for b in range(n_on):
-                    G[ka, on[b]] += 1.0
-                for j in range(D):
-                    B[ka, j] += np.float64(X[i, j])
-        p += n_t
-    return pos[:count].copy(), res[:count].copy(), flips, m, G, B, sse
+                n_on += zf[k] != 0.0
+            for j in range(D):
+                r[j] = XF[t, j]
+            _add_terms(G, B, on, n_on, 1.0, r)
+        if stop == m:
+            p += n_t
+    _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
+    return pos[:count].copy(), res[:count].copy(), flips, stop, G, B, sse
 
 
 def gram_partial(X: np.ndarray, Z: np.ndarray, rows: np.ndarray | None = None):
@@ -441,7 +590,7 @@ def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True) -
     (uint8, (n_b, K_snapshot)) is not modified, unless ``copy=False`` (then it is swept in place: a C-contiguous
     uint8 array the caller no longer needs).
     """
-    from .distances import order_keys
+    from .distances import _one_blas_thread, order_keys
 
     A = np.ascontiguousarray(features, dtype=np.float64)
     Z = np.array(Zb, dtype=np.uint8, order="C", copy=True) if copy else Zb
@@ -456,15 +605,16 @@ def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True) -
     G, B, sse, flips = np.zeros((K, K)), np.zeros((K, d)), 0.0, 0
     pos, res = [], []
     start = 0
-    while start < rows.size:
-        p, r, f, stop, g, b, q = _bp_block(Xb, Z, A, aa, rows, start, float(lam), _PROPOSAL_ROOM)
-        G += g
-        B += b
-        sse += q
-        flips += f
-        pos.append(p)
-        res.append(r)
-        start = stop
+    with _one_blas_thread():  # the kernel's tile products: no BLAS threads inside a worker's kernel
+        while start < rows.size:
+            p, r, f, stop, g, b, q = _bp_block(Xb, Z, A, aa, rows, start, float(lam), _PROPOSAL_ROOM)
+            G += g
+            B += b
+            sse += q
+            flips += f
+            pos.append(p)
+            res.append(r)
+            start = stop
     local = rows[np.concatenate(pos)] if pos else np.zeros(0, np.int64)
     resid = np.concatenate(res) if res else np.zeros((0, d))
     return BPBlockResult(Z, G, B, float(sse), int(flips), int(rows.size), local, resid, Z[local].copy())

@@ -323,11 +323,12 @@ def test_kfeatures_n_features_is_the_deprecated_name_of_n_components():
     assert "n_components" in KFeatures().get_params() and KFeatures().get_params()["n_features"] == "deprecated"
 
 
-@pytest.mark.parametrize("d", [5, 40])  # both ways a tile forms its residuals (_ROW_START_D)
-def test_bp_block_tiles_equal_the_row_by_row_sweep(d):
-    """The block kernel sweeps its rows by tiles: every row's bits, residual and squared residual equal one
-    row-by-row sweep (``sweep_rows``, the arithmetic of the serial validation) bit for bit, including rows whose
-    bits change and the tile left over at the end; (G, B, sse) are those of the rows that do not propose."""
+@pytest.mark.parametrize("d", [5, 40])
+def test_bp_block_screen_equals_the_row_by_row_sweep(d):
+    """The block kernel screens its rows by tiles (BLAS products, per-pattern thresholds): every row's bits, and
+    the proposals' residuals and squared residuals, equal one row-by-row sweep (``sweep_rows``, the arithmetic of
+    the serial validation) bit for bit, including rows whose bits change and the tile left over at the end;
+    (G, B, sse) are those of the rows that do not propose."""
     from dclust.kernels import bpmeans
 
     rng = np.random.default_rng(11)
@@ -352,6 +353,65 @@ def test_bp_block_tiles_equal_the_row_by_row_sweep(d):
     np.testing.assert_array_equal(res.G, G)
     np.testing.assert_allclose(res.B, B, rtol=1e-12, atol=1e-12)
     assert res.sse == pytest.approx(q[keep].sum(), rel=1e-12)
+
+
+def test_bp_block_screen_leaves_exact_ties_to_the_exact_sweep():
+    """Rows on exact ties of the bit rule (``2 s_k = ||a_k||^2``: the bit stays), rows whose squared residual is
+    exactly ``lam`` (not proposed) and rows one ulp away from either are decided as the row-by-row sweep decides
+    them; a NaN row is swept (not settled by the screen) and proposes nothing."""
+    from dclust.kernels import bpmeans
+
+    A = 2.0 * np.eye(3)  # ||a_k||^2 = 4
+    rows, bits = [], []
+    for k in range(3):
+        for z in (0, 1):
+            x = np.zeros(3)
+            x[k] = 1.0  # off: s = 2, on: r_k = -1, s = (r_k + 2) 2 = 2; both ties (2 s = 4)
+            for eps in (0.0, 1e-15, -1e-15):
+                rows.append(x + eps)
+                bits.append([int(j == k and z) for j in range(3)])
+    rows.append([3.0, 0.0, 0.0])  # bit 0 on: r = (1, 0, 0), q = 1 = lam: not proposed
+    bits.append([1, 0, 0])
+    rows.append([3.0, 0.0, 1e-8])  # q just above lam: proposed
+    bits.append([1, 0, 0])
+    X = np.array(rows * 3)
+    Z0 = np.array(bits * 3, dtype=np.uint8)
+    Xn = np.vstack([X, [[np.nan, 0.0, 0.0]]])
+    Zn = np.vstack([Z0, [[0, 0, 0]]]).astype(np.uint8)
+    Zs = Zn.copy()
+    q, flips = sweep_rows(Xn, Zs, A)
+    res = bpmeans.bp_block(Xn, Zn, offset=0, features=A, lam=1.0, mix=0, lo=0, hi=2**64 - 1)
+    np.testing.assert_array_equal(res.Z, Zs)
+    assert res.flips == flips and flips > 0
+    np.testing.assert_array_equal(res.local, np.flatnonzero(q > 1.0))
+    ties = np.arange(0, 18, 3)  # eps = 0
+    np.testing.assert_array_equal(res.Z[ties], Zn[ties])  # exact ties keep the bit
+    assert (res.Z[:18] != Zn[:18]).any()  # one ulp off a tie: some bits change
+    assert np.isnan(res.sse)  # the NaN row is not proposed: its NaN squared residual is summed, as the sweep does
+
+
+@pytest.mark.parametrize("k", [14, 70])  # patterns beyond half the table (folded mid-block); more bits than a key
+def test_bp_block_statistics_with_many_patterns_or_no_keys(k):
+    """With more distinct bit patterns than half the pattern table, or more features than a pattern key holds,
+    the block's bits equal the row-by-row sweep and (G, B, sse) equal the direct sums (G exactly)."""
+    from dclust.kernels import bpmeans
+
+    rng = np.random.default_rng(3)
+    n, d = 6000, 4
+    A = rng.normal(size=(k, d))
+    Z0 = rng.integers(0, 2, size=(n, k)).astype(np.uint8)
+    X = Z0 @ A + 0.01 * rng.normal(size=(n, d))
+    Zs = Z0.copy()
+    q, flips = sweep_rows(X, Zs, A)
+    lam = float(q.max()) + 1.0
+    res = bpmeans.bp_block(X, Z0, offset=0, features=A, lam=lam, mix=0, lo=0, hi=2**64 - 1)
+    assert len({tuple(r) for r in Zs}) > 2 ** min(k + 1, bpmeans._PATTERN_SLOT_BITS) // 2 or k > 63
+    np.testing.assert_array_equal(res.Z, Zs)
+    assert res.flips == flips and res.local.size == 0
+    G, B = bpmeans.gram_partial(X, Zs)
+    np.testing.assert_array_equal(res.G, G)
+    np.testing.assert_allclose(res.B, B, rtol=1e-12, atol=1e-9)
+    assert res.sse == pytest.approx(q.sum(), rel=1e-9)
 
 
 def test_bp_bits_apply_patches_then_selection_then_zero_columns():
