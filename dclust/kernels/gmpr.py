@@ -612,7 +612,8 @@ def _screen(G32, h, ny2, ny, m, base, lo_c, hi_c, nv, nv2, kappa, ml, lc, lj):
             d2 = ny2[j] + n2 + 2.0 * np.float64(g32[j])
             r = ny[j] + nc
             err = kappa * r * r
-            ok = d2 + err - (d2 + err) == 0.0
+            e = d2 + err
+            ok = e - e == 0.0  # as in the first sweep
             h[j] = b - 0.5 * lo * max(d2 - err, 0.0) - ml[j] if ok else np.inf
         for j in range(m):
             if h[j] > _NEGLIGIBLE:
