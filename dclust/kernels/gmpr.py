@@ -462,17 +462,18 @@ def _put_t(t, k, lj, lv, mx):
 
 
 @numba.njit(**_RFAST)
-def _exact_pairs(V, mu, p, base, cs, lj, lv, mx, m):
+def _exact_pairs(V, mu, p, base, order, cs, lj, lv, mx, m):
     """``lv[k] = t_c(x_j)`` exactly (float64, the direct form ``base_c − ½ Σ_f p_cf (v_jf − mu_cf)²`` on the
-    centred rows ``V``) for the screened pairs, listed component by component (component ``c``'s rows
-    ``lj[cs[c]:cs[c + 1]]``), and every row's largest in ``mx[:m]``. Four rows of a component per sweep of its
+    centred rows ``V``) for the screened pairs, listed component by component (component ``c = order[i]``'s rows
+    ``lj[cs[i]:cs[i + 1]]``), and every row's largest in ``mx[:m]``. Four rows of a component per sweep of its
     ``mu_c``, ``p_c`` (a third less time than one by one)."""
     C, D = mu.shape
     for j in range(m):
         mx[j] = -np.inf
-    for c in range(C):
+    for i in range(C):
+        c = order[i]
         b, mc, pc = base[c], mu[c], p[c]
-        k, k1 = cs[c], cs[c + 1]
+        k, k1 = cs[i], cs[i + 1]
         while k + 4 <= k1:
             v0, v1, v2, v3 = V[lj[k]], V[lj[k + 1]], V[lj[k + 2]], V[lj[k + 3]]
             s0 = s1 = s2 = s3 = 0.0
@@ -516,15 +517,16 @@ def _keep_pairs(cs, lj, lv, mx):
 
 
 @numba.njit(**_RFAST)
-def _fold_pairs(V, cs, lj, lv, acc, S):
+def _fold_pairs(V, order, cs, lj, lv, acc, S):
     """``S[c] += r [v², v, 1]`` for the kept pairs (component by component, as :func:`_exact_pairs`), ``r = lv[k] ·
     acc[row]``, ``v`` the centred row in ``V``; four rows of a component per pass over ``S[c]`` (a third less
     time than one by one)."""
     C = cs.shape[0] - 1
     D = V.shape[1]
-    for c in range(C):
+    for i in range(C):
+        c = order[i]
         s1, s2 = S[c, D:2 * D], S[c, :D]  # separate views: the loops vectorise (one row of S did not)
-        k, k1 = cs[c], cs[c + 1]
+        k, k1 = cs[i], cs[i + 1]
         s0 = 0.0
         while k + 4 <= k1:
             j0, j1, j2, j3 = lj[k], lj[k + 1], lj[k + 2], lj[k + 3]
@@ -666,28 +668,71 @@ def _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, K64):
         K64[3, c] = 0.5 * lo_c[c]
 
 
+#: Components listed together by :func:`_screen` (neighbours by :func:`_screen_order`): the rows that can list
+#: any of a group are found first, then each component's among those only.
+_GROUP = 4
+
+
 @numba.njit(**_FAST)
-def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, K64, ml, h, yf, arg, best, cs, lj):
+def _screen_order(Nv, g):
+    """An order of the components in which groups of ``g`` neighbours follow each other (each group: the first
+    component not yet taken and its ``g − 1`` nearest not yet taken, by the scaled means ``Nv``). Only a matter of
+    speed: a row's few listed components then mostly fall into one group."""
+    C, D = Nv.shape
+    d2 = np.empty((C, C))
+    for a in range(C):
+        for b in range(C):
+            s = 0.0
+            for f in range(D):
+                t = np.float64(Nv[a, f]) - np.float64(Nv[b, f])
+                s += t * t
+            d2[a, b] = s
+    taken = np.zeros(C, np.bool_)
+    order = np.empty(C, np.intp)
+    n = 0
+    for a in range(C):
+        if taken[a]:
+            continue
+        taken[a] = True
+        order[n] = a
+        n += 1
+        for _ in range(g - 1):
+            best, bd = -1, np.inf
+            for b in range(C):
+                if not taken[b] and d2[a, b] < bd:
+                    best, bd = b, d2[a, b]
+            if best < 0:
+                break
+            taken[best] = True
+            order[n] = best
+            n += 1
+    return order
+
+
+@numba.njit(**_FAST)
+def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, K64, ml, h, yf, arg, best, order, flag, rows, cs, lj):
     """Which components can count for each row, from the float32 products ``G32 = −ν · y`` (``y``, ``ν``: rows and
     means centred and scaled): with ``δ² = |y|² + |ν|² − 2 y·ν`` (error at most ``κ (|y| + |ν|)²``), ``t_c`` lies in
     ``[base_c − ½ hi_c (δ² + err), base_c − ½ lo_c max(δ² − err, 0)]`` (constants in ``K32``, ``K64``:
     :func:`_screen_consts`). A component whose upper bound is within ``_NEGLIGIBLE`` of a lower bound of the
-    row's largest ``t`` is listed, component by component: component ``c``'s rows in ``lj[cs[c]:cs[c + 1]]``.
+    row's largest ``t`` is listed, component by component in ``order``: component ``order[i]``'s rows in
+    ``lj[cs[i]:cs[i + 1]]``.
 
     First sweep, in float32 (eight rows per SIMD step): each row's component ``c*`` of largest lower bound; that
     bound is then recomputed in float64 with its error term, so ``ml[j]`` is a rigorous lower bound of
     ``t_c*(x_j)``, hence of the row's largest ``t`` (float32 rounding only chooses ``c*``). Second sweep, in
-    float64: the upper bounds, compared with ``ml`` (scratch ``h``), and the rows listed branch-free. The row's
-    best component is listed (its upper bound is at least its ``t``, at least ``ml``), and so is every component
+    float64, ``_GROUP`` components at a time: their upper bounds compared with ``ml`` (flags in ``flag``), the
+    rows that list any of them (``rows``), then each component's among those, branch-free. The row's best
+    component is listed (its upper bound is at least its ``t``, at least ``ml``), and so is every component
     within ``_NEGLIGIBLE`` of it; the float64 rounding of the bounds (relative ``2⁻⁵²`` of a few terms, far inside
     ``κ``'s slack for ``δ²`` and at the last bits of the log-densities) can only move the cut for a pair whose
     responsibility is within rounding of ``exp(_NEGLIGIBLE)``, which adds nothing to the sums (see
     ``_NEGLIGIBLE``). A row that could overflow float32 (``|y| max|ν| >= _F32_SAFE``) or holds NaN gets ``ml =
-    −inf``: every component listed. Scratch: ``h`` (2, T), ``yf`` (2, T) float32, ``arg`` (T,) int32, ``best``
-    (T,) float32. Returns the count of listed pairs; one above ``len(lj) − T`` stops the listing (a dense
-    tile)."""
-    C = G32.shape[0]
-    cap = lj.shape[0] - G32.shape[1]
+    −inf``: every component listed (a NaN bound lists its pair). Scratch: ``h`` (T,), ``yf`` (2, T) float32,
+    ``arg`` (T,) int32, ``best`` (T,) float32, ``flag`` (_GROUP + 1, T) uint8, ``rows`` (T,). Returns the count
+    of listed pairs; one above ``len(lj) − _GROUP · T`` stops the listing (a dense tile)."""
+    C, T = G32.shape
+    cap = lj.shape[0] - _GROUP * T
     ny2f, nyf = yf[0], yf[1]
     for j in range(m):
         ny2f[j] = ny2[j]
@@ -717,22 +762,38 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, K64, ml, h, yf, ar
         e = d2 + kappa * r * r
         ok = e - e == 0.0 and ny[j] * big < _F32_SAFE  # NaN and rows that could overflow float32: every c
         ml[j] = base[c] - 0.5 * hi_c[c] * e if ok else -np.inf
-        h[0, j] = (1.0 - kappa) * ny2[j]
+        h[j] = (1.0 - kappa) * ny2[j]
     Q, R, W, L = K64[0], K64[1], K64[2], K64[3]
+    anyf = flag[_GROUP]
     q = 0
-    for c in range(C):
-        cs[c] = q
+    for i0 in range(0, C, _GROUP):
+        i1 = min(i0 + _GROUP, C)
         if q > cap:
+            for i in range(i0, i1):
+                cs[i] = q
             continue
-        g32 = G32[c]
-        qc, rc, wc, lc = Q[c], R[c], W[c], L[c]
-        for j in range(m):  # SIMD
-            s = h[0, j] + qc + 2.0 * np.float64(g32[j]) - rc * ny[j]
-            s = s if s > 0.0 else 0.0
-            h[1, j] = wc - lc * s - ml[j]
-        for j in range(m):  # branch-free (NaN lists the pair)
-            lj[q] = j
-            q += 0 if h[1, j] < 0.0 else 1
+        for j in range(m):
+            anyf[j] = 0
+        for i in range(i0, i1):
+            c = order[i]
+            g32, fl = G32[c], flag[i - i0]
+            qc, rc, wc, lc = Q[c], R[c], W[c], L[c]
+            for j in range(m):  # SIMD
+                s = h[j] + qc + 2.0 * np.float64(g32[j]) - rc * ny[j]
+                s = s if s > 0.0 else 0.0
+                fl[j] = 0 if wc - lc * s - ml[j] < 0.0 else 1  # NaN lists the pair
+                anyf[j] |= fl[j]
+        nr = 0
+        for j in range(m):  # branch-free
+            rows[nr] = j
+            nr += anyf[j]
+        for i in range(i0, i1):
+            cs[i] = q
+            fl = flag[i - i0]
+            for t in range(nr):
+                j = rows[t]
+                lj[q] = j
+                q += fl[j]
     cs[C] = q
     return q
 
@@ -765,12 +826,13 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     G32 = np.empty((C, T), np.float32)
     G = np.empty((C, T))
     S = np.zeros((C, 2 * D + 1))
-    cap = max(T, C * T // _SPARSE + 1)
-    poly, zero, lv = np.empty(cap + T), np.zeros(cap + T), np.empty(cap + T)
-    bits, lj = np.empty(cap + T, np.int64), np.empty(cap + T, np.intp)
+    cap = max(T, C * T // _SPARSE + 1) + _GROUP * T
+    poly, zero, lv = np.empty(cap), np.zeros(cap), np.empty(cap)
+    bits, lj = np.empty(cap, np.int64), np.empty(cap, np.intp)
     nv = np.sqrt(nv2)
-    V, h, yf = np.empty((T, D)), np.empty((2, T)), np.empty((2, T), np.float32)
+    V, h, yf = np.empty((T, D)), np.empty(T), np.empty((2, T), np.float32)
     arg, best, cs = np.empty(T, np.int32), np.empty(T, np.float32), np.empty(C + 1, np.intp)
+    flag, rows, order = np.empty((_GROUP + 1, T), np.uint8), np.empty(T, np.intp), _screen_order(Nv, _GROUP)
     K32, K64 = np.empty((4, C), np.float32), np.empty((4, C))
     _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, K64)
     thr = np.exp(_NEGLIGIBLE)
@@ -793,14 +855,15 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
         if screened:
             n_bad += _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny)
             np.dot(Nv, Y.T, G32)
-            q = _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, K64, ml, h, yf, arg, best, cs, lj)
+            q = _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, K64, ml, h, yf, arg, best, order, flag,
+                        rows, cs, lj)
             sparse = q * _SPARSE <= C * m
             skip = 0 if sparse else min(2 * skip + 1, _MAX_SKIP)
             wait = skip
         else:
             wait -= 1
         if sparse:
-            _exact_pairs(V, mu, p, base, cs, lj, lv, mx, m)
+            _exact_pairs(V, mu, p, base, order, cs, lj, lv, mx, m)
             w = _keep_pairs(cs, lj, lv, mx)
             _vexp(lv, zero, w, bits, poly)
             for j in range(m):
@@ -808,7 +871,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
             for k in range(w):
                 acc[lj[k]] += lv[k]
             loglik += _tile_loglik(mx, acc, m)
-            _fold_pairs(V, cs, lj, lv, acc, S)
+            _fold_pairs(V, order, cs, lj, lv, acc, S)
         else:
             bad = _dense_rows(X, idx, m, o, U)
             n_bad += 0 if screened else bad
