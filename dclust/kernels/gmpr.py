@@ -532,10 +532,10 @@ def _fold_pairs(V, order, cs, lj, lv, acc, S):
             j0, j1, j2, j3 = lj[k], lj[k + 1], lj[k + 2], lj[k + 3]
             r0, r1, r2, r3 = lv[k] * acc[j0], lv[k + 1] * acc[j1], lv[k + 2] * acc[j2], lv[k + 3] * acc[j3]
             v0, v1, v2, v3 = V[j0], V[j1], V[j2], V[j3]
-            for f in range(D):
-                a0, a1, a2, a3 = r0 * v0[f], r1 * v1[f], r2 * v2[f], r3 * v3[f]
-                s1[f] += (a0 + a1) + (a2 + a3)
-                s2[f] += (a0 * v0[f] + a1 * v1[f]) + (a2 * v2[f] + a3 * v3[f])
+            for f in range(D):  # chains of multiply-adds (fewer operations than products, then sums)
+                x0, x1, x2, x3 = v0[f], v1[f], v2[f], v3[f]
+                s1[f] += r0 * x0 + r1 * x1 + r2 * x2 + r3 * x3
+                s2[f] += r0 * x0 * x0 + r1 * x1 * x1 + r2 * x2 * x2 + r3 * x3 * x3
             s0 += (r0 + r1) + (r2 + r3)
             k += 4
         for k in range(k, k1):
