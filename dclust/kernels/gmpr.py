@@ -810,7 +810,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     can be within ``_NEGLIGIBLE`` of a row's largest ``t`` (a responsibility below ``exp(_NEGLIGIBLE)`` times the
     row's largest counts as 0: below rounding of every sum it would add to). A sparse tile (separated components;
     at most 1 / ``_SPARSE`` of the pairs listed) gets exact ``t`` for the listed pairs only, their exps and a
-    fold row by row. A dense tile (overlapping components) gets every ``t`` exactly over contiguous rows, a
+    fold pair by pair. A dense tile (overlapping components) gets every ``t`` exactly over contiguous rows, a
     vectorised exp (:func:`_vexp`) and a fold by dot products; after a dense tile the next ones skip the screen
     (1, 3, 7, then ``_MAX_SKIP`` tiles while they stay dense). The screen only chooses which pairs are computed:
     the statistics are those of the exact ``t``. Returns ``(S, loglik, n_bad)`` with ``S`` (C, 2D + 1):

@@ -1,0 +1,27 @@
+"""benchmarks/bench_gmpr_kernel.py (GM-PR E-step block kernel vs KMeans block kernel) at toy size: it runs and
+writes every figure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_gmpr_kernel.py"
+
+
+def test_toy_run(tmp_path):
+    out = tmp_path / "gmpr_kernel.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, str(SCRIPT), "--n", "3000", "--d", "8", "--k", "4", "--fit-rows", "2000",
+                        "--fit-iters", "2", "--repeats", "2", "--out", str(out)], capture_output=True, text=True,
+                       env=env, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    for key in ("best_cpu", "best_wall", "ns_per_row_cpu"):
+        assert set(res[key]) == {"kmeans", "gmpr"} and all(v > 0 for v in res[key].values())
+    assert res["cpu_ratio"] == res["best_cpu"]["gmpr"] / res["best_cpu"]["kmeans"]
+    assert all(len(v) == 2 for v in res["runs"]["cpu"].values())
+    assert "GM-PR / KMeans:" in r.stdout
