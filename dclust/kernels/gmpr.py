@@ -698,8 +698,8 @@ def _screen_order(Nv, g):
         n += 1
         for _ in range(g - 1):
             best, bd = -1, np.inf
-            for b in range(C):
-                if not taken[b] and d2[a, b] < bd:
+            for b in range(C):  # the first one not taken at least (a NaN distance is never "nearer")
+                if not taken[b] and (best < 0 or d2[a, b] < bd):
                     best, bd = b, d2[a, b]
             if best < 0:
                 break

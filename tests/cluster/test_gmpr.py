@@ -406,6 +406,24 @@ def test_diag_screen_keeps_every_component_that_counts():
     assert out.weight.sum() == pytest.approx(n - linked.size, rel=1e-12)  # every kept row's mass, that one's too
 
 
+def test_diag_screen_groups_neighbouring_components_into_a_permutation():
+    """The screen lists components in groups of neighbours (a matter of speed only): the order is a permutation
+    of the components for any count and for non-finite scaled means, and four tight clusters of four means come
+    out as four groups."""
+    from dclust.kernels.gmpr import _GROUP, _screen_order
+
+    rng = np.random.default_rng(13)
+    for C in (1, 3, _GROUP, 2 * _GROUP + 3):
+        Nv = rng.normal(size=(C, 6)).astype(np.float32)
+        if C > 2:
+            Nv[1], Nv[2] = np.inf, np.nan
+        assert sorted(_screen_order(Nv, _GROUP)) == list(range(C))
+    blobs = rng.permutation(np.repeat(np.arange(4), 4))
+    Nv = (rng.normal(size=(4, 6)) * 100)[blobs] + rng.normal(size=(16, 6))
+    order = _screen_order(Nv.astype(np.float32), 4)
+    assert all(len(set(blobs[order[i:i + 4]])) == 1 for i in range(0, 16, 4))
+
+
 def test_predict_with_a_block_pair_holding_only_must_links():
     """A block pair whose links are all must-links has no cannot-link posterior to normalise (it used to fail
     reshaping an empty array)."""
