@@ -489,13 +489,13 @@ def _exact_pairs(V, mu, p, base, order, cs, lj, lv, mx, m):
             _put_t(b - 0.5 * s2, k + 2, lj, lv, mx)
             _put_t(b - 0.5 * s3, k + 3, lj, lv, mx)
             k += 4
-        for k in range(k, k1):
-            v = V[lj[k]]
+        for kr in range(k, k1):  # the rest, one by one
+            v = V[lj[kr]]
             s = 0.0
             for f in range(D):
                 d = v[f] - mc[f]
                 s += pc[f] * d * d
-            _put_t(b - 0.5 * s, k, lj, lv, mx)
+            _put_t(b - 0.5 * s, kr, lj, lv, mx)
 
 
 @numba.njit(**_FAST)
@@ -538,9 +538,9 @@ def _fold_pairs(V, order, cs, lj, lv, acc, S):
                 s2[f] += r0 * x0 * x0 + r1 * x1 * x1 + r2 * x2 * x2 + r3 * x3 * x3
             s0 += (r0 + r1) + (r2 + r3)
             k += 4
-        for k in range(k, k1):
-            rr = lv[k] * acc[lj[k]]
-            v = V[lj[k]]
+        for kr in range(k, k1):  # the rest, one by one
+            rr = lv[kr] * acc[lj[kr]]
+            v = V[lj[kr]]
             for f in range(D):
                 a = rr * v[f]
                 s1[f] += a
