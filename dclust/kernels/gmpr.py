@@ -375,10 +375,9 @@ def _exp_cut(x, cut):
     and every multiple and half-multiple of ln 2; the degree-13 Taylor polynomial it replaces was held below
     2e-15). Its callers must not reassociate (``fastmath`` without ``reassoc``): ``(y·log2 e + S) − S`` would be
     folded away."""
-    y = x if x > cut else cut
-    kf = y * 1.4426950408889634 + _SHIFTER
+    kf = x * 1.4426950408889634 + _SHIFTER  # x <= cut: any value (the final select gives 0)
     k = kf - _SHIFTER
-    r = (y - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10
+    r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10
     q = 2.5000063549227567e-08
     q = q * r + 2.7630248931898857e-07
     q = q * r + 2.7557586370338484e-06
@@ -544,17 +543,21 @@ def _dense_weights(mu, p):
 @numba.njit(**_RFAST)
 def _dense_rows(X, idx, m, o, U):
     """The rows ``X[idx[:m]]`` centred on ``o``, feature-major into the first D rows of ``U`` (one feature at a
-    time: contiguous stores; a tile of consecutive rows, every row kept, reads them without the index)."""
+    time: contiguous stores; a tile of consecutive rows, every row kept, reads them through a slice, without the
+    index)."""
     D = X.shape[1]
     i0 = idx[0]
-    run = idx[m - 1] - i0 == m - 1  # idx increases: consecutive
-    for f in range(D):
-        u = U[f]
-        of = o[f]
-        if run:
+    if idx[m - 1] - i0 == m - 1:  # idx increases: consecutive rows
+        Xt = X[i0 : i0 + m]  # indexed from 0 by the loop: no negative-index wraparound, unrolled
+        for f in range(D):
+            u = U[f]
+            of = o[f]
             for j in range(m):
-                u[j] = np.float64(X[i0 + j, f]) - of
-        else:
+                u[j] = np.float64(Xt[j, f]) - of
+    else:
+        for f in range(D):
+            u = U[f]
+            of = o[f]
             for j in range(m):
                 u[j] = np.float64(X[idx[j], f]) - of
 
