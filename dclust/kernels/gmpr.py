@@ -587,25 +587,23 @@ def _dense_densities(U, m, sq, sm, base, G, mx):
 
 @numba.njit(**_RFAST)
 def _fold_dense(G, U, m, acc, S):
-    """``S[c] += Σ_j r_cj [u_j², u_j, 1]`` with ``r_cj = G[c, j] · acc[j]`` (``G[c]`` becomes ``r_c``) over the
-    first ``m`` rows of ``U`` (D, T, zero-padded to a multiple of ``_SWEEP``): a sweep of ``G[c]`` for the
-    weights, then ``_SWEEP`` features per sweep."""
+    """``S[c] += Σ_j r_cj [u_j², u_j, 1]`` with ``r_cj = G[c, j] · acc[j]`` over the first ``m`` rows of ``U`` (D,
+    T, zero-padded to a multiple of ``_SWEEP``), ``_SWEEP`` features per sweep of ``G[c]``, the weights ``r``
+    formed on the fly (one multiply per sweep, where a sweep that stored them cost more) and summed in the first."""
     C = G.shape[0]
     D = (S.shape[1] - 1) // 2
     for c in range(C):
         g = G[c]
         s0 = 0.0
-        for j in range(m):
-            r = g[j] * acc[j]
-            g[j] = r
-            s0 += r
-        S[c, 2 * D] += s0
         for f in range(0, D, _SWEEP):
             u0, u1, u2, u3 = U[f], U[f + 1], U[f + 2], U[f + 3]
+            first = f == 0
             a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = 0.0
             for j in range(m):
-                gj = g[j]
-                x0, x1, x2, x3 = gj * u0[j], gj * u1[j], gj * u2[j], gj * u3[j]
+                r = g[j] * acc[j]
+                if first:
+                    s0 += r
+                x0, x1, x2, x3 = r * u0[j], r * u1[j], r * u2[j], r * u3[j]
                 a0 += x0
                 a1 += x1
                 a2 += x2
@@ -625,6 +623,7 @@ def _fold_dense(G, U, m, acc, S):
             if f + 3 < D:
                 S[c, D + f + 3] += a3
                 S[c, f + 3] += b3
+        S[c, 2 * D] += s0
 
 
 @numba.njit(**_FAST)
