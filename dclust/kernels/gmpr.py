@@ -360,7 +360,7 @@ def _bitcast(typingctx, v):
     return to(v), codegen
 
 
-_SHIFTER = 1.5 * 2.0**52  # y·log2(e) + this rounds to the nearest integer k, held in the sum's low mantissa bits
+_SHIFTER = 1.5 * 2.0**52  # x·log2(e) + this rounds to the nearest integer k, held in the sum's low mantissa bits
 
 
 @numba.njit(inline="always", **_FAST)
@@ -373,7 +373,7 @@ def _exp_cut(x, cut):
     (Lawson's algorithm, 40 digits): 1.1e-17 with its float64 coefficients in exact arithmetic, below 3e-16 with
     the evaluation's rounding (measured against a long-double exp: at most 1.5e-16 over 8e7 points in [-708, 0]
     and every multiple and half-multiple of ln 2; the degree-13 Taylor polynomial it replaces was held below
-    2e-15). Its callers must not reassociate (``fastmath`` without ``reassoc``): ``(y·log2 e + S) − S`` would be
+    2e-15). Its callers must not reassociate (``fastmath`` without ``reassoc``): ``(x·log2 e + S) − S`` would be
     folded away."""
     kf = x * 1.4426950408889634 + _SHIFTER  # x <= cut: any value (the final select gives 0)
     k = kf - _SHIFTER
@@ -394,9 +394,9 @@ def _exp_cut(x, cut):
 
 @numba.njit(inline="always", **_FAST)
 def _vexp(g, mx, m, bits, poly):
-    """``g[:m] ← exp(g[:m] − mx[:m])``, vectorised (:func:`_exp_cut`; relative error < 2e-15); an exponent below
-    ``_EXP_FLOOR``, -inf or NaN gives exactly 0. ``bits`` (int64) and ``poly`` (float64) are scratch of at least
-    ``m`` values that the single fused loop no longer needs (kept for the callers)."""
+    """``g[:m] ← exp(g[:m] − mx[:m])``, vectorised (:func:`_exp_cut`; relative error < 3e-16); an exponent at or
+    below ``_EXP_FLOOR``, -inf or NaN gives exactly 0. ``bits`` (int64) and ``poly`` (float64) are scratch of at
+    least ``m`` values that the single fused loop no longer needs (kept for the callers)."""
     for j in range(m):
         g[j] = _exp_cut(g[j] - mx[j], _EXP_FLOOR)
 
@@ -680,8 +680,10 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     can be within ``_NEGLIGIBLE`` of a row's largest ``t`` (a responsibility below ``exp(_NEGLIGIBLE)`` times the
     row's largest counts as 0: below rounding of every sum it would add to). A sparse tile (separated components;
     at most 1 / ``_SPARSE`` of the pairs listed) gets exact ``t`` for the listed pairs only, their exps and a
-    fold row by row. A dense tile (overlapping components) gets every ``t`` exactly over contiguous rows, a
-    vectorised exp (:func:`_vexp`) and a fold by dot products; after a dense tile the next ones skip the screen
+    fold row by row. A dense tile (overlapping components) gets every ``t`` in float64 over contiguous rows
+    (:func:`_dense_densities`), a vectorised exp with the cut (:func:`_exp_sum`) and a fold by sums over its rows (a
+    tile that skipped the screen counts the NaN and inf values of the rows whose sum of exps is not >= 1, the
+    only ones that can hold any); after a dense tile the next ones skip the screen
     (1, 3, 7, then ``_MAX_SKIP`` tiles while they stay dense). The screen only chooses which pairs are computed:
     the statistics are those of the exact ``t``. Returns ``(S, loglik, n_bad)`` with ``S`` (C, 2D + 1):
     ``[Σ r (x − o)², Σ r (x − o), Σ r]``; ``n_bad`` counts the NaN and inf values of the kept rows (the caller
