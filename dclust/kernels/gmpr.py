@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 from scipy.linalg.lapack import dtrtri
@@ -348,14 +347,14 @@ def _bitcast(typingctx, v):
     """The float64 whose IEEE-754 bits are the int64 ``v``, or the bits of the float64 ``v`` (an LLVM bitcast:
     free, and it vectorises)."""
     if v == types.int64:
-        to, ty = types.float64, ir.DoubleType()
+        to = types.float64
     elif v == types.float64:
-        to, ty = types.int64, ir.IntType(64)
+        to = types.int64
     else:
         return None
 
     def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ty)
+        return builder.bitcast(args[0], context.get_value_type(signature.return_type))
 
     return to(v), codegen
 
