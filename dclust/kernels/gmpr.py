@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import numba
 import numpy as np
+from numba import types
+from numba.extending import intrinsic
 from scipy.linalg.lapack import dtrtri
 from scipy.special import logsumexp
 
@@ -340,48 +342,76 @@ def _row_finite(X, i):
     return True
 
 
+@intrinsic
+def _bitcast(typingctx, v):
+    """The float64 whose IEEE-754 bits are the int64 ``v``, or the bits of the float64 ``v`` (an LLVM bitcast:
+    free, and it vectorises)."""
+    if v == types.int64:
+        to = types.float64
+    elif v == types.float64:
+        to = types.int64
+    else:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(signature.return_type))
+
+    return to(v), codegen
+
+
+_SHIFTER = 1.5 * 2.0**52  # x·log2(e) + this rounds to the nearest integer k, held in the sum's low mantissa bits
+
+
+@numba.njit(inline="always", **_FAST)
+def _exp_cut(x, cut):
+    """``exp(x)`` for ``x <= 0``, exactly 0 for ``x <= cut`` (``cut >= _EXP_FLOOR``), -inf or NaN; ``exp(0) = 1``
+    exactly. Inlined into a loop it vectorises (SIMD; libm's exp does not), and it is branch-free: ``k =
+    round(x / ln 2)`` by adding ``_SHIFTER`` (no round or float-to-int conversion: ``2^k`` is built from the sum's
+    bits), ``r = x − k ln 2`` by Cody-Waite (``|r| <= ln 2 / 2``, ``ln 2`` in two parts, ``k ln2_hi`` exact), and
+    ``e^r ≈ 1 + r + r² q(r)`` with ``q`` of degree 9, minimax in relative error on ``|r| <= 1.0001 ln 2 / 2``
+    (Lawson's algorithm, 40 digits): 1.1e-17 with its float64 coefficients in exact arithmetic, below 3e-16 with
+    the evaluation's rounding (measured against a long-double exp: at most 1.5e-16 over 8e7 points in [-708, 0]
+    and every multiple and half-multiple of ln 2; the degree-13 Taylor polynomial it replaces was held below
+    2e-15). Its callers must not reassociate (``fastmath`` without ``reassoc``): ``(x·log2 e + S) − S`` would be
+    folded away."""
+    kf = x * 1.4426950408889634 + _SHIFTER  # x <= cut: any value (the final select gives 0)
+    k = kf - _SHIFTER
+    r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10
+    q = 2.5000063549227567e-08
+    q = q * r + 2.7630248931898857e-07
+    q = q * r + 2.7557586370338484e-06
+    q = q * r + 2.4801493097261267e-05
+    q = q * r + 0.00019841269506578428
+    q = q * r + 0.0013888888943631803
+    q = q * r + 0.008333333333494465
+    q = q * r + 0.04166666666653015
+    q = q * r + 0.16666666666666413
+    q = q * r + 0.5000000000000011
+    scale = _bitcast((_bitcast(kf) + 1023) << 52)  # 2^k: the low bits of kf's mantissa hold k (mod 2^12)
+    return ((q * r + 1.0) * r + 1.0) * scale if x > cut else 0.0
+
+
 @numba.njit(inline="always", **_FAST)
 def _vexp(g, mx, m, bits, poly):
-    """``g[:m] ← exp(g[:m] − mx[:m])``, vectorised (SIMD; libm's exp does not vectorise): Cody-Waite reduction by ``ln 2``
-    and a degree-13 Taylor polynomial (relative error < 2e-15), the power of two built from its exponent bits
-    (``bits``: int64 scratch, ``poly``: float64 scratch, both at least ``m`` long); an exponent below
-    ``_EXP_FLOOR``, -inf or NaN gives exactly 0."""
-    scale = bits.view(np.float64)
+    """``g[:m] ← exp(g[:m] − mx[:m])``, vectorised (:func:`_exp_cut`; relative error < 3e-16); an exponent at or
+    below ``_EXP_FLOOR``, -inf or NaN gives exactly 0. ``bits`` (int64) and ``poly`` (float64) are scratch of at
+    least ``m`` values that the single fused loop no longer needs (kept for the callers)."""
     for j in range(m):
-        x = g[j] - mx[j]
-        x = x if x > _EXP_FLOOR else _EXP_FLOOR
-        k = np.floor(x * 1.4426950408889634 + 0.5)
-        r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10
-        p = 1.0 / 6227020800.0
-        p = p * r + 1.0 / 479001600.0
-        p = p * r + 1.0 / 39916800.0
-        p = p * r + 1.0 / 3628800.0
-        p = p * r + 1.0 / 362880.0
-        p = p * r + 1.0 / 40320.0
-        p = p * r + 1.0 / 5040.0
-        p = p * r + 1.0 / 720.0
-        p = p * r + 1.0 / 120.0
-        p = p * r + 1.0 / 24.0
-        p = p * r + 1.0 / 6.0
-        p = p * r + 0.5
-        p = p * r + 1.0
-        bits[j] = (np.int64(k) + 1023) << 52
-        poly[j] = (p * r + 1.0) if x > _EXP_FLOOR else 0.0
-    for j in range(m):
-        g[j] = poly[j] * scale[j]
+        g[j] = _exp_cut(g[j] - mx[j], _EXP_FLOOR)
 
 
 @numba.njit(inline="always", **_FAST)
-def _exp_sum(G, lo, hi, mx, m, acc, bits, poly):
-    """``G[c, :m] ← exp(G[c, :m] − mx[:m])`` for the rows ``lo <= c < hi`` (:func:`_vexp`), their column sums in
-    ``acc[:m]``."""
+def _exp_sum(G, lo, hi, mx, m, acc, cut):
+    """``G[c, :m] ← exp(G[c, :m] − mx[:m])`` for the rows ``lo <= c < hi``, 0 where the exponent is at most ``cut``
+    (:func:`_exp_cut`, one loop per row), their column sums in ``acc[:m]``."""
     for j in range(m):
         acc[j] = 0.0
     for c in range(lo, hi):
         g = G[c]
-        _vexp(g, mx, m, bits, poly)
         for j in range(m):
-            acc[j] += g[j]
+            e = _exp_cut(g[j] - mx[j], cut)
+            g[j] = e
+            acc[j] += e
 
 
 @numba.njit(inline="always", **_FAST)
@@ -549,71 +579,91 @@ def _fold_pairs(V, order, cs, lj, lv, acc, S):
         S[c, 2 * D] += s0
 
 
+#: Features per sweep of the dense tiles' loops over a component's row (the feature-major rows and the weights of
+#: the densities are padded with zeros to a multiple of it).
+_SWEEP = 4
+
+
+@numba.njit(**_RFAST)
+def _dense_weights(mu, p):
+    """The dense tiles' weights ``sq = sqrt(p / 2)`` and ``sm = sq · mu`` (C, D padded to a multiple of
+    ``_SWEEP`` with zeros): ``t_c(x) = base_c − Σ_f (sq_cf u_f − sm_cf)²`` for ``u = x − o``, two fused
+    multiply-adds per feature. ``sq u − sm`` is rounded once, with an error of a few ulps of ``sq (|u| + |mu|)``
+    like the direct form's ``u − mu`` (``u`` itself is rounded to an ulp of ``|u|``)."""
+    C, D = mu.shape
+    Dp = -(-D // _SWEEP) * _SWEEP
+    sq, sm = np.zeros((C, Dp)), np.zeros((C, Dp))
+    for c in range(C):
+        for f in range(D):
+            sq[c, f] = np.sqrt(0.5 * p[c, f])
+            sm[c, f] = sq[c, f] * mu[c, f]
+    return sq, sm
+
+
 @numba.njit(**_RFAST)
 def _dense_rows(X, idx, m, o, U):
-    """The rows ``X[idx[:m]]`` centred on ``o``, feature-major into ``U`` (D, T); returns the NaN/inf count."""
+    """The rows ``X[idx[:m]]`` centred on ``o``, feature-major into the first D rows of ``U`` (one feature at a
+    time: contiguous stores; a tile of consecutive rows, every row kept, reads them through a slice, without the
+    index)."""
     D = X.shape[1]
-    bad = 0
-    for j in range(m):
-        r = idx[j]
+    i0 = idx[0]
+    if idx[m - 1] - i0 == m - 1:  # idx increases: consecutive rows
+        Xt = X[i0 : i0 + m]  # indexed from 0 by the loop: no negative-index wraparound, unrolled
         for f in range(D):
-            v = np.float64(X[r, f]) - o[f]
-            U[f, j] = v
-            bad += 0 if v - v == 0.0 else 1
-    return bad
+            u = U[f]
+            of = o[f]
+            for j in range(m):
+                u[j] = np.float64(Xt[j, f]) - of
+    else:
+        for f in range(D):
+            u = U[f]
+            of = o[f]
+            for j in range(m):
+                u[j] = np.float64(X[idx[j], f]) - of
 
 
 @numba.njit(**_RFAST)
-def _dense_densities(U, m, mu, p, base, G, mx):
-    """``G[c, j] = t_c(x_j)`` exactly for every component and the first ``m`` rows of ``U`` (the direct form, over
-    contiguous rows, four features per sweep of ``G[c]``), every row's largest in ``mx``."""
-    C, D = mu.shape
-    D4 = D - D % 4
+def _dense_densities(U, m, sq, sm, base, G, mx):
+    """``G[c, j] = t_c(x_j) = base_c − Σ_f (sq_cf u_fj − sm_cf)²`` (:func:`_dense_weights`) for every component and
+    the first ``m`` rows of ``U``, ``_SWEEP`` features per sweep of ``G[c]``, every row's largest in ``mx``."""
+    C, Dp = sq.shape
     for j in range(m):
         mx[j] = -np.inf
     for c in range(C):
         g = G[c]
-        for j in range(m):
-            g[j] = 0.0
-        for f in range(0, D4, 4):
-            p0, p1, p2, p3 = p[c, f], p[c, f + 1], p[c, f + 2], p[c, f + 3]
-            m0, m1, m2, m3 = mu[c, f], mu[c, f + 1], mu[c, f + 2], mu[c, f + 3]
-            u0, u1, u2, u3 = U[f], U[f + 1], U[f + 2], U[f + 3]
-            for j in range(m):
-                d0, d1, d2, d3 = u0[j] - m0, u1[j] - m1, u2[j] - m2, u3[j] - m3
-                g[j] += (p0 * d0 * d0 + p1 * d1 * d1) + (p2 * d2 * d2 + p3 * d3 * d3)
-        for f in range(D4, D):
-            pv, mv = p[c, f], mu[c, f]
-            u = U[f]
-            for j in range(m):
-                d = u[j] - mv
-                g[j] += pv * d * d
         b = base[c]
-        for j in range(m):
-            t = b - 0.5 * g[j]
-            g[j] = t
-            mx[j] = t if t > mx[j] else mx[j]
+        for f in range(0, Dp, _SWEEP):
+            s0, s1, s2, s3 = sq[c, f], sq[c, f + 1], sq[c, f + 2], sq[c, f + 3]
+            q0, q1, q2, q3 = sm[c, f], sm[c, f + 1], sm[c, f + 2], sm[c, f + 3]
+            u0, u1, u2, u3 = U[f], U[f + 1], U[f + 2], U[f + 3]
+            first, last = f == 0, f + _SWEEP == Dp
+            for j in range(m):
+                d0, d1, d2, d3 = s0 * u0[j] - q0, s1 * u1[j] - q1, s2 * u2[j] - q2, s3 * u3[j] - q3
+                t = (b if first else g[j]) - ((d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3))
+                g[j] = t
+                if last:
+                    mx[j] = t if t > mx[j] else mx[j]
 
 
 @numba.njit(**_RFAST)
-def _fold_dense(G, U, m, S):
-    """``S[c] += Σ_j G[c, j] [u_j², u_j, 1]`` over the first ``m`` rows of ``U`` (D, T), four features per sweep
-    of ``G[c]``."""
+def _fold_dense(G, U, m, acc, S):
+    """``S[c] += Σ_j r_cj [u_j², u_j, 1]`` with ``r_cj = G[c, j] · acc[j]`` over the first ``m`` rows of ``U`` (D,
+    T, zero-padded to a multiple of ``_SWEEP``), ``_SWEEP`` features per sweep of ``G[c]``, the weights ``r``
+    formed on the fly (one multiply per sweep, where a sweep that stored them cost more) and summed in the first."""
     C = G.shape[0]
-    D = U.shape[0]
-    D4 = D - D % 4
+    D = (S.shape[1] - 1) // 2
     for c in range(C):
         g = G[c]
         s0 = 0.0
-        for j in range(m):
-            s0 += g[j]
-        S[c, 2 * D] += s0
-        for f in range(0, D4, 4):
+        for f in range(0, D, _SWEEP):
             u0, u1, u2, u3 = U[f], U[f + 1], U[f + 2], U[f + 3]
+            first = f == 0
             a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = 0.0
             for j in range(m):
-                gj = g[j]
-                x0, x1, x2, x3 = gj * u0[j], gj * u1[j], gj * u2[j], gj * u3[j]
+                r = g[j] * acc[j]
+                if first:
+                    s0 += r
+                x0, x1, x2, x3 = r * u0[j], r * u1[j], r * u2[j], r * u3[j]
                 a0 += x0
                 a1 += x1
                 a2 += x2
@@ -623,23 +673,17 @@ def _fold_dense(G, U, m, S):
                 b2 += x2 * u2[j]
                 b3 += x3 * u3[j]
             S[c, D + f] += a0
-            S[c, D + f + 1] += a1
-            S[c, D + f + 2] += a2
-            S[c, D + f + 3] += a3
             S[c, f] += b0
-            S[c, f + 1] += b1
-            S[c, f + 2] += b2
-            S[c, f + 3] += b3
-        for f in range(D4, D):
-            u = U[f]
-            s1 = 0.0
-            s2 = 0.0
-            for j in range(m):
-                a = g[j] * u[j]
-                s1 += a
-                s2 += a * u[j]
-            S[c, D + f] += s1
-            S[c, f] += s2
+            if f + 1 < D:
+                S[c, D + f + 1] += a1
+                S[c, f + 1] += b1
+            if f + 2 < D:
+                S[c, D + f + 2] += a2
+                S[c, f + 2] += b2
+            if f + 3 < D:
+                S[c, D + f + 3] += a3
+                S[c, f + 3] += b3
+        S[c, 2 * D] += s0
 
 
 #: A row whose norm times the largest component norm (both scaled) is not below this is not screened (every
@@ -810,8 +854,10 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     can be within ``_NEGLIGIBLE`` of a row's largest ``t`` (a responsibility below ``exp(_NEGLIGIBLE)`` times the
     row's largest counts as 0: below rounding of every sum it would add to). A sparse tile (separated components;
     at most 1 / ``_SPARSE`` of the pairs listed) gets exact ``t`` for the listed pairs only, their exps and a
-    fold pair by pair. A dense tile (overlapping components) gets every ``t`` exactly over contiguous rows, a
-    vectorised exp (:func:`_vexp`) and a fold by dot products; after a dense tile the next ones skip the screen
+    fold pair by pair. A dense tile (overlapping components) gets every ``t`` in float64 over contiguous rows
+    (:func:`_dense_densities`), a vectorised exp with the cut (:func:`_exp_sum`) and a fold by sums over its rows (a
+    tile that skipped the screen counts the NaN and inf values of the rows whose sum of exps is not >= 1, the
+    only ones that can hold any); after a dense tile the next ones skip the screen
     (1, 3, 7, then ``_MAX_SKIP`` tiles while they stay dense). The screen only chooses which pairs are computed:
     the statistics are those of the exact ``t``. Returns ``(S, loglik, n_bad)`` with ``S`` (C, 2D + 1):
     ``[Σ r (x − o)², Σ r (x − o), Σ r]``; ``n_bad`` counts the NaN and inf values of the kept rows (the caller
@@ -820,7 +866,8 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     C = mu.shape[0]
     T = _DIAG_TILE
     idx = np.empty(T, np.intp)
-    U = np.empty((D, T))
+    sq, sm = _dense_weights(mu, p)
+    U = np.zeros((sq.shape[1], T))  # the padding rows stay 0
     Y = np.zeros((T, D), np.float32)
     ny2, ny, ml, mx, acc = np.empty(T), np.empty(T), np.empty(T), np.empty(T), np.empty(T)
     G32 = np.empty((C, T), np.float32)
@@ -835,7 +882,6 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     flag, rows, order = np.empty((_GROUP + 1, T), np.uint8), np.empty(T, np.intp), _screen_order(Nv, _GROUP)
     K32, K64 = np.empty((4, C), np.float32), np.empty((4, C))
     _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, K64)
-    thr = np.exp(_NEGLIGIBLE)
     loglik = 0.0
     n_bad = 0
     wait = 0  # dense tiles left before the next screen
@@ -873,16 +919,16 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
             loglik += _tile_loglik(mx, acc, m)
             _fold_pairs(V, order, cs, lj, lv, acc, S)
         else:
-            bad = _dense_rows(X, idx, m, o, U)
-            n_bad += 0 if screened else bad
-            _dense_densities(U, m, mu, p, base, G, mx)
-            _exp_sum(G, 0, C, mx, m, acc, bits, poly)
+            _dense_rows(X, idx, m, o, U)
+            _dense_densities(U, m, sq, sm, base, G, mx)
+            _exp_sum(G, 0, C, mx, m, acc, _NEGLIGIBLE)
             loglik += _tile_loglik(mx, acc, m)
-            for c in range(C):
-                g = G[c]
-                for j in range(m):
-                    g[j] = g[j] * acc[j] if g[j] > thr else 0.0
-            _fold_dense(G, U, m, S)
+            for j in range(m):  # a row's sum is >= 1 (its largest term is exp(0) = 1), its inverse <= 1,
+                if not acc[j] <= 1.0:  # unless the row holds NaN or inf (or all its densities are -inf)
+                    acc[j] = 0.0
+                    for f in range(D):
+                        n_bad += 0 if screened or np.isfinite(X[idx[j], f]) else 1
+            _fold_dense(G, U, m, acc, S)
     return S, loglik, n_bad
 
 
@@ -958,7 +1004,7 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits
                 mx[j] = r[j] if r[j] > mx[j] else mx[j]
         for j in range(m2):
             mx[j] = mx[j] if mx[j] > -np.inf else 0.0
-        _exp_sum(G, k * n_sub, (k + 1) * n_sub, mx, m2, acc, bits, poly)
+        _exp_sum(G, k * n_sub, (k + 1) * n_sub, mx, m2, acc, _EXP_FLOOR)
         for j in range(m2):
             gk[j] = mx[j] + np.log(acc[j]) if acc[j] > 0.0 else -np.inf
             acc[j] = 1.0 / acc[j] if acc[j] > 0.0 else 0.0
@@ -975,7 +1021,7 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits
                 t = log_alpha[k] + g[k, j] + g[k, h + j]
                 P[k, j] = t
                 mx[j] = t if t > mx[j] else mx[j]
-        _exp_sum(P, 0, M, mx, h, acc, bits, poly)
+        _exp_sum(P, 0, M, mx, h, acc, _EXP_FLOOR)
         for j in range(h):
             ll += mx[j] + np.log(acc[j])
             acc[j] = 1.0 / acc[j]
