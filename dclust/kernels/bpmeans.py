@@ -352,6 +352,49 @@ def _probe(keys, key, shift, mask):
     return h
 
 
+@numba.njit(inline="always", **_JIT)
+def _bits_of(key, zz):
+    """``zz[k]`` = bit k of the pattern key ``key`` as 0.0/1.0."""
+    for k in range(zz.shape[0]):
+        zz[k] = np.float64((key >> np.uint64(k)) & np.uint64(1))
+
+
+@numba.njit(inline="always", **_JIT)
+def _screened_sweep(Y, t, THR, SG, hs, M, dv, sg, tol_s, R, amax):
+    """The sweep of tile row ``t`` (pattern slot ``hs``) on its screened values ``dv = 2 y - THR``: bit k changes
+    where its sign-adjusted value ``sg_k dv_k`` is below ``-tol``, stays above ``tol`` (the bound grown per change:
+    ``|r_j|`` grows by at most ``amax`` per flip), and a change moves the later values by ``+-2 M_kl``. Leaves the
+    final signs in ``sg`` and returns the number of changes, or -1 when a value lies within the bound (the row
+    then takes the exact sweep)."""
+    K = M.shape[0]
+    for k in range(K):
+        dv[k] = 2.0 * Y[t, k] - THR[hs, k]
+        sg[k] = SG[hs, k]
+    nf = 0
+    for k in range(K):
+        tol = tol_s * (R + (nf + 1) * amax)
+        mg = sg[k] * dv[k]
+        if mg > tol:
+            continue
+        if not (mg < -tol):
+            return -1
+        d = 2.0 * sg[k]  # on -> off: the later values grow by 2 M_kl; off -> on: they drop by it
+        sg[k] = -sg[k]
+        nf += 1
+        for l in range(k + 1, K):
+            dv[l] += d * M[k, l]
+    return nf
+
+
+@numba.njit(inline="always", **_JIT)
+def _flipped_key(sg, SG, hs):
+    """The key bits of the bits whose sign ``sg`` differs from that of slot ``hs``."""
+    f = np.uint64(0)
+    for k in range(sg.shape[0]):
+        f |= np.uint64(sg[k] != SG[hs, k]) << np.uint64(k)
+    return f
+
+
 @numba.njit(**_JIT)
 def _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON, cnt, SX, G, B, on):
     """Put the bits ``zz`` (key ``key``, empty slot ``h``) into the pattern table with their screen terms
@@ -414,9 +457,11 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     KEYS = np.empty(_TILE, dtype=np.uint64)
     zz = np.empty(K)
     dv = np.empty(K)
+    sg = np.empty(K)
     Y = np.empty((_TILE, K))
     by_pattern = K <= _PATTERN_BITS
     n_slots = 2 ** min(K + 1, _PATTERN_SLOT_BITS) if by_pattern else 1  # K <= 11: room for every pattern
+    direct = by_pattern and K + 1 <= _PATTERN_SLOT_BITS  # slot = key (never folded before the end)
     keys = np.full(n_slots, _EMPTY)
     cnt = np.zeros(n_slots)
     SX = np.zeros((n_slots, D))
@@ -457,60 +502,34 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
             i = perm[p + t]
             if by_pattern:  # the screen (more features than a key holds: every row swept exactly)
                 key = KEYS[t]
-                h = _probe(keys, key, shift, mask)
+                h = key if direct else _probe(keys, key, shift, mask)
                 hs = np.int64(h)
                 if keys[h] != key:
-                    for k in range(K):
-                        zz[k] = np.float64(Z[i, k] != 0)
+                    _bits_of(key, zz)
                     hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON,
                                          cnt, SX, G, B, on)
                 # the screen: decisions and squared residual beyond rounding, else an exact sweep
                 xx = XX[t]
-                zy = 0.0
-                for k in range(K):
-                    zy += ZP[hs, k] * Y[t, k]
                 R = np.sqrt(xx) + NON[hs] * amax  # >= max_j |r_j| (within rounding)
-                unsure = 0
                 tol = tol_s * (R + amax)
+                zy = 0.0
+                unsure = 0
                 for k in range(K):
-                    unsure += not (SG[hs, k] * (2.0 * Y[t, k] - THR[hs, k]) > tol)
-                nf = 0
-                settled = False
+                    y = Y[t, k]
+                    zy += ZP[hs, k] * y
+                    unsure += not (SG[hs, k] * (2.0 * y - THR[hs, k]) > tol)
                 q = xx - 2.0 * zy + MM[hs]
+                settled = False
                 if unsure == 0:  # every bit stays
                     settled = q < lam - tol_q * R * R  # False on NaN
                 else:  # the sweep on the screened values: a change of bit k moves 2 s_l - aa_l by -+2 M_kl
-                    for k in range(K):
-                        dv[k] = 2.0 * Y[t, k] - THR[hs, k]
-                        zz[k] = ZP[hs, k]
-                    sure = True
-                    for k in range(K):
-                        tol = tol_s * (R + (nf + 1) * amax)  # |r_j| grows by at most amax per flip
-                        v = dv[k]
-                        if zz[k] != 0.0:
-                            if v > tol:
-                                continue
-                            if not (v < -tol):
-                                sure = False
-                                break
-                            sign, zz[k] = 2.0, 0.0
-                        else:
-                            if v < -tol:
-                                continue
-                            if not (v > tol):
-                                sure = False
-                                break
-                            sign, zz[k] = -2.0, 1.0
-                        nf += 1
-                        for l in range(k + 1, K):
-                            dv[l] += sign * M[k, l]
-                    if sure:
-                        key = np.uint64(0)
-                        for k in range(K):
-                            key |= np.uint64(zz[k] != 0.0) << np.uint64(k)
-                        h = _probe(keys, key, shift, mask)
+                    nf = _screened_sweep(Y, t, THR, SG, hs, M, dv, sg, tol_s, R, amax)
+                    if nf > 0:
+                        key = key ^ _flipped_key(sg, SG, hs)
+                        h = key if direct else _probe(keys, key, shift, mask)
                         hs = np.int64(h)
                         if keys[h] != key:
+                            _bits_of(key, zz)
                             hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM,
                                                  NON, cnt, SX, G, B, on)
                         zy = 0.0
@@ -519,11 +538,11 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                         R += nf * amax
                         q = xx - 2.0 * zy + MM[hs]
                         settled = q < lam - tol_q * R * R
+                        if settled:
+                            for k in range(K):
+                                Z[i, k] = np.uint8(ZP[hs, k])
+                            flips += nf
                 if settled:
-                    if nf:
-                        for k in range(K):
-                            Z[i, k] = np.uint8(zz[k])
-                        flips += nf
                     sse += q
                     cnt[hs] += 1.0
                     for j in range(D):
