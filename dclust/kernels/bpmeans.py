@@ -396,15 +396,10 @@ def _flipped_key(sg, SG, hs):
 
 
 @numba.njit(**_JIT)
-def _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON, cnt, SX, G, B, on):
+def _insert(key, h, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON):
     """Put the bits ``zz`` (key ``key``, empty slot ``h``) into the pattern table with their screen terms
-    (:func:`_pattern`), after folding the table into (G, B) when it is half full; returns the slot and the new
-    number of used slots. (Called on misses only: a call with many arrays costs their reference counts.)"""
-    if 2 * n_used >= keys.shape[0]:
-        _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
-        keys[:] = _EMPTY
-        n_used = 0
-        h = ((key * _HASH) >> shift) & mask
+    (:func:`_pattern`); returns the slot and the new number of used slots. (Called on misses only: a call with
+    many arrays costs their reference counts. The caller keeps the table at most half full.)"""
     hs = np.int64(h)
     keys[h] = key
     used[n_used] = hs
@@ -458,13 +453,19 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     zz = np.empty(K)
     dv = np.empty(K)
     sg = np.empty(K)
+    HS = np.zeros(_TILE, dtype=np.int64)
+    Q = np.empty(_TILE)
+    STAY = np.zeros(_TILE, dtype=np.bool_)
+    UNSURE = np.zeros(_TILE, dtype=np.bool_)
+    ODD = np.empty(_TILE, dtype=np.int64)
     Y = np.empty((_TILE, K))
     by_pattern = K <= _PATTERN_BITS
     n_slots = 2 ** min(K + 1, _PATTERN_SLOT_BITS) if by_pattern else 1  # K <= 11: room for every pattern
     direct = by_pattern and K + 1 <= _PATTERN_SLOT_BITS  # slot = key (never folded before the end)
     keys = np.full(n_slots, _EMPTY)
-    cnt = np.zeros(n_slots)
-    SX = np.zeros((n_slots, D))
+    spare = n_slots  # a slot for the sums of rows the screen does not settle (added, never folded)
+    cnt = np.zeros(n_slots + 1)
+    SX = np.zeros((n_slots + 1, D))
     ZP = np.zeros((n_slots, K))
     THR = np.empty((n_slots, K))
     SG = np.empty((n_slots, K))
@@ -484,6 +485,10 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     stop = m
     while p < m and stop == m:
         n_t = min(_TILE, m - p)
+        if not direct and 2 * (n_used + 2 * n_t) > n_slots:  # room for the tile's patterns (none folded mid-tile)
+            _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
+            keys[:] = _EMPTY
+            n_used = 0
         for t in range(n_t):  # the tile's rows, their squared norms and bit keys (independent rows: overlapped)
             i = perm[p + t]
             xx = 0.0
@@ -498,56 +503,65 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                     key |= np.uint64(Z[i, k] != 0) << np.uint64(k)
             KEYS[t] = key
         np.dot(XF, AT, Y)
-        for t in range(n_t):
+        n_odd = 0
+        for t in range(n_t):  # the screen of every row (no branch on its outcome): the rows it cannot settle
+            if not by_pattern:  # more features than a key holds: every row is swept exactly
+                ODD[n_odd] = t
+                n_odd += 1
+                continue
+            key = KEYS[t]
+            h = key if direct else _probe(keys, key, shift, mask)
+            hs = np.int64(h)
+            if keys[h] != key:
+                _bits_of(key, zz)
+                hs, n_used = _insert(key, h, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON)
+            xx = XX[t]
+            R = np.sqrt(xx) + NON[hs] * amax  # >= max_j |r_j| (within rounding)
+            tol = tol_s * (R + amax)
+            zy = 0.0
+            unsure = 0
+            for k in range(K):
+                unsure += not (SG[hs, k] * (2.0 * Y[t, k] - THR[hs, k]) > tol)
+            for k in range(K):
+                zy += ZP[hs, k] * Y[t, k]
+            q = xx - 2.0 * zy + MM[hs]
+            stay = (unsure == 0) & (q < lam - tol_q * R * R)  # every bit stays, no proposal (False on NaN)
+            HS[t] = hs
+            Q[t] = q
+            STAY[t] = stay
+            UNSURE[t] = unsure != 0
+            ODD[n_odd] = t
+            n_odd += not stay
+        n_end = n_t
+        for o in range(n_odd):  # rows with bits to change, near a tie, proposals: in row order
+            t = ODD[o]
             i = perm[p + t]
-            if by_pattern:  # the screen (more features than a key holds: every row swept exactly)
-                key = KEYS[t]
-                h = key if direct else _probe(keys, key, shift, mask)
-                hs = np.int64(h)
-                if keys[h] != key:
-                    _bits_of(key, zz)
-                    hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON,
-                                         cnt, SX, G, B, on)
-                # the screen: decisions and squared residual beyond rounding, else an exact sweep
+            if by_pattern and UNSURE[t]:  # the sweep on the screened values (see _screened_sweep)
+                hs = HS[t]
                 xx = XX[t]
-                R = np.sqrt(xx) + NON[hs] * amax  # >= max_j |r_j| (within rounding)
-                tol = tol_s * (R + amax)
-                zy = 0.0
-                unsure = 0
-                for k in range(K):
-                    y = Y[t, k]
-                    zy += ZP[hs, k] * y
-                    unsure += not (SG[hs, k] * (2.0 * y - THR[hs, k]) > tol)
-                q = xx - 2.0 * zy + MM[hs]
-                settled = False
-                if unsure == 0:  # every bit stays
-                    settled = q < lam - tol_q * R * R  # False on NaN
-                else:  # the sweep on the screened values: a change of bit k moves 2 s_l - aa_l by -+2 M_kl
-                    nf = _screened_sweep(Y, t, THR, SG, hs, M, dv, sg, tol_s, R, amax)
-                    if nf > 0:
-                        key = key ^ _flipped_key(sg, SG, hs)
-                        h = key if direct else _probe(keys, key, shift, mask)
-                        hs = np.int64(h)
-                        if keys[h] != key:
-                            _bits_of(key, zz)
-                            hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM,
-                                                 NON, cnt, SX, G, B, on)
-                        zy = 0.0
+                R = np.sqrt(xx) + NON[hs] * amax
+                nf = _screened_sweep(Y, t, THR, SG, hs, M, dv, sg, tol_s, R, amax)
+                if nf > 0:
+                    key = KEYS[t] ^ _flipped_key(sg, SG, hs)
+                    h = key if direct else _probe(keys, key, shift, mask)
+                    hs = np.int64(h)
+                    if keys[h] != key:
+                        _bits_of(key, zz)
+                        hs, n_used = _insert(key, h, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON)
+                    zy = 0.0
+                    for k in range(K):
+                        zy += ZP[hs, k] * Y[t, k]
+                    R += nf * amax
+                    q = xx - 2.0 * zy + MM[hs]
+                    if q < lam - tol_q * R * R:
                         for k in range(K):
-                            zy += ZP[hs, k] * Y[t, k]
-                        R += nf * amax
-                        q = xx - 2.0 * zy + MM[hs]
-                        settled = q < lam - tol_q * R * R
-                        if settled:
-                            for k in range(K):
-                                Z[i, k] = np.uint8(ZP[hs, k])
-                            flips += nf
-                if settled:
-                    sse += q
-                    cnt[hs] += 1.0
-                    for j in range(D):
-                        SX[hs, j] += XF[t, j]
-                    continue
+                            Z[i, k] = np.uint8(ZP[hs, k])
+                        flips += nf
+                        sse += q
+                        cnt[hs] += 1.0
+                        for j in range(D):
+                            SX[hs, j] += XF[t, j]
+                        continue
             _start_row(X, Z, i, A, K, r, zf, on)
             flips += _sweep(Z, i, A, AT, aa, r, s, zf, 0, K)
             qi = _sq(r)
@@ -557,6 +571,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                 count += 1
                 if count >= max_proposals:
                     stop = p + t + 1
+                    n_end = t + 1
                     break
                 continue
             sse += qi
@@ -567,6 +582,14 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
             for j in range(D):
                 r[j] = XF[t, j]
             _add_terms(G, B, on, n_on, 1.0, r)
+        if by_pattern:
+            for t in range(n_end):  # the settled rows (up to a stop) into their patterns' counts and sums
+                st = STAY[t]
+                hs = HS[t] if st else spare  # the others into a spare slot (never folded)
+                sse += Q[t] if st else 0.0
+                cnt[hs] += 1.0
+                for j in range(D):
+                    SX[hs, j] += XF[t, j]
         if stop == m:
             p += n_t
     _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
