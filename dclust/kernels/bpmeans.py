@@ -289,6 +289,8 @@ _PATTERN_SLOT_BITS = 12
 _PATTERN_BITS = 63
 _EMPTY = np.uint64(2**64 - 1)
 _HASH = np.uint64(0x9E3779B97F4A7C15)
+#: Most features whose pattern keys a block keeps with its bits (uint16, :attr:`BPBlockResult.keys`).
+_KEY_BITS = 16
 #: Safety factor of the screen's rounding bounds (see :func:`_bp_block`).
 _SCREEN_SAFETY = 16.0
 
@@ -352,6 +354,20 @@ def _probe(keys, key, shift, mask):
     return h
 
 
+@numba.njit(**_JIT)
+def _row_keys(Z):
+    """The pattern key of every row of ``Z`` (bit k set when ``Z[i, k]`` is not 0), uint16 (at most
+    ``_KEY_BITS`` columns)."""
+    n, K = Z.shape
+    out = np.empty(n, dtype=np.uint16)
+    for i in range(n):
+        key = 0
+        for k in range(K):
+            key |= np.int64(Z[i, k] != 0) << k
+        out[i] = key
+    return out
+
+
 @numba.njit(inline="always", **_JIT)
 def _bits_of(key, zz):
     """``zz[k]`` = bit k of the pattern key ``key`` as 0.0/1.0."""
@@ -410,7 +426,7 @@ def _insert(key, h, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON):
 
 
 @numba.njit(**_JIT)
-def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
+def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals, RK):
     """Sweep the rows ``perm[start:]`` of one block, fused with the (G, B, sse) partial of the rows that do not
     propose; stops after the ``max_proposals``-th proposal (``stop``: the next position).
 
@@ -460,6 +476,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     ODD = np.empty(_TILE, dtype=np.int64)
     Y = np.empty((_TILE, K))
     by_pattern = K <= _PATTERN_BITS
+    cached = RK.shape[0] > 0  # the rows' keys are given (and kept up to date)
     n_slots = 2 ** min(K + 1, _PATTERN_SLOT_BITS) if by_pattern else 1  # K <= 11: room for every pattern
     direct = by_pattern and K + 1 <= _PATTERN_SLOT_BITS  # slot = key (never folded before the end)
     keys = np.full(n_slots, _EMPTY)
@@ -498,7 +515,9 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                 xx += x * x
             XX[t] = xx
             key = np.uint64(0)
-            if by_pattern:
+            if cached:
+                key = np.uint64(RK[i])
+            elif by_pattern:
                 for k in range(K):
                     key |= np.uint64(Z[i, k] != 0) << np.uint64(k)
             KEYS[t] = key
@@ -556,6 +575,8 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                     if q < lam - tol_q * R * R:
                         for k in range(K):
                             Z[i, k] = np.uint8(ZP[hs, k])
+                        if cached:
+                            RK[i] = key
                         flips += nf
                         sse += q
                         cnt[hs] += 1.0
@@ -564,6 +585,11 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                         continue
             _start_row(X, Z, i, A, K, r, zf, on)
             flips += _sweep(Z, i, A, AT, aa, r, s, zf, 0, K)
+            if cached:
+                key = np.uint64(0)
+                for k in range(K):
+                    key |= np.uint64(zf[k] != 0.0) << np.uint64(k)
+                RK[i] = key
             qi = _sq(r)
             if qi > lam:
                 pos[count] = p + t
@@ -617,20 +643,22 @@ class BPBlockResult:
     local: np.ndarray  # local row indices of the proposals, in row order
     resid: np.ndarray  # (m, D) their residuals after the sweep over the snapshot
     zbits: np.ndarray  # (m, K_snapshot) their bits
+    keys: np.ndarray | None = None  # (n_b,) uint16 pattern keys of Z's rows (K_snapshot <= _KEY_BITS), else None
 
 
 #: Proposals a block expects at most per kernel call (more: the kernel resumes where it stopped).
 _PROPOSAL_ROOM = 1024
 
 
-def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True) -> BPBlockResult:
+def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True, keys=None) -> BPBlockResult:
     """One keyed OCC epoch of BP-means on one block.
 
     The rows whose order key (:func:`dclust.kernels.distances.order_keys`) lies in ``[lo, hi]`` have their bits
     swept over the snapshot ``features`` (final for this pass); a row whose squared residual still exceeds ``lam``
     is proposed. A row's sweep does not depend on the other rows, so they are visited in storage order. ``Zb``
     (uint8, (n_b, K_snapshot)) is not modified, unless ``copy=False`` (then it is swept in place: a C-contiguous
-    uint8 array the caller no longer needs).
+    uint8 array the caller no longer needs). ``keys``: the pattern keys of ``Zb``'s rows as returned with it
+    (:attr:`BPBlockResult.keys`, not modified), so that the kernel does not form them from the bits again.
     """
     from .distances import _one_blas_thread, order_keys
 
@@ -641,15 +669,21 @@ def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True) -
     if (lo, hi) == (0, 2**64 - 1):
         rows = np.arange(n, dtype=np.int64)
     else:
-        keys = order_keys(mix, np.arange(offset, offset + n))
-        rows = np.flatnonzero((keys >= np.uint64(lo)) & (keys <= np.uint64(hi))).astype(np.int64)
+        order = order_keys(mix, np.arange(offset, offset + n))
+        rows = np.flatnonzero((order >= np.uint64(lo)) & (order <= np.uint64(hi))).astype(np.int64)
     K = A.shape[0]
+    if K > _KEY_BITS:
+        RK = np.zeros(0, np.uint16)
+    elif keys is not None and keys.shape == (n,):
+        RK = np.array(keys, dtype=np.uint16, copy=True)
+    else:
+        RK = _row_keys(Z)
     G, B, sse, flips = np.zeros((K, K)), np.zeros((K, d)), 0.0, 0
     pos, res = [], []
     start = 0
     with _one_blas_thread():  # the kernel's tile products: no BLAS threads inside a worker's kernel
         while start < rows.size:
-            p, r, f, stop, g, b, q = _bp_block(Xb, Z, A, aa, rows, start, float(lam), _PROPOSAL_ROOM)
+            p, r, f, stop, g, b, q = _bp_block(Xb, Z, A, aa, rows, start, float(lam), _PROPOSAL_ROOM, RK)
             G += g
             B += b
             sse += q
@@ -659,7 +693,8 @@ def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True) -
             start = stop
     local = rows[np.concatenate(pos)] if pos else np.zeros(0, np.int64)
     resid = np.concatenate(res) if res else np.zeros((0, d))
-    return BPBlockResult(Z, G, B, float(sse), int(flips), int(rows.size), local, resid, Z[local].copy())
+    return BPBlockResult(Z, G, B, float(sse), int(flips), int(rows.size), local, resid, Z[local].copy(),
+                         RK if RK.size else None)
 
 
 def feature_means(G: np.ndarray, B: np.ndarray) -> np.ndarray:
