@@ -291,6 +291,8 @@ _EMPTY = np.uint64(2**64 - 1)
 _HASH = np.uint64(0x9E3779B97F4A7C15)
 #: Most features whose pattern keys a block keeps with its bits (uint16, :attr:`BPBlockResult.keys`).
 _KEY_BITS = 16
+#: The screen's columns are padded to a multiple of this (whole vectors, no scalar remainder).
+_LANES = 4
 #: Safety factor of the screen's rounding bounds (see :func:`_bp_block`).
 _SCREEN_SAFETY = 16.0
 
@@ -448,8 +450,9 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals, RK):
     to the order and rounding of their float64 sums."""
     n, D = X.shape
     K = A.shape[0]
-    AT = _transposed(A, K)
-    M = np.dot(A, AT) if K else np.zeros((0, 0))
+    KL = -(-K // _LANES) * _LANES  # the screen's columns: K, padded to whole vectors (pads: always clear)
+    AT = _transposed(A, KL)
+    M = np.dot(A, _transposed(A, K)) if K else np.zeros((0, 0))
     amax = 0.0
     for k in range(K):
         for j in range(D):
@@ -474,7 +477,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals, RK):
     STAY = np.zeros(_TILE, dtype=np.bool_)
     UNSURE = np.zeros(_TILE, dtype=np.bool_)
     ODD = np.empty(_TILE, dtype=np.int64)
-    Y = np.empty((_TILE, K))
+    Y = np.empty((_TILE, KL))
     by_pattern = K <= _PATTERN_BITS
     cached = RK.shape[0] > 0  # the rows' keys are given (and kept up to date)
     n_slots = 2 ** min(K + 1, _PATTERN_SLOT_BITS) if by_pattern else 1  # K <= 11: room for every pattern
@@ -484,8 +487,8 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals, RK):
     cnt = np.zeros(n_slots + 1)
     SX = np.zeros((n_slots + 1, D))
     ZP = np.zeros((n_slots, K))
-    THR = np.empty((n_slots, K))
-    SG = np.empty((n_slots, K))
+    THR = np.full((n_slots, KL), -1e300)  # pads: SG (2 y - THR) = 1e300 (y = 0)
+    SG = np.ones((n_slots, KL))
     MM = np.empty(n_slots)
     NON = np.empty(n_slots)
     used = np.empty(n_slots, dtype=np.int64)
@@ -539,7 +542,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals, RK):
             tol = tol_s * (R + amax)
             zy = 0.0
             unsure = 0
-            for k in range(K):
+            for k in range(KL):
                 unsure += not (SG[hs, k] * (2.0 * Y[t, k] - THR[hs, k]) > tol)
             for k in range(K):
                 zy += ZP[hs, k] * Y[t, k]
