@@ -444,10 +444,17 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals, RK):
     exactly as by :func:`_sweep` (from :func:`_start_row`). So the bits, flips and proposals (with their
     residuals) are those of the serial sweep bit for bit.
 
+    A tile goes in three loops: the screen of every row (slot, decision count, squared residual, a settled flag;
+    no branch on the outcome), then the rows it did not settle, in row order (the screened sweep of rows with
+    bits to change, else the exact sweep; a stop ends the tile there), then the settled rows up to the stop into
+    their patterns' counts and sums. With at most ``_KEY_BITS`` features the rows' keys come in ``RK`` (one per
+    row of the block) and are kept up to date for the rows whose bits change; else ``RK`` is empty and the keys
+    are formed from the bits. With up to 11 features a pattern's slot is its key.
+
     (G, B) of the settled rows are gathered by pattern: the table holds the number of rows and the sum of their
-    x, folded into ``G = sum_p n_p z_p z_p'`` and ``B = sum_p z_p (sum of x over p)`` when half full and at the
-    end (rows swept exactly are added on their own). G is exact (counts); B and sse equal the row-by-row sums up
-    to the order and rounding of their float64 sums."""
+    x, folded into ``G = sum_p n_p z_p z_p'`` and ``B = sum_p z_p (sum of x over p)`` between tiles when it could
+    not hold another tile's patterns, and at the end (rows swept exactly are added on their own). G is exact
+    (counts); B and sse equal the row-by-row sums up to the order and rounding of their float64 sums."""
     n, D = X.shape
     K = A.shape[0]
     KL = -(-K // _LANES) * _LANES  # the screen's columns: K, padded to whole vectors (pads: always clear)
