@@ -465,11 +465,14 @@ def _prepared_bits(Zsrc, patches, keep, k, *, copy: bool) -> np.ndarray:
 
 def _bp_propose(Xb, Zsrc, patches, *, offset, block_index, features, lam, mix, lo, hi, keep):
     Z = _prepared_bits(Zsrc, patches, keep, features.shape[0], copy=True)
-    res = bp_block(Xb, Z, offset=offset, features=features, lam=lam, mix=mix, lo=lo, hi=hi, copy=False)
+    # the last epoch's pattern keys of these bits, when they are its bits unchanged
+    same = Zsrc.dtype == object and not patches and keep is None and Zsrc[0][0].shape == Z.shape
+    res = bp_block(Xb, Z, offset=offset, features=features, lam=lam, mix=mix, lo=lo, hi=hi, copy=False,
+                   keys=Zsrc[0][3] if same else None)
     index = res.local + offset
     rows = np.asarray(Xb[res.local], dtype=np.float64).reshape(-1, Xb.shape[1])
     props = (order_keys(mix, index), index, rows, res.resid, res.zbits, res.n_rows)
-    return res.Z, Gram(res.G, res.B, res.sse, res.flips), props
+    return res.Z, Gram(res.G, res.B, res.sse, res.flips), props, res.keys
 
 
 def _summary_of(parts):

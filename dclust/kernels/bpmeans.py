@@ -289,6 +289,10 @@ _PATTERN_SLOT_BITS = 12
 _PATTERN_BITS = 63
 _EMPTY = np.uint64(2**64 - 1)
 _HASH = np.uint64(0x9E3779B97F4A7C15)
+#: Most features whose pattern keys a block keeps with its bits (uint16, :attr:`BPBlockResult.keys`).
+_KEY_BITS = 16
+#: The screen's columns are padded to a multiple of this (whole vectors, no scalar remainder).
+_LANES = 4
 #: Safety factor of the screen's rounding bounds (see :func:`_bp_block`).
 _SCREEN_SAFETY = 16.0
 
@@ -353,15 +357,67 @@ def _probe(keys, key, shift, mask):
 
 
 @numba.njit(**_JIT)
-def _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON, cnt, SX, G, B, on):
+def _row_keys(Z):
+    """The pattern key of every row of ``Z`` (bit k set when ``Z[i, k]`` is not 0), uint16 (at most
+    ``_KEY_BITS`` columns)."""
+    n, K = Z.shape
+    out = np.empty(n, dtype=np.uint16)
+    for i in range(n):
+        key = 0
+        for k in range(K):
+            key |= np.int64(Z[i, k] != 0) << k
+        out[i] = key
+    return out
+
+
+@numba.njit(inline="always", **_JIT)
+def _bits_of(key, zz):
+    """``zz[k]`` = bit k of the pattern key ``key`` as 0.0/1.0."""
+    for k in range(zz.shape[0]):
+        zz[k] = np.float64((key >> np.uint64(k)) & np.uint64(1))
+
+
+@numba.njit(inline="always", **_JIT)
+def _screened_sweep(Y, t, THR, SG, hs, M, dv, sg, tol_s, R, amax):
+    """The sweep of tile row ``t`` (pattern slot ``hs``) on its screened values ``dv = 2 y - THR``: bit k changes
+    where its sign-adjusted value ``sg_k dv_k`` is below ``-tol``, stays above ``tol`` (the bound grown per change:
+    ``|r_j|`` grows by at most ``amax`` per flip), and a change moves the later values by ``+-2 M_kl``. Leaves the
+    final signs in ``sg`` and returns the number of changes, or -1 when a value lies within the bound (the row
+    then takes the exact sweep)."""
+    K = M.shape[0]
+    for k in range(K):
+        dv[k] = 2.0 * Y[t, k] - THR[hs, k]
+        sg[k] = SG[hs, k]
+    nf = 0
+    for k in range(K):
+        tol = tol_s * (R + (nf + 1) * amax)
+        mg = sg[k] * dv[k]
+        if mg > tol:
+            continue
+        if not (mg < -tol):
+            return -1
+        d = 2.0 * sg[k]  # on -> off: the later values grow by 2 M_kl; off -> on: they drop by it
+        sg[k] = -sg[k]
+        nf += 1
+        for l in range(k + 1, K):
+            dv[l] += d * M[k, l]
+    return nf
+
+
+@numba.njit(inline="always", **_JIT)
+def _flipped_key(sg, SG, hs):
+    """The key bits of the bits whose sign ``sg`` differs from that of slot ``hs``."""
+    f = np.uint64(0)
+    for k in range(sg.shape[0]):
+        f |= np.uint64(sg[k] != SG[hs, k]) << np.uint64(k)
+    return f
+
+
+@numba.njit(**_JIT)
+def _insert(key, h, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON):
     """Put the bits ``zz`` (key ``key``, empty slot ``h``) into the pattern table with their screen terms
-    (:func:`_pattern`), after folding the table into (G, B) when it is half full; returns the slot and the new
-    number of used slots. (Called on misses only: a call with many arrays costs their reference counts.)"""
-    if 2 * n_used >= keys.shape[0]:
-        _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
-        keys[:] = _EMPTY
-        n_used = 0
-        h = ((key * _HASH) >> shift) & mask
+    (:func:`_pattern`); returns the slot and the new number of used slots. (Called on misses only: a call with
+    many arrays costs their reference counts. The caller keeps the table at most half full.)"""
     hs = np.int64(h)
     keys[h] = key
     used[n_used] = hs
@@ -372,7 +428,7 @@ def _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM,
 
 
 @numba.njit(**_JIT)
-def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
+def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals, RK):
     """Sweep the rows ``perm[start:]`` of one block, fused with the (G, B, sse) partial of the rows that do not
     propose; stops after the ``max_proposals``-th proposal (``stop``: the next position).
 
@@ -388,14 +444,22 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     exactly as by :func:`_sweep` (from :func:`_start_row`). So the bits, flips and proposals (with their
     residuals) are those of the serial sweep bit for bit.
 
+    A tile goes in three loops: the screen of every row (slot, decision count, squared residual, a settled flag;
+    no branch on the outcome), then the rows it did not settle, in row order (the screened sweep of rows with
+    bits to change, else the exact sweep; a stop ends the tile there), then the settled rows up to the stop into
+    their patterns' counts and sums. With at most ``_KEY_BITS`` features the rows' keys come in ``RK`` (one per
+    row of the block) and are kept up to date for the rows whose bits change; else ``RK`` is empty and the keys
+    are formed from the bits. With up to 11 features a pattern's slot is its key.
+
     (G, B) of the settled rows are gathered by pattern: the table holds the number of rows and the sum of their
-    x, folded into ``G = sum_p n_p z_p z_p'`` and ``B = sum_p z_p (sum of x over p)`` when half full and at the
-    end (rows swept exactly are added on their own). G is exact (counts); B and sse equal the row-by-row sums up
-    to the order and rounding of their float64 sums."""
+    x, folded into ``G = sum_p n_p z_p z_p'`` and ``B = sum_p z_p (sum of x over p)`` between tiles when it could
+    not hold another tile's patterns, and at the end (rows swept exactly are added on their own). G is exact
+    (counts); B and sse equal the row-by-row sums up to the order and rounding of their float64 sums."""
     n, D = X.shape
     K = A.shape[0]
-    AT = _transposed(A, K)
-    M = np.dot(A, AT) if K else np.zeros((0, 0))
+    KL = -(-K // _LANES) * _LANES  # the screen's columns: K, padded to whole vectors (pads: always clear)
+    AT = _transposed(A, KL)
+    M = np.dot(A, _transposed(A, K)) if K else np.zeros((0, 0))
     amax = 0.0
     for k in range(K):
         for j in range(D):
@@ -414,15 +478,24 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     KEYS = np.empty(_TILE, dtype=np.uint64)
     zz = np.empty(K)
     dv = np.empty(K)
-    Y = np.empty((_TILE, K))
+    sg = np.empty(K)
+    HS = np.zeros(_TILE, dtype=np.int64)
+    Q = np.empty(_TILE)
+    STAY = np.zeros(_TILE, dtype=np.bool_)
+    UNSURE = np.zeros(_TILE, dtype=np.bool_)
+    ODD = np.empty(_TILE, dtype=np.int64)
+    Y = np.empty((_TILE, KL))
     by_pattern = K <= _PATTERN_BITS
+    cached = RK.shape[0] > 0  # the rows' keys are given (and kept up to date)
     n_slots = 2 ** min(K + 1, _PATTERN_SLOT_BITS) if by_pattern else 1  # K <= 11: room for every pattern
+    direct = by_pattern and K + 1 <= _PATTERN_SLOT_BITS  # slot = key (never folded before the end)
     keys = np.full(n_slots, _EMPTY)
-    cnt = np.zeros(n_slots)
-    SX = np.zeros((n_slots, D))
+    spare = n_slots  # a slot for the sums of rows the screen does not settle (added, never folded)
+    cnt = np.zeros(n_slots + 1)
+    SX = np.zeros((n_slots + 1, D))
     ZP = np.zeros((n_slots, K))
-    THR = np.empty((n_slots, K))
-    SG = np.empty((n_slots, K))
+    THR = np.full((n_slots, KL), -1e300)  # pads: SG (2 y - THR) = 1e300 (y = 0)
+    SG = np.ones((n_slots, KL))
     MM = np.empty(n_slots)
     NON = np.empty(n_slots)
     used = np.empty(n_slots, dtype=np.int64)
@@ -439,6 +512,10 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
     stop = m
     while p < m and stop == m:
         n_t = min(_TILE, m - p)
+        if not direct and 2 * (n_used + 2 * n_t) > n_slots:  # room for the tile's patterns (none folded mid-tile)
+            _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
+            keys[:] = _EMPTY
+            n_used = 0
         for t in range(n_t):  # the tile's rows, their squared norms and bit keys (independent rows: overlapped)
             i = perm[p + t]
             xx = 0.0
@@ -448,89 +525,81 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                 xx += x * x
             XX[t] = xx
             key = np.uint64(0)
-            if by_pattern:
+            if cached:
+                key = np.uint64(RK[i])
+            elif by_pattern:
                 for k in range(K):
                     key |= np.uint64(Z[i, k] != 0) << np.uint64(k)
             KEYS[t] = key
         np.dot(XF, AT, Y)
-        for t in range(n_t):
+        n_odd = 0
+        for t in range(n_t):  # the screen of every row (no branch on its outcome): the rows it cannot settle
+            if not by_pattern:  # more features than a key holds: every row is swept exactly
+                ODD[n_odd] = t
+                n_odd += 1
+                continue
+            key = KEYS[t]
+            h = key if direct else _probe(keys, key, shift, mask)
+            hs = np.int64(h)
+            if keys[h] != key:
+                _bits_of(key, zz)
+                hs, n_used = _insert(key, h, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON)
+            xx = XX[t]
+            R = np.sqrt(xx) + NON[hs] * amax  # >= max_j |r_j| (within rounding)
+            tol = tol_s * (R + amax)
+            zy = 0.0
+            unsure = 0
+            for k in range(KL):
+                unsure += not (SG[hs, k] * (2.0 * Y[t, k] - THR[hs, k]) > tol)
+            for k in range(K):
+                zy += ZP[hs, k] * Y[t, k]
+            q = xx - 2.0 * zy + MM[hs]
+            stay = (unsure == 0) & (q < lam - tol_q * R * R)  # every bit stays, no proposal (False on NaN)
+            HS[t] = hs
+            Q[t] = q
+            STAY[t] = stay
+            UNSURE[t] = unsure != 0
+            ODD[n_odd] = t
+            n_odd += not stay
+        n_end = n_t
+        for o in range(n_odd):  # rows with bits to change, near a tie, proposals: in row order
+            t = ODD[o]
             i = perm[p + t]
-            if by_pattern:  # the screen (more features than a key holds: every row swept exactly)
-                key = KEYS[t]
-                h = _probe(keys, key, shift, mask)
-                hs = np.int64(h)
-                if keys[h] != key:
-                    for k in range(K):
-                        zz[k] = np.float64(Z[i, k] != 0)
-                    hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM, NON,
-                                         cnt, SX, G, B, on)
-                # the screen: decisions and squared residual beyond rounding, else an exact sweep
+            if by_pattern and UNSURE[t]:  # the sweep on the screened values (see _screened_sweep)
+                hs = HS[t]
                 xx = XX[t]
-                zy = 0.0
-                for k in range(K):
-                    zy += ZP[hs, k] * Y[t, k]
-                R = np.sqrt(xx) + NON[hs] * amax  # >= max_j |r_j| (within rounding)
-                unsure = 0
-                tol = tol_s * (R + amax)
-                for k in range(K):
-                    unsure += not (SG[hs, k] * (2.0 * Y[t, k] - THR[hs, k]) > tol)
-                nf = 0
-                settled = False
-                q = xx - 2.0 * zy + MM[hs]
-                if unsure == 0:  # every bit stays
-                    settled = q < lam - tol_q * R * R  # False on NaN
-                else:  # the sweep on the screened values: a change of bit k moves 2 s_l - aa_l by -+2 M_kl
+                R = np.sqrt(xx) + NON[hs] * amax
+                nf = _screened_sweep(Y, t, THR, SG, hs, M, dv, sg, tol_s, R, amax)
+                if nf > 0:
+                    key = KEYS[t] ^ _flipped_key(sg, SG, hs)
+                    h = key if direct else _probe(keys, key, shift, mask)
+                    hs = np.int64(h)
+                    if keys[h] != key:
+                        _bits_of(key, zz)
+                        hs, n_used = _insert(key, h, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON)
+                    zy = 0.0
                     for k in range(K):
-                        dv[k] = 2.0 * Y[t, k] - THR[hs, k]
-                        zz[k] = ZP[hs, k]
-                    sure = True
-                    for k in range(K):
-                        tol = tol_s * (R + (nf + 1) * amax)  # |r_j| grows by at most amax per flip
-                        v = dv[k]
-                        if zz[k] != 0.0:
-                            if v > tol:
-                                continue
-                            if not (v < -tol):
-                                sure = False
-                                break
-                            sign, zz[k] = 2.0, 0.0
-                        else:
-                            if v < -tol:
-                                continue
-                            if not (v > tol):
-                                sure = False
-                                break
-                            sign, zz[k] = -2.0, 1.0
-                        nf += 1
-                        for l in range(k + 1, K):
-                            dv[l] += sign * M[k, l]
-                    if sure:
-                        key = np.uint64(0)
+                        zy += ZP[hs, k] * Y[t, k]
+                    R += nf * amax
+                    q = xx - 2.0 * zy + MM[hs]
+                    if q < lam - tol_q * R * R:
                         for k in range(K):
-                            key |= np.uint64(zz[k] != 0.0) << np.uint64(k)
-                        h = _probe(keys, key, shift, mask)
-                        hs = np.int64(h)
-                        if keys[h] != key:
-                            hs, n_used = _insert(key, h, zz, keys, used, n_used, shift, mask, M, aa, ZP, THR, SG, MM,
-                                                 NON, cnt, SX, G, B, on)
-                        zy = 0.0
-                        for k in range(K):
-                            zy += ZP[hs, k] * Y[t, k]
-                        R += nf * amax
-                        q = xx - 2.0 * zy + MM[hs]
-                        settled = q < lam - tol_q * R * R
-                if settled:
-                    if nf:
-                        for k in range(K):
-                            Z[i, k] = np.uint8(zz[k])
+                            Z[i, k] = np.uint8(ZP[hs, k])
+                        if cached:
+                            RK[i] = key
                         flips += nf
-                    sse += q
-                    cnt[hs] += 1.0
-                    for j in range(D):
-                        SX[hs, j] += XF[t, j]
-                    continue
+                        sse += q
+                        cnt[hs] += 1.0
+                        for j in range(D):
+                            SX[hs, j] += XF[t, j]
+                        continue
             _start_row(X, Z, i, A, K, r, zf, on)
             flips += _sweep(Z, i, A, AT, aa, r, s, zf, 0, K)
+            if cached:
+                key = np.uint64(0)
+                for k in range(K):
+                    key |= np.uint64(zf[k] != 0.0) << np.uint64(k)
+                RK[i] = key
             qi = _sq(r)
             if qi > lam:
                 pos[count] = p + t
@@ -538,6 +607,7 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
                 count += 1
                 if count >= max_proposals:
                     stop = p + t + 1
+                    n_end = t + 1
                     break
                 continue
             sse += qi
@@ -548,6 +618,14 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals):
             for j in range(D):
                 r[j] = XF[t, j]
             _add_terms(G, B, on, n_on, 1.0, r)
+        if by_pattern:
+            for t in range(n_end):  # the settled rows (up to a stop) into their patterns' counts and sums
+                st = STAY[t]
+                hs = HS[t] if st else spare  # the others into a spare slot (never folded)
+                sse += Q[t] if st else 0.0
+                cnt[hs] += 1.0
+                for j in range(D):
+                    SX[hs, j] += XF[t, j]
         if stop == m:
             p += n_t
     _fold_patterns(ZP, cnt, SX, used, n_used, G, B, on)
@@ -575,20 +653,22 @@ class BPBlockResult:
     local: np.ndarray  # local row indices of the proposals, in row order
     resid: np.ndarray  # (m, D) their residuals after the sweep over the snapshot
     zbits: np.ndarray  # (m, K_snapshot) their bits
+    keys: np.ndarray | None = None  # (n_b,) uint16 pattern keys of Z's rows (K_snapshot <= _KEY_BITS), else None
 
 
 #: Proposals a block expects at most per kernel call (more: the kernel resumes where it stopped).
 _PROPOSAL_ROOM = 1024
 
 
-def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True) -> BPBlockResult:
+def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True, keys=None) -> BPBlockResult:
     """One keyed OCC epoch of BP-means on one block.
 
     The rows whose order key (:func:`dclust.kernels.distances.order_keys`) lies in ``[lo, hi]`` have their bits
     swept over the snapshot ``features`` (final for this pass); a row whose squared residual still exceeds ``lam``
     is proposed. A row's sweep does not depend on the other rows, so they are visited in storage order. ``Zb``
     (uint8, (n_b, K_snapshot)) is not modified, unless ``copy=False`` (then it is swept in place: a C-contiguous
-    uint8 array the caller no longer needs).
+    uint8 array the caller no longer needs). ``keys``: the pattern keys of ``Zb``'s rows as returned with it
+    (:attr:`BPBlockResult.keys`, not modified), so that the kernel does not form them from the bits again.
     """
     from .distances import _one_blas_thread, order_keys
 
@@ -599,15 +679,21 @@ def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True) -
     if (lo, hi) == (0, 2**64 - 1):
         rows = np.arange(n, dtype=np.int64)
     else:
-        keys = order_keys(mix, np.arange(offset, offset + n))
-        rows = np.flatnonzero((keys >= np.uint64(lo)) & (keys <= np.uint64(hi))).astype(np.int64)
+        order = order_keys(mix, np.arange(offset, offset + n))
+        rows = np.flatnonzero((order >= np.uint64(lo)) & (order <= np.uint64(hi))).astype(np.int64)
     K = A.shape[0]
+    if K > _KEY_BITS:
+        RK = np.zeros(0, np.uint16)
+    elif keys is not None and keys.shape == (n,):
+        RK = np.array(keys, dtype=np.uint16, copy=True)
+    else:
+        RK = _row_keys(Z)
     G, B, sse, flips = np.zeros((K, K)), np.zeros((K, d)), 0.0, 0
     pos, res = [], []
     start = 0
     with _one_blas_thread():  # the kernel's tile products: no BLAS threads inside a worker's kernel
         while start < rows.size:
-            p, r, f, stop, g, b, q = _bp_block(Xb, Z, A, aa, rows, start, float(lam), _PROPOSAL_ROOM)
+            p, r, f, stop, g, b, q = _bp_block(Xb, Z, A, aa, rows, start, float(lam), _PROPOSAL_ROOM, RK)
             G += g
             B += b
             sse += q
@@ -617,7 +703,8 @@ def bp_block(Xb, Zb, *, offset, features, lam, mix, lo, hi, copy: bool = True) -
             start = stop
     local = rows[np.concatenate(pos)] if pos else np.zeros(0, np.int64)
     resid = np.concatenate(res) if res else np.zeros((0, d))
-    return BPBlockResult(Z, G, B, float(sse), int(flips), int(rows.size), local, resid, Z[local].copy())
+    return BPBlockResult(Z, G, B, float(sse), int(flips), int(rows.size), local, resid, Z[local].copy(),
+                         RK if RK.size else None)
 
 
 def feature_means(G: np.ndarray, B: np.ndarray) -> np.ndarray:

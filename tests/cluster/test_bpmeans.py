@@ -313,6 +313,41 @@ def test_bp_block_resumes_where_the_proposal_buffer_filled(monkeypatch, key_rang
     assert (whole.flips, whole.n_rows) == (parts.flips, parts.n_rows)
 
 
+
+@pytest.mark.parametrize("key_range", [(0, 2**64 - 1), (2**62, 2**63 + 2**61)])
+def test_bp_block_keeps_the_pattern_keys_of_its_bits(key_range):
+    """A block returns the pattern key of every row of its bits (bit k of the key: column k is set), updated for
+    the rows whose bits changed, also in an epoch over part of the key range; given back with those bits in the
+    next epoch, the result is the one computed from the bits alone. With more columns than a key holds there
+    are none."""
+    from dclust.kernels import bpmeans
+    from dclust.kernels.distances import seed_mix
+
+    rng = np.random.default_rng(8)
+    n, d = 2 * bpmeans._TILE + 40, 5
+    A = rng.normal(size=(7, d))
+    Z0 = rng.integers(0, 2, size=(n, 7)).astype(np.uint8)
+    X = Z0 @ A + 0.3 * rng.normal(size=(n, d))
+    Z0[rng.random(Z0.shape) < 0.2] ^= 1
+    lo, hi = key_range
+    kw = dict(offset=300, features=A, lam=2.0, mix=seed_mix(4), lo=lo, hi=hi)
+    first = bpmeans.bp_block(X, Z0, **kw)
+    assert first.flips > 0 and first.local.size > 0
+    weights = 1 << np.arange(7)
+    np.testing.assert_array_equal(first.keys, first.Z.astype(np.int64) @ weights)
+    A2 = A + 0.05 * rng.normal(size=A.shape)
+    kw2 = dict(kw, features=A2, lo=0, hi=2**64 - 1)
+    given = first.keys.copy()
+    again = bpmeans.bp_block(X, first.Z, keys=first.keys, **kw2)
+    np.testing.assert_array_equal(first.keys, given)  # not modified
+    fresh = bpmeans.bp_block(X, first.Z, **kw2)
+    for name in ("Z", "G", "B", "local", "resid", "zbits", "keys"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(fresh, name))
+    assert (again.sse, again.flips) == (fresh.sse, fresh.flips)
+    wide = rng.normal(size=(bpmeans._KEY_BITS + 1, d))
+    Zw = np.zeros((n, wide.shape[0]), np.uint8)
+    assert bpmeans.bp_block(X, Zw, **dict(kw, features=wide)).keys is None
+
 def test_kfeatures_n_features_is_the_deprecated_name_of_n_components():
     X = np.random.default_rng(0).normal(size=(60, 3))
     new = KFeatures(n_components=2, random_state=0).fit(X)
