@@ -783,7 +783,7 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
     ``lj[cs[i]:cs[i + 1]]``.
 
     First sweep, in float32 (eight rows per SIMD step): each row's component ``c*`` of largest lower bound; that
-    bound is then recomputed in float64 with its error term, so ``ml[j]`` is a rigorous lower bound of
+    bound is then recomputed in float64 with its error term, so the row's ``ml`` is a rigorous lower bound of
     ``t_c*(x_j)``, hence of the row's largest ``t`` (float32 rounding only chooses ``c*``). Second sweep, also in
     float32 (eight pairs per SIMD step), ``_GROUP`` components at a time: their upper bounds ``W − L max(s, 0)``
     compared with ``ml32`` (flags in ``flag``), the rows that list any of them (``rows``), then each component's
