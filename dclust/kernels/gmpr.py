@@ -691,25 +691,45 @@ def _fold_dense(G, U, m, acc, S):
 _F32_SAFE = 1e37
 
 
-@numba.njit(**_FAST)
-def _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, K64):
-    """Per-component constants of :func:`_screen`'s two sweeps, with ``δ² = |y|² + |ν|² + 2g`` (``g = −ν · y``
-    from float32, error at most ``κ (|y| + |ν|)²``):
+#: A scaled squared norm or log-density bound from this on is not put into float32 by :func:`_screen`'s second sweep
+#: (the row, or every row, then lists every component): below it no float32 value of that sweep can overflow.
+_F32_BIG = 1e30
+_U32 = 2.0**-24  # unit roundoff of float32
 
-    - ``K32`` (float32): the lower bound ``base − ½ hi (δ² + err) = A − B |y|² − H g − E |y|`` as ``(A, B, H, E)``;
-    - ``K64`` (float64): ``δ² − err = (1 − κ)|y|² + Q + 2g − R |y|`` as ``(Q, R)``, and ``W = base −
-      _NEGLIGIBLE``, ``L = ½ lo``: a pair is listed unless ``W − L max(δ² − err, 0)`` is below the row's
-      largest lower bound."""
+
+@numba.njit(**_FAST)
+def _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, KU):
+    """Per-component constants of :func:`_screen`'s two float32 sweeps, with ``δ² = |y|² + |ν|² + 2g`` (``g = −ν ·
+    y`` from float32, error at most ``κ (|y| + |ν|)²``):
+
+    - ``K32``: the lower bound ``base − ½ hi (δ² + err) = A − B |y|² − H g − E |y|`` as ``(A, B, H, E)``;
+    - ``KU``: ``δ² − err − ε = (1 − κ₂)|y|² + Q + 2g − R |y|`` as ``(Q, R)`` with ``κ₂ = κ + 16 u`` (``u = 2⁻²⁴``:
+      the extra ``16 u (|y| + |ν|)²`` covers the float32 rounding ``ε`` of that sum, at most ``7 u (|y| + |ν|)²``:
+      four roundings of partial sums bounded by ``(1 + 3κ)(|y| + |ν|)²`` and those of ``h``, ``Q``, ``R |y|``), and
+      ``W = base − _NEGLIGIBLE``, ``L = ½ lo``: a pair is listed unless ``W − L max(δ² − err − ε, 0)`` is below the
+      row's largest lower bound.
+
+    Returns ``max |W|`` over the finite ``W`` (:func:`_screen` widens each row's cut by ``16 u (max |W| + |ml|)``
+    for the rounding of ``W − L s − ml``), or inf when a constant could overflow float32 (every pair is then
+    listed)."""
+    k2 = kappa + 16.0 * _U32
+    wmax = 0.0
     for c in range(base.shape[0]):
         hi, nc, n2 = hi_c[c], nv[c], nv2[c]
         K32[0, c] = base[c] - 0.5 * hi * (n2 + kappa * n2)
         K32[1, c] = 0.5 * hi * (1.0 + kappa)
         K32[2, c] = hi
         K32[3, c] = hi * kappa * nc
-        K64[0, c] = (1.0 - kappa) * n2
-        K64[1, c] = 2.0 * kappa * nc
-        K64[2, c] = base[c] - _NEGLIGIBLE
-        K64[3, c] = 0.5 * lo_c[c]
+        KU[0, c] = (1.0 - k2) * n2
+        KU[1, c] = 2.0 * k2 * nc
+        KU[2, c] = base[c] - _NEGLIGIBLE
+        KU[3, c] = 0.5 * lo_c[c]
+        w = abs(base[c] - _NEGLIGIBLE)
+        if w < np.inf:
+            wmax = max(wmax, w)
+        if not (n2 < _F32_BIG and 0.5 * lo_c[c] < _F32_BIG):  # NaN too
+            wmax = np.inf
+    return wmax if wmax < _F32_BIG else np.inf
 
 
 #: Components listed together by :func:`_screen` (neighbours by :func:`_screen_order`): the rows that can list
@@ -754,30 +774,37 @@ def _screen_order(Nv, g):
 
 
 @numba.njit(**_FAST)
-def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, K64, ml, h, yf, arg, best, order, flag, rows, cs, lj):
+def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg, best, order, flag, rows, cs, lj):
     """Which components can count for each row, from the float32 products ``G32 = −ν · y`` (``y``, ``ν``: rows and
     means centred and scaled): with ``δ² = |y|² + |ν|² − 2 y·ν`` (error at most ``κ (|y| + |ν|)²``), ``t_c`` lies in
-    ``[base_c − ½ hi_c (δ² + err), base_c − ½ lo_c max(δ² − err, 0)]`` (constants in ``K32``, ``K64``:
+    ``[base_c − ½ hi_c (δ² + err), base_c − ½ lo_c max(δ² − err, 0)]`` (constants in ``K32``, ``KU``, ``wmax``:
     :func:`_screen_consts`). A component whose upper bound is within ``_NEGLIGIBLE`` of a lower bound of the
     row's largest ``t`` is listed, component by component in ``order``: component ``order[i]``'s rows in
     ``lj[cs[i]:cs[i + 1]]``.
 
     First sweep, in float32 (eight rows per SIMD step): each row's component ``c*`` of largest lower bound; that
-    bound is then recomputed in float64 with its error term, so ``ml[j]`` is a rigorous lower bound of
-    ``t_c*(x_j)``, hence of the row's largest ``t`` (float32 rounding only chooses ``c*``). Second sweep, in
-    float64, ``_GROUP`` components at a time: their upper bounds compared with ``ml`` (flags in ``flag``), the
-    rows that list any of them (``rows``), then each component's among those, branch-free. The row's best
-    component is listed (its upper bound is at least its ``t``, at least ``ml``), and so is every component
-    within ``_NEGLIGIBLE`` of it; the float64 rounding of the bounds (relative ``2⁻⁵²`` of a few terms, far inside
-    ``κ``'s slack for ``δ²`` and at the last bits of the log-densities) can only move the cut for a pair whose
-    responsibility is within rounding of ``exp(_NEGLIGIBLE)``, which adds nothing to the sums (see
-    ``_NEGLIGIBLE``). A row that could overflow float32 (``|y| max|ν| >= _F32_SAFE``) or holds NaN gets ``ml =
-    −inf``: every component listed (a NaN bound lists its pair). Scratch: ``h`` (T,), ``yf`` (2, T) float32,
-    ``arg`` (T,) int32, ``best`` (T,) float32, ``flag`` (_GROUP + 1, T) uint8, ``rows`` (T,). Returns the count
-    of listed pairs; one above ``len(lj) − _GROUP · T`` stops the listing (a dense tile)."""
+    bound is then recomputed in float64 with its error term, so the row's ``ml`` is a rigorous lower bound of
+    ``t_c*(x_j)``, hence of the row's largest ``t`` (float32 rounding only chooses ``c*``). Second sweep, also in
+    float32 (eight pairs per SIMD step), ``_GROUP`` components at a time: their upper bounds ``W − L max(s, 0)``
+    compared with ``ml32`` (flags in ``flag``), the rows that list any of them (``rows``), then each component's
+    among those, branch-free.
+
+    Why no component within ``_NEGLIGIBLE`` of the row's largest ``t`` is dropped: let ``c`` be one, ``t_c >=
+    t_max + _NEGLIGIBLE >= ml + _NEGLIGIBLE``. (1) ``s`` (float32) is at most ``δ_c² − err − ε + ε <= δ_c²`` (the
+    exact ``y``-``ν_c`` distance; :func:`_screen_consts`), so in exact arithmetic ``E = W_c − L_c max(s, 0) −
+    ml >= W_c − L_c δ_c² − ml >= t_c − _NEGLIGIBLE − ml >= 0`` (``lo_c`` bounds ``p_c / sc²`` from below). (2)
+    Then ``L_c s <= W_c − ml``, so the float32 evaluation of ``W − L s − ml`` (roundings of ``W``, ``L``, the
+    product and two differences, each at most ``u`` times a partial value bounded by ``|W_c| + |L_c s| + |ml|
+    <= 2 (|W_c| + |ml|)``) errs by at most ``8 u (max |W| + |ml|)``; ``ml32 = ml − 16 u (max |W| + |ml|)`` (its
+    own float32 rounding at most ``u |ml32|``) makes the computed value positive: listed. The row's best
+    component is one of these. A row that could overflow float32 (``|y| max|ν| >= _F32_SAFE``, ``|y|²`` or
+    ``|ml|`` from ``_F32_BIG``, or a ``wmax`` of inf) or holds NaN gets ``ml32 = −inf``: every component listed
+    (``W − L s + inf`` is inf or NaN, and a NaN bound lists its pair). Scratch: ``yf`` (4, T) float32, ``arg``
+    (T,) int32, ``best`` (T,) float32, ``flag`` (_GROUP + 1, T) uint8, ``rows`` (T,). Returns the count of listed
+    pairs; one above ``len(lj) − _GROUP · T`` stops the listing (a dense tile)."""
     C, T = G32.shape
     cap = lj.shape[0] - _GROUP * T
-    ny2f, nyf = yf[0], yf[1]
+    ny2f, nyf, h, ml32 = yf[0], yf[1], yf[2], yf[3]
     for j in range(m):
         ny2f[j] = ny2[j]
         nyf[j] = ny[j]
@@ -805,9 +832,11 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, K64, ml, h, yf, ar
         r = ny[j] + nv[c]
         e = d2 + kappa * r * r
         ok = e - e == 0.0 and ny[j] * big < _F32_SAFE  # NaN and rows that could overflow float32: every c
-        ml[j] = base[c] - 0.5 * hi_c[c] * e if ok else -np.inf
-        h[j] = (1.0 - kappa) * ny2[j]
-    Q, R, W, L = K64[0], K64[1], K64[2], K64[3]
+        mj = base[c] - 0.5 * hi_c[c] * e if ok else -np.inf
+        ok = ok and ny2[j] < _F32_BIG and abs(mj) < _F32_BIG and wmax < np.inf
+        ml32[j] = mj - 16.0 * _U32 * (wmax + abs(mj)) if ok else -np.inf
+        h[j] = (1.0 - kappa - 16.0 * _U32) * ny2[j]
+    Q, R, W, L = KU[0], KU[1], KU[2], KU[3]
     anyf = flag[_GROUP]
     q = 0
     for i0 in range(0, C, _GROUP):
@@ -823,9 +852,9 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, K64, ml, h, yf, ar
             g32, fl = G32[c], flag[i - i0]
             qc, rc, wc, lc = Q[c], R[c], W[c], L[c]
             for j in range(m):  # SIMD
-                s = h[j] + qc + 2.0 * np.float64(g32[j]) - rc * ny[j]
-                s = s if s > 0.0 else 0.0
-                fl[j] = 0 if wc - lc * s - ml[j] < 0.0 else 1  # NaN lists the pair
+                s = h[j] + qc + np.float32(2.0) * g32[j] - rc * nyf[j]
+                s = s if s > np.float32(0.0) else np.float32(0.0)
+                fl[j] = 0 if wc - lc * s - ml32[j] < np.float32(0.0) else 1  # NaN lists the pair
                 anyf[j] |= fl[j]
         nr = 0
         for j in range(m):  # branch-free
@@ -869,7 +898,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     sq, sm = _dense_weights(mu, p)
     U = np.zeros((sq.shape[1], T))  # the padding rows stay 0
     Y = np.zeros((T, D), np.float32)
-    ny2, ny, ml, mx, acc = np.empty(T), np.empty(T), np.empty(T), np.empty(T), np.empty(T)
+    ny2, ny, mx, acc = np.empty(T), np.empty(T), np.empty(T), np.empty(T)
     G32 = np.empty((C, T), np.float32)
     G = np.empty((C, T))
     S = np.zeros((C, 2 * D + 1))
@@ -877,11 +906,11 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     poly, zero, lv = np.empty(cap), np.zeros(cap), np.empty(cap)
     bits, lj = np.empty(cap, np.int64), np.empty(cap, np.intp)
     nv = np.sqrt(nv2)
-    V, h, yf = np.empty((T, D)), np.empty(T), np.empty((2, T), np.float32)
+    V, yf = np.empty((T, D)), np.empty((4, T), np.float32)
     arg, best, cs = np.empty(T, np.int32), np.empty(T, np.float32), np.empty(C + 1, np.intp)
     flag, rows, order = np.empty((_GROUP + 1, T), np.uint8), np.empty(T, np.intp), _screen_order(Nv, _GROUP)
-    K32, K64 = np.empty((4, C), np.float32), np.empty((4, C))
-    _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, K64)
+    K32, KU = np.empty((4, C), np.float32), np.empty((4, C), np.float32)
+    wmax = _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, KU)
     loglik = 0.0
     n_bad = 0
     wait = 0  # dense tiles left before the next screen
@@ -901,7 +930,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
         if screened:
             n_bad += _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny)
             np.dot(Nv, Y.T, G32)
-            q = _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, K64, ml, h, yf, arg, best, order, flag,
+            q = _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg, best, order, flag,
                         rows, cs, lj)
             sparse = q * _SPARSE <= C * m
             skip = 0 if sparse else min(2 * skip + 1, _MAX_SKIP)

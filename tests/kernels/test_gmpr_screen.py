@@ -1,0 +1,37 @@
+"""The float32 screen of GM-PR's diagonal E-step (dclust.kernels.gmpr._screen): a component within 60 nats of a
+row's best (the cut ``_NEGLIGIBLE``) is never dropped, however close to the cut, and the statistics equal the
+unscreened numpy reference."""
+
+import numpy as np
+import pytest
+
+from dclust.kernels.gmpr import _DIAG_TILE, _NEGLIGIBLE, MixtureParams, unlinked_partial, unlinked_partial_numpy
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e3])
+def test_a_component_just_inside_the_cut_is_kept(offset):
+    """Rows next to component 0 whose log-density under component 1 is between 59.9 and 60 nats below (equal unit
+    variances, so the gap is ``12 x_1 − 72`` along the axis joining them, whatever the other features), among 30
+    far components (sparse tiles, 64 features as the engine benchmark): component 1's weight is made only of
+    those ``e⁻⁶⁰``-sized responsibilities, so dropping any of them would leave it short or at 0 (compared with
+    atol = 0). The screen's own slack is then a few thousandths of a nat: a cut moved by 0.05 nat fails here."""
+    rng = np.random.default_rng(21)
+    D, C = 64, 32
+    means = offset + np.zeros((C, D))
+    means[1, 0] += 12.0
+    far = rng.normal(size=((C - 2) // 2, D)) * 60.0
+    means[2:] += np.concatenate([far, -far])  # the means' mean (the screen's origin) near component 0: tight bounds
+    p = MixtureParams.build(np.full(C, 1.0 / C), np.ones((C, 1)), means.reshape(C, 1, D), np.ones((C, 1, D)))
+    n = 2 * _DIAG_TILE + 11
+    X = offset + rng.normal(size=(n, D))
+    X[:, 0] = offset + rng.uniform(1.0 + 0.001 / 12, 1.0 + 0.1 / 12, n)  # gap in (-59.9, -59.999)
+    X = X.astype(np.float32)
+    gap = 12.0 * (X[:, 0].astype(np.float64) - offset) - 72.0
+    assert (gap > _NEGLIGIBLE).all() and (gap < _NEGLIGIBLE + 0.2).all()
+    a, b = unlinked_partial(X, p), unlinked_partial_numpy(X, p)
+    assert a.weight[1] > 0.0
+    np.testing.assert_allclose(a.weight[:2], b.weight[:2], rtol=1e-10, atol=0.0)
+    np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(a.mean[:2], b.mean[:2], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(a.scatter[:2], b.scatter[:2], rtol=1e-9, atol=1e-9 * np.abs(b.scatter[:2]).max())
+    assert a.loglik == pytest.approx(b.loglik, rel=1e-12)
