@@ -17,7 +17,7 @@ import numpy as np
 from ..kernels.distances import nearest
 from ..kernels.gmpr import (
     GaussianStats, MixtureParams, class_posteriors, link_partial, pair_posteriors, sub_log_density,
-    unlinked_partial,
+    unlinked_mask, unlinked_partial,
 )
 from .passes import map_partials, map_reduce, persist
 
@@ -113,17 +113,19 @@ def _block_kernel(Xb, mask, *, offset, block_index, params):
 class _BlockLinks:
     """The links a row block's E-step task handles (built once per fit, kept on the cluster next to the block).
 
-    ``linked``: sorted local indices of the block's rows in any link (skipped by the unlinked pass); ``own`` and
-    ``other``: the float64 rows of the two endpoints of every link assigned to the block (``own`` in it), gathered
-    once since X does not change between iterations; ``must``: the link types; ``finite``: no NaN or inf in the
-    block's linked rows.
+    ``keep``: True for the block's rows in no link (the unlinked pass takes them; the mask is built once per fit,
+    not per pass); ``own`` and ``other``: the float64 rows of the two endpoints of every link assigned to the block
+    (``own`` in it), gathered once since X does not change between iterations, the must-links first; ``must``: the
+    link types; ``finite``: no NaN or inf in the block's linked rows; ``usable``: none in ``own`` and ``other``
+    either (else the links are skipped: the block that holds the NaN reports it).
     """
 
-    linked: np.ndarray
+    keep: np.ndarray
     own: np.ndarray
     other: np.ndarray
     must: np.ndarray
     finite: bool
+    usable: bool
 
 
 def _assign_links(plan: LinkPlan):
@@ -156,8 +158,12 @@ def _assemble(Xb, linked, own, must, *pieces):
     """A block's :class:`_BlockLinks` (takes the block itself, so that it is kept on the block's worker)."""
     rows = [taken[start:stop] for taken, start, stop in pieces]
     other = np.concatenate(rows) if rows else np.zeros((0, Xb.shape[1]))
+    order = np.argsort(~must, kind="stable")  # must-links first, as link_partial takes them
+    own, other, must = _take_rows(Xb, own[order]), np.ascontiguousarray(other[order]), must[order]
+    usable = bool(must.size) and bool(np.isfinite(own).all()) and bool(np.isfinite(other).all())
     out = np.empty(1, dtype=object)
-    out[0] = _BlockLinks(linked, _take_rows(Xb, own), other, must, bool(np.isfinite(Xb[linked]).all()))
+    out[0] = _BlockLinks(unlinked_mask(Xb.shape[0], linked), own, other, must,
+                         bool(np.isfinite(Xb[linked]).all()), usable)
     return out
 
 
@@ -217,13 +223,12 @@ def _estep_kernel(Xb, links, *, offset, block_index, params):
     if links is None:
         return unlinked_partial(Xb, params, None, block_index=block_index)
     links = links[0]
-    partial = unlinked_partial(Xb, params, links.linked, block_index=block_index)
+    partial = unlinked_partial(Xb, params, block_index=block_index, keep=links.keep)
     if not links.finite and partial.bad_block < 0:
         partial.bad_block = block_index
-    own, other = links.own, links.other
-    if not links.must.size or not (np.isfinite(own).all() and np.isfinite(other).all()):
-        return partial  # NaN in an endpoint: the block that holds it reports it
-    return GaussianStats.merge_all([partial, link_partial(own, other, links.must, params)])
+    if not links.usable:
+        return partial  # no links, or NaN in an endpoint: the block that holds it reports it
+    return GaussianStats.merge_all([partial, link_partial(links.own, links.other, links.must, params)])
 
 
 def estep(X: da.Array, plan: LinkPlan, params: MixtureParams, split_every=None, links: da.Array | None = None

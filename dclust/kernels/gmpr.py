@@ -1248,7 +1248,7 @@ def _diag_design_weights(params: MixtureParams):
 
 
 def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.ndarray | None = None, *,
-                     block_index: int = 0) -> GaussianStats:
+                     block_index: int = 0, keep: np.ndarray | None = None) -> GaussianStats:
     """E-step partial of the rows of a block that are in no link (the set U of E-GP1).
 
     One fused numba pass over the block (:func:`_diag_kernel` for diagonal covariances, the fast path;
@@ -1262,13 +1262,15 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
         Local indices of the block's rows that are in at least one link; they are skipped here.
     block_index : int
         Reported in ``bad_block`` when the block holds NaN or inf.
+    keep : (n,) bool array, optional
+        Instead of ``linked_local``: True for the rows to take (the complement of the linked rows, built once per
+        fit by the caller).
     """
     Xb = np.asarray(Xb)
     if Xb.dtype not in (np.float32, np.float64) or not Xb.flags.c_contiguous:
         Xb = np.ascontiguousarray(Xb, dtype=np.float64)
-    keep = np.ones(Xb.shape[0], dtype=bool)
-    if linked_local is not None and len(linked_local):
-        keep[np.asarray(linked_local, dtype=np.intp)] = False
+    if keep is None:
+        keep = unlinked_mask(Xb.shape[0], linked_local)
     M, K, D = params.n_classes, params.n_sub, Xb.shape[1]
     C = M * K
     shift = np.ascontiguousarray(params.means.reshape(C, D))
@@ -1289,6 +1291,14 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
     if n_bad:
         return _bad_block_stats(C, D, M, params.diag, block_index)
     return _from_shifted(weight, sums, scat, shift, counts, loglik, int(keep.sum()))
+
+
+def unlinked_mask(n: int, linked_local: np.ndarray | None) -> np.ndarray:
+    """(n,) bool, True for the rows of a block of ``n`` rows that are not in ``linked_local``."""
+    keep = np.ones(n, dtype=bool)
+    if linked_local is not None and len(linked_local):
+        keep[np.asarray(linked_local, dtype=np.intp)] = False
+    return keep
 
 
 def _bad_block_stats(C: int, D: int, M: int, diag: bool, block_index: int) -> GaussianStats:

@@ -548,3 +548,23 @@ def test_init_pass_equals_the_dense_hard_assignment(diag):
     assert st.n_rows == n and st.bad_block == -1
     X[1500, 2] = np.nan
     assert init_stats(da.from_array(X, chunks=700), cc, sc, diag).bad_block == 2
+
+
+@pytest.mark.parametrize("diag", [True, False])
+def test_unlinked_partial_with_a_mask_built_once_equals_the_linked_indices(diag):
+    """The E-step task passes the unlinked-row mask built once per fit (``keep=``); the partial is the one of the
+    linked rows' indices, bit for bit, and a row left out of the mask is left out of the sums."""
+    from dclust.kernels.gmpr import unlinked_mask, unlinked_partial
+
+    rng = np.random.default_rng(12)
+    p = _params(rng, 3, 2, 4, diag)
+    X = rng.normal(size=(700, 4)) * 2
+    linked = np.unique(rng.integers(0, 700, 60))
+    keep = unlinked_mask(700, linked)
+    assert keep.sum() == 700 - linked.size and not keep[linked].any()
+    a, b = unlinked_partial(X, p, linked), unlinked_partial(X, p, keep=keep)
+    for f in ("weight", "mean", "scatter", "class_counts"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    assert a.loglik == b.loglik and a.n_rows == b.n_rows == 700 - linked.size
+    c = unlinked_partial(X, p, keep=np.ones(700, bool))
+    assert c.n_rows == 700 and c.weight.sum() > b.weight.sum()
