@@ -392,10 +392,9 @@ def _exp_cut(x, cut):
 
 
 @numba.njit(inline="always", **_FAST)
-def _vexp(g, mx, m, bits, poly):
+def _vexp(g, mx, m):
     """``g[:m] ← exp(g[:m] − mx[:m])``, vectorised (:func:`_exp_cut`; relative error < 3e-16); an exponent at or
-    below ``_EXP_FLOOR``, -inf or NaN gives exactly 0. ``bits`` (int64) and ``poly`` (float64) are scratch of at
-    least ``m`` values that the single fused loop no longer needs (kept for the callers)."""
+    below ``_EXP_FLOOR``, -inf or NaN gives exactly 0."""
     for j in range(m):
         g[j] = _exp_cut(g[j] - mx[j], _EXP_FLOOR)
 
@@ -903,8 +902,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     G = np.empty((C, T))
     S = np.zeros((C, 2 * D + 1))
     cap = max(T, C * T // _SPARSE + 1) + _GROUP * T
-    poly, zero, lv = np.empty(cap), np.zeros(cap), np.empty(cap)
-    bits, lj = np.empty(cap, np.int64), np.empty(cap, np.intp)
+    zero, lv, lj = np.zeros(cap), np.empty(cap), np.empty(cap, np.intp)
     nv = np.sqrt(nv2)
     V, yf = np.empty((T, D)), np.empty((4, T), np.float32)
     arg, best, cs = np.empty(T, np.int32), np.empty(T, np.float32), np.empty(C + 1, np.intp)
@@ -940,7 +938,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
         if sparse:
             _exact_pairs(V, mu, p, base, order, cs, lj, lv, mx, m)
             w = _keep_pairs(cs, lj, lv, mx)
-            _vexp(lv, zero, w, bits, poly)
+            _vexp(lv, zero, w)
             for j in range(m):
                 acc[j] = 0.0
             for k in range(w):
@@ -999,7 +997,7 @@ def _design_row(A, m, X, i, o):
 
 
 @numba.njit(**_FAST)
-def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits, poly, part, S, counts):
+def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, ends, part, S, counts):
     """One tile of :func:`_diag_link_kernel`: ``h`` links of one type, their first endpoints in rows ``[0, h)`` of
     the design ``A`` and their second in ``[h, 2h)``; the endpoints' weights folded into ``S`` by one BLAS
     product (:func:`_fold_tile`), the class posteriors added to ``counts``; returns the links' log-likelihood.
@@ -1074,7 +1072,7 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits
             acc[j] = 0.0  # running prefix sum over the classes
         for k in range(M):
             pk = P[k]
-            _vexp(pk, mx, m2, bits, poly)
+            _vexp(pk, mx, m2)
             for j in range(m2):
                 Q[k, j] = acc[j]
                 acc[j] += pk[j]
@@ -1102,7 +1100,7 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits
                 b = P[k, h + j] * Q[k, j] * acc[j]
                 P[k, j] = a
                 P[k, h + j] = b
-        ea, eb, oa, ob = poly[:M], poly[M : 2 * M], mx[m2 : m2 + M], mx[m2 + M : m2 + 2 * M]
+        ea, eb, oa, ob = ends[:M], ends[M : 2 * M], mx[m2 : m2 + M], mx[m2 + M : m2 + 2 * M]
         for j in range(h):
             if acc[j] > 0.0:
                 continue
@@ -1145,7 +1143,7 @@ def _diag_link_kernel(Xa, Xb, order, n_must, o, WT, bsub, log_alpha, n_sub):
     S = np.zeros((C, 2 * D + 1))
     counts = np.zeros(M)
     mx, acc = np.empty(T + 2 * M), np.empty(T)
-    poly, bits = np.empty(max(T, 2 * M)), np.empty(T, np.int64)
+    ends = np.empty(2 * M)
     loglik = 0.0
     for start, stop, must in ((0, n_must, True), (n_must, L, False)):
         for lo in range(start, stop, H):
@@ -1153,8 +1151,7 @@ def _diag_link_kernel(Xa, Xb, order, n_must, o, WT, bsub, log_alpha, n_sub):
             for j in range(h):
                 _design_row(A, j, Xa, order[lo + j], o)
                 _design_row(A, h + j, Xb, order[lo + j], o)
-            loglik += _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, bits, poly, part, S,
-                                 counts)
+            loglik += _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, ends, part, S, counts)
     return S, counts, loglik
 
 
