@@ -17,11 +17,11 @@ from dclust.kernels.gmpr import (
 )
 
 
-@numba.njit(**_FAST)
+@numba.njit(**{**_FAST, "cache": False})  # not cached: a cached caller keeps an inlined function's old code
 def _exp(x):
     g = x.copy()
     m = g.shape[0]
-    _vexp(g, np.zeros(m), m, np.empty(m, np.int64), np.empty(m))
+    _vexp(g, np.zeros(m), m)
     return g
 
 
