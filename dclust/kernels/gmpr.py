@@ -1329,15 +1329,10 @@ def unlinked_partial_numpy(Xb: np.ndarray, params: MixtureParams, linked_local: 
                            block_index: int = 0) -> GaussianStats:
     """Plain-numpy twin of :func:`unlinked_partial` (the test oracle)."""
     Xb = np.asarray(Xb, dtype=np.float64)
-    keep = np.ones(Xb.shape[0], dtype=bool)
-    if linked_local is not None and len(linked_local):
-        keep[np.asarray(linked_local, dtype=np.intp)] = False
-    X = Xb[keep]
+    X = Xb[unlinked_mask(Xb.shape[0], linked_local)]
     M, K, D = params.n_classes, params.n_sub, Xb.shape[1]
     if not np.isfinite(X).all():
-        out = GaussianStats.identity(M * K, D, M, params.diag)
-        out.bad_block = int(block_index)
-        return out
+        return _bad_block_stats(M * K, D, M, params.diag, block_index)
     sub = sub_log_density(X, params)
     log_g = logsumexp(sub, axis=2)
     L = _log_alpha(params.alpha)[None] + log_g
