@@ -14,6 +14,7 @@ import threading
 import numba
 import numpy as np
 
+from .simd import wide_vectors
 from .stats import _GOLDEN, _MIX1, _MIX2, ClusterStats, point_keys
 
 __all__ = [
@@ -189,6 +190,7 @@ def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta,
     ``proposals`` (the first ``len(proposals)`` of them; the count goes on). The rows listed in ``skip`` (sorted
     local indices; RDP-means' linked rows) are not taken. Returns ``(n_bad, n_taken, n_proposed)``.
     """
+    wide_vectors()
     n, d = X.shape
     k = Ck.shape[0]
     want_rows = labels.shape[0] > 0

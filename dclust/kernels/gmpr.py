@@ -17,6 +17,7 @@ from scipy.linalg.lapack import dtrtri
 from scipy.special import logsumexp
 
 from .distances import _one_blas_thread
+from .simd import wide_vectors
 from .stats import chan_means
 
 __all__ = [
@@ -304,6 +305,7 @@ def _fold_rows(X, lo, ks, idx, rs, means, weight, sums, scat, diff, y):
     ``idx[j, :ks[j]]``, to ``weight`` and to the sums and full scatter about ``means`` (``diff``, ``y``: scratch of
     length D). One call per tile of rows: a call per row (its array arguments' reference counts) costs as much
     as the folding itself."""
+    wide_vectors()
     D = means.shape[1]
     for j in range(ks.shape[0]):
         for q in range(ks[j]):
@@ -395,6 +397,7 @@ def _exp_cut(x, cut):
 def _vexp(g, mx, m):
     """``g[:m] ← exp(g[:m] − mx[:m])``, vectorised (:func:`_exp_cut`; relative error < 3e-16); an exponent at or
     below ``_EXP_FLOOR``, -inf or NaN gives exactly 0."""
+    wide_vectors()
     for j in range(m):
         g[j] = _exp_cut(g[j] - mx[j], _EXP_FLOOR)
 
@@ -403,6 +406,7 @@ def _vexp(g, mx, m):
 def _exp_sum(G, lo, hi, mx, m, acc, cut):
     """``G[c, :m] ← exp(G[c, :m] − mx[:m])`` for the rows ``lo <= c < hi``, 0 where the exponent is at most ``cut``
     (:func:`_exp_cut`, one loop per row), their column sums in ``acc[:m]``."""
+    wide_vectors()
     for j in range(m):
         acc[j] = 0.0
     for c in range(lo, hi):
@@ -437,6 +441,7 @@ _SPARSE = 8
 def _tile_loglik(mx, acc, m):
     """``Σ_j mx[j] + log acc[j]`` over a tile's rows (one log per many rows: of a product of row sums, each in
     [1, C]); ``acc`` becomes ``1 / acc``."""
+    wide_vectors()
     ll = 0.0
     prod = 1.0
     for j in range(m):
@@ -463,6 +468,7 @@ def _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny):
     converted once per row), and scaled by ``sc`` in float32 into ``Y`` (the rows from ``m`` on zeroed), with their
     squared norms ``ny2`` (float64) and norms ``ny``; returns the count of NaN and inf values (``v − v`` is 0 only
     for a finite ``v``)."""
+    wide_vectors()
     D = X.shape[1]
     bad = 0
     for j in range(m):
@@ -496,6 +502,7 @@ def _exact_pairs(V, mu, p, base, order, cs, lj, lv, mx, m):
     centred rows ``V``) for the screened pairs, listed component by component (component ``c = order[i]``'s rows
     ``lj[cs[i]:cs[i + 1]]``), and every row's largest in ``mx[:m]``. Four rows of a component per sweep of its
     ``mu_c``, ``p_c`` (a third less time than one by one)."""
+    wide_vectors()
     C, D = mu.shape
     for j in range(m):
         mx[j] = -np.inf
@@ -531,6 +538,7 @@ def _exact_pairs(V, mu, p, base, order, cs, lj, lv, mx, m):
 def _keep_pairs(cs, lj, lv, mx):
     """The listed pairs whose ``t`` is within ``_NEGLIGIBLE`` of their row's largest kept, compacted in place with
     ``lv[k] ← t − mx[row]`` (still component by component: ``cs`` updated); returns their count."""
+    wide_vectors()
     C = cs.shape[0] - 1
     w = 0
     for c in range(C):
@@ -550,6 +558,7 @@ def _fold_pairs(V, order, cs, lj, lv, acc, S):
     """``S[c] += r [v², v, 1]`` for the kept pairs (component by component, as :func:`_exact_pairs`), ``r = lv[k] ·
     acc[row]``, ``v`` the centred row in ``V``; four rows of a component per pass over ``S[c]`` (a third less
     time than one by one)."""
+    wide_vectors()
     C = cs.shape[0] - 1
     D = V.shape[1]
     for i in range(C):
@@ -604,6 +613,7 @@ def _dense_rows(X, idx, m, o, U):
     """The rows ``X[idx[:m]]`` centred on ``o``, feature-major into the first D rows of ``U`` (one feature at a
     time: contiguous stores; a tile of consecutive rows, every row kept, reads them through a slice, without the
     index)."""
+    wide_vectors()
     D = X.shape[1]
     i0 = idx[0]
     if idx[m - 1] - i0 == m - 1:  # idx increases: consecutive rows
@@ -625,6 +635,7 @@ def _dense_rows(X, idx, m, o, U):
 def _dense_densities(U, m, sq, sm, base, G, mx):
     """``G[c, j] = t_c(x_j) = base_c − Σ_f (sq_cf u_fj − sm_cf)²`` (:func:`_dense_weights`) for every component and
     the first ``m`` rows of ``U``, ``_SWEEP`` features per sweep of ``G[c]``, every row's largest in ``mx``."""
+    wide_vectors()
     C, Dp = sq.shape
     for j in range(m):
         mx[j] = -np.inf
@@ -649,6 +660,7 @@ def _fold_dense(G, U, m, acc, S):
     """``S[c] += Σ_j r_cj [u_j², u_j, 1]`` with ``r_cj = G[c, j] · acc[j]`` over the first ``m`` rows of ``U`` (D,
     T, zero-padded to a multiple of ``_SWEEP``), ``_SWEEP`` features per sweep of ``G[c]``, the weights ``r``
     formed on the fly (one multiply per sweep, where a sweep that stored them cost more) and summed in the first."""
+    wide_vectors()
     C = G.shape[0]
     D = (S.shape[1] - 1) // 2
     for c in range(C):
@@ -801,6 +813,7 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
     (``W − L s + inf`` is inf or NaN, and a NaN bound lists its pair). Scratch: ``yf`` (4, T) float32, ``arg``
     (T,) int32, ``best`` (T,) float32, ``flag`` (_GROUP + 1, T) uint8, ``rows`` (T,). Returns the count of listed
     pairs; one above ``len(lj) − _GROUP · T`` stops the listing (a dense tile)."""
+    wide_vectors()
     C, T = G32.shape
     cap = lj.shape[0] - _GROUP * T
     ny2f, nyf, h, ml32 = yf[0], yf[1], yf[2], yf[3]
@@ -890,6 +903,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     the statistics are those of the exact ``t``. Returns ``(S, loglik, n_bad)`` with ``S`` (C, 2D + 1):
     ``[Σ r (x − o)², Σ r (x − o), Σ r]``; ``n_bad`` counts the NaN and inf values of the kept rows (the caller
     drops the block's sums when there is one)."""
+    wide_vectors()
     n, D = X.shape
     C = mu.shape[0]
     T = _DIAG_TILE
@@ -1006,6 +1020,7 @@ def _link_tile(A, h, must, WT, bsub, log_alpha, n_sub, G, g, P, Q, mx, acc, ends
     ``G`` (C, T) the sub-cluster log-densities then the endpoints' weights, ``g`` (M, T) the class
     log-marginals ``log g(m)``, ``P`` (M, T) the pair posteriors of both endpoints, ``Q`` (M, T) sums over the
     other classes."""
+    wide_vectors()
     C, T = G.shape
     M = g.shape[0]
     m2 = 2 * h
@@ -1131,6 +1146,7 @@ def _diag_link_kernel(Xa, Xb, order, n_must, o, WT, bsub, log_alpha, n_sub):
     must-links) in one design ``[(x − o)², x − o, 1]``, their sub-cluster log-densities from one product ``W A``,
     pair posteriors by vectorised exps (:func:`_link_tile`) and the endpoints' weights folded in by a second
     product. Returns ``(S, counts, loglik)``, ``S`` (C, 2D + 1) as :func:`_diag_kernel`'s."""
+    wide_vectors()
     L, D = Xa.shape
     C = WT.shape[0]
     M = log_alpha.shape[0]
@@ -1166,6 +1182,7 @@ def _full_kernel(X, keep, means, prec, logdet, log_pi, log_alpha, n_sub):
     and are folded in (the others have ``r < 1e-26``, below rounding of every sum a row adds to); with one such
     component (separated clusters) ``r = 1`` and ``log z = t_max`` exactly, without a call. The finiteness test
     is one sum per row (finite only if every value is)."""
+    wide_vectors()
     n, D = X.shape
     C = means.shape[0]
     weight = np.zeros(C)
