@@ -21,6 +21,7 @@ import numpy as np
 
 from .distances import (_FAST, _TILE, _float_block, _key, _one_blas_thread, _tile_argmin, _tile_buffers,
                         _tile_products, fold_row, order_keys, row_diff_sq, row_sq_dist, stats_from_assignment)
+from .simd import wide_vectors
 from .stats import ClusterStats
 
 __all__ = [
@@ -284,6 +285,7 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
     Returns ``(n_bad, n_taken, n_proposed)``; only the first ``len(proposals)`` proposals are written (the count
     goes on).
     """
+    wide_vectors()
     n, d = X.shape
     k = Ck.shape[0]
     tile = min(n, _TILE)
