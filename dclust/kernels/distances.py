@@ -198,6 +198,8 @@ def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta,
     G, T = _tile_buffers(X, k, tile)
     best = np.empty(tile, dtype=X.dtype)
     nearest = np.empty(tile, dtype=np.int64)
+    keys = np.empty(tile, dtype=np.uint64)  # the tile's row keys (fingerprint), made in one vectorised loop
+    order = np.empty(tile if ranged else 0, dtype=np.uint64)  # and, for an epoch, its order keys
     t = np.empty(d)
     n_bad = 0
     n_taken = 0
@@ -211,14 +213,17 @@ def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta,
         _tile_products(X, s, m, o, Ck, T, G)
         _tile_argmin(G, cc, 0, k, m, best, nearest)
         for r in range(m):
+            keys[r] = _key(offset + np.uint64(s + r))
+        if ranged:
+            for r in range(m):
+                order[r] = _key((offset + np.uint64(s + r)) ^ seed_mix)
+        for r in range(m):
             i = s + r
             if p_skip < n_skip and skip[p_skip] == i:
                 p_skip += 1
                 continue
-            if ranged:
-                key = _key(np.uint64(offset + i) ^ seed_mix)
-                if key < lo or key > hi:
-                    continue
+            if ranged and (order[r] < lo or order[r] > hi):
+                continue
             n_taken += 1
             bk = nearest[r]
             q = np.nan
@@ -238,7 +243,7 @@ def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta,
             wi = w[i] if has_w else 1.0
             weight[bk] += wi
             cost_k[bk] += wi * q
-            fp[bk] += _key(offset + i)
+            fp[bk] += keys[r]
             for j in range(d):
                 delta[bk, j] += wi * t[j]
             if want_rows:
