@@ -294,6 +294,7 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
     bi = np.empty(tile, dtype=np.int64)
     brv = np.empty(tile)
     br = np.empty(tile, dtype=np.int64)
+    order = np.empty(tile if ranged else 0, dtype=np.uint64)  # a tile's order keys, made in one vectorised loop
     t = np.empty(d)
     n_bad = 0
     n_taken = 0
@@ -315,12 +316,13 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
                 closer = v < brv[r]
                 br[r] = c if closer else br[r]
                 brv[r] = v if closer else brv[r]
+        if ranged:
+            for r in range(m):
+                order[r] = _key((offset + np.uint64(s + r)) ^ mix)
         for r in range(m):
             i = s + r
-            if ranged:
-                key = _key(np.uint64(offset + i) ^ mix)
-                if key < lo or key > hi:
-                    continue
+            if ranged and (order[r] < lo or order[r] > hi):
+                continue
             n_taken += 1
             b, c = bi[r], br[r]
             q = row_diff_sq(X, i, C, b, t) if b >= 0 else np.inf
