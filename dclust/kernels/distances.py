@@ -33,6 +33,9 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy")
 
 
 _FAST = dict(_JIT, fastmath={"reassoc", "contract", "arcp", "nsz"})  # keeps NaN/inf semantics
+#: Index type of the per-row loops: numba wraps a negative signed index around (a test and an add per access);
+#: an unsigned one is used as it is.
+_U = np.uint64
 
 
 def nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -225,13 +228,15 @@ def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta,
             if ranged and (order[r] < lo or order[r] > hi):
                 continue
             n_taken += 1
-            bk = nearest[r]
-            q = np.nan
-            if bk >= 0:
-                q = 0.0
-                for j in range(d):
-                    t[j] = np.float64(X[i, j]) - C[bk, j]
-                    q += t[j] * t[j]
+            if nearest[r] < 0:
+                n_bad += 1
+                continue
+            ui, ub = _U(i), _U(nearest[r])  # unsigned: no negative-index wraparound per access
+            q = 0.0
+            for j in range(d):
+                tj = np.float64(X[ui, j]) - C[ub, j]
+                t[j] = tj
+                q += tj * tj
             if not np.isfinite(q):
                 n_bad += 1
                 continue
@@ -240,15 +245,15 @@ def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta,
                     proposals[n_prop] = i
                 n_prop += 1
                 continue
-            wi = w[i] if has_w else 1.0
-            weight[bk] += wi
-            cost_k[bk] += wi * q
-            fp[bk] += keys[r]
+            wi = w[ui] if has_w else 1.0
+            weight[ub] += wi
+            cost_k[ub] += wi * q
+            fp[ub] += keys[r]
             for j in range(d):
-                delta[bk, j] += wi * t[j]
+                delta[ub, j] += wi * t[j]
             if want_rows:
-                labels[i] = bk
-                mind[i] = q
+                labels[ui] = ub
+                mind[ui] = q
     return n_bad, n_taken, n_prop
 
 
