@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from .distances import (_FAST, _TILE, _float_block, _key, _one_blas_thread, _tile_argmin, _tile_buffers,
+from .distances import (_FAST, _TILE, _U, _float_block, _key, _one_blas_thread, _tile_argmin, _tile_buffers,
                         _tile_products, fold_row, order_keys, row_diff_sq, row_sq_dist, stats_from_assignment)
 from .simd import wide_vectors
 from .stats import ClusterStats
@@ -325,23 +325,24 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
                 continue
             n_taken += 1
             b, c = bi[r], br[r]
-            q = row_diff_sq(X, i, C, b, t) if b >= 0 else np.inf
+            ui = _U(i)  # unsigned indices: no negative-index wraparound per access
+            q = row_diff_sq(X, ui, C, _U(b), t) if b >= 0 else np.inf
             finite = np.isfinite(q) if b >= 0 else True
             if b < 0:
                 for j in range(d):
-                    if not np.isfinite(X[i, j]):
+                    if not np.isfinite(X[ui, j]):
                         finite = False
             if not finite:
                 n_bad += 1
                 continue
             # the exact revival cost decides only for a finite instantiated option within lam
-            rv = base[c] + scale[c] * row_sq_dist(X, i, C, c) if c >= 0 and b >= 0 and q <= lam else np.inf
+            rv = base[c] + scale[c] * row_sq_dist(X, ui, C, _U(c)) if c >= 0 and b >= 0 and q <= lam else np.inf
             if b < 0 or q > rv or q > lam:  # T2: instantiated before revived; T3: new only when strictly better
                 if n_prop < proposals.shape[0]:
                     proposals[n_prop] = i
                 n_prop += 1
                 continue
-            fold_row(weight, cost_k, fp, delta, slot[b], w[i] if has_w else 1.0, q, _NO_KEY, t)  # no fingerprint
+            fold_row(weight, cost_k, fp, delta, _U(slot[b]), w[ui] if has_w else 1.0, q, _NO_KEY, t)  # no fingerprint
     return n_bad, n_taken, n_prop
 
 
