@@ -13,12 +13,14 @@ from typing import Any
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def run_script(name: str, *args: Any, cwd: Any = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``python benchmarks/<name> args...`` (no DCLUST_SCHEDULER from the test environment), output captured."""
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-    env.pop("DCLUST_SCHEDULER", None)
+def run_script(name: str, *args: Any, cwd: Any = None, timeout: float = 300, env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    """``python benchmarks/<name> args...`` (no DCLUST_SCHEDULER from the test environment; ``env`` added to it),
+    output captured."""
+    full = {**os.environ, "PYTHONIOENCODING": "utf-8", **(env or {})}
+    full.pop("DCLUST_SCHEDULER", None)
     return subprocess.run([sys.executable, str(BENCHMARKS / name), *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=cwd)
+                          env=full, timeout=timeout, cwd=cwd)
 
 
 def import_as_worker(name: str, cwd: Path, monkeypatch: Any) -> dict[str, Any]:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import runpy
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_gp.py"
+from _support.benchmarks import BENCHMARKS, run_script
+
+SCRIPT = BENCHMARKS / "bench_gp.py"
 
 
 def test_eq52_kernel_is_a_probability_and_prefers_the_same_function():
@@ -28,10 +26,8 @@ def test_eq52_kernel_is_a_probability_and_prefers_the_same_function():
 
 def test_toy_run(tmp_path):
     out, png = tmp_path / "gp.json", tmp_path / "gp.png"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, str(SCRIPT), "--n", "40", "--batch", "20", "--trials", "1", "--out",
-                        str(out), "--plot", str(png)], capture_output=True, text=True, env=env, timeout=300,
-                       cwd=tmp_path)
+    r = run_script("bench_gp.py", "--n", 40, "--batch", 20, "--trials", 1, "--out", out, "--plot", png, cwd=tmp_path,
+                   env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
     assert set(res["summary"]) == {"sdmeans", "dmeans"}

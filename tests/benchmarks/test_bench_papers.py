@@ -4,19 +4,12 @@ subprocesses, and their JSON carries the paper-vs-dclust figures."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from _support.benchmarks import run_script
 
 
 def run(script, *args, cwd=None, timeout=300):
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-    env.pop("DCLUST_SCHEDULER", None)
-    r = subprocess.run([sys.executable, str(BENCH / script), *map(str, args)], capture_output=True, text=True,
-                       env=env, timeout=timeout, cwd=cwd)
+    r = run_script(script, *args, cwd=cwd, timeout=timeout)
     assert r.returncode == 0, f"STDOUT:\n{r.stdout}\nSTDERR:\n{r.stderr}"
     return r
 
@@ -36,9 +29,7 @@ def test_bench_uci_toy_reports_rdp_means_against_the_paper(tmp_path):
 
 
 def test_bench_uci_refuses_bad_arguments():
-    env = {**os.environ}
-    r = subprocess.run([sys.executable, str(BENCH / "bench_uci.py"), "--trials", "0"], capture_output=True,
-                       text=True, env=env, timeout=60)
+    r = run_script("bench_uci.py", "--trials", 0, timeout=60)
     assert r.returncode == 2 and "--trials" in r.stderr
 
 

@@ -4,20 +4,14 @@ writes every figure."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_gmpr_kernel.py"
+from _support.benchmarks import run_script
 
 
 def test_toy_run(tmp_path):
     out = tmp_path / "gmpr_kernel.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, str(SCRIPT), "--n", "3000", "--d", "8", "--k", "4", "--fit-rows", "2000",
-                        "--fit-iters", "2", "--repeats", "2", "--out", str(out)], capture_output=True, text=True,
-                       env=env, timeout=300, cwd=tmp_path)
+    r = run_script("bench_gmpr_kernel.py", "--n", 3000, "--d", 8, "--k", 4, "--fit-rows", 2000, "--fit-iters", 2,
+                   "--repeats", 2, "--out", out, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
     for key in ("best_cpu", "best_wall", "ns_per_row_cpu"):

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_gmpr_step.py"
+from _support.benchmarks import run_script
 
 
 def test_toy_run(tmp_path):
     out = tmp_path / "gmpr_step.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, str(SCRIPT), "--n", "6000", "--chunk-rows", "2000", "--k", "4", "--iters", "3",
-                        "--repeats", "2", "--scheduler", "threads", "--out", str(out)], capture_output=True, text=True,
-                       env=env, timeout=300, cwd=tmp_path)
+    r = run_script("bench_gmpr_step.py", "--n", 6000, "--chunk-rows", 2000, "--k", 4, "--iters", 3, "--repeats", 2,
+                   "--scheduler", "threads", "--out", out, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
     assert res["n_links"] == 60
