@@ -427,17 +427,6 @@ def _insert(key, h, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON):
     return hs, n_used + 1
 
 
-@numba.njit(inline="always", **_JIT)
-def _slot(key, direct, shift, mask, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON):
-    """The slot of the pattern ``key`` (its key itself when ``direct``, else by :func:`_probe`), inserted by
-    :func:`_insert` on a miss; returns the slot and the number of used slots."""
-    h = key if direct else _probe(keys, key, shift, mask)
-    if keys[h] == key:
-        return np.int64(h), n_used
-    _bits_of(key, zz)
-    return _insert(key, h, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON)
-
-
 @numba.njit(**_JIT)
 def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals, RK):
     """Sweep the rows ``perm[start:]`` of one block, fused with the (G, B, sse) partial of the rows that do not
@@ -549,7 +538,12 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals, RK):
                 ODD[n_odd] = t
                 n_odd += 1
                 continue
-            hs, n_used = _slot(KEYS[t], direct, shift, mask, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON)
+            key = KEYS[t]
+            h = key if direct else _probe(keys, key, shift, mask)
+            hs = np.int64(h)
+            if keys[h] != key:
+                _bits_of(key, zz)
+                hs, n_used = _insert(key, h, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON)
             xx = XX[t]
             R = np.sqrt(xx) + NON[hs] * amax  # >= max_j |r_j| (within rounding)
             tol = tol_s * (R + amax)
@@ -578,7 +572,11 @@ def _bp_block(X, Z, A, aa, perm, start, lam, max_proposals, RK):
                 nf = _screened_sweep(Y, t, THR, SG, hs, M, dv, sg, tol_s, R, amax)
                 if nf > 0:
                     key = KEYS[t] ^ _flipped_key(sg, SG, hs)
-                    hs, n_used = _slot(key, direct, shift, mask, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON)
+                    h = key if direct else _probe(keys, key, shift, mask)
+                    hs = np.int64(h)
+                    if keys[h] != key:
+                        _bits_of(key, zz)
+                        hs, n_used = _insert(key, h, zz, keys, used, n_used, M, aa, ZP, THR, SG, MM, NON)
                     zy = 0.0
                     for k in range(K):
                         zy += ZP[hs, k] * Y[t, k]
