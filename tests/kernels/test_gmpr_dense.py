@@ -10,6 +10,7 @@ from dclust.kernels.gmpr import (
     _FAST,
     MixtureParams,
     _diag_kernel,
+    _dense_rows,
     _diag_screen_weights,
     _vexp,
     unlinked_partial,
@@ -85,3 +86,37 @@ def test_dense_tiles_equal_the_numpy_twin_for_every_feature_count():
             np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
             np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10)
             assert a.loglik == np.float64(b.loglik) or abs(a.loglik / b.loglik - 1) < 1e-12
+
+
+def test_dense_rows_are_the_centred_rows_transposed_bit_for_bit():
+    """The feature-major rows of a dense tile (blocks of 8 rows x 8 features transposed in registers, the rest one
+    value at a time) equal ``float64(X[idx]) - o`` transposed exactly: feature counts below, at and between
+    multiples of 8, float32 and float64 rows, consecutive and scattered rows, tiles of a multiple of 8 rows and
+    ragged ones; the rows of U past the features and its columns past ``m`` are not written."""
+    rng = np.random.default_rng(3)
+    for D in (1, 5, 8, 11, 16, 21):
+        for dtype in (np.float32, np.float64):
+            X = rng.normal(size=(3 * _DIAG_TILE, D)).astype(dtype)
+            o = rng.normal(size=D)
+            scattered = np.sort(rng.choice(X.shape[0], _DIAG_TILE, replace=False))
+            for idx, m in ((np.arange(40, 40 + _DIAG_TILE), _DIAG_TILE), (scattered, _DIAG_TILE),
+                           (scattered, _DIAG_TILE - 13), (np.arange(7, 7 + _DIAG_TILE), 5)):
+                U = np.full((D + 3, _DIAG_TILE), 7.0)
+                _dense_rows(X, idx, m, o, U)
+                np.testing.assert_array_equal(U[:D, :m], (X[idx[:m]].astype(np.float64) - o).T)
+                assert (U[D:] == 7.0).all() and (U[:, m:] == 7.0).all()
+
+
+def test_dense_tiles_with_scattered_kept_rows_equal_the_numpy_twin():
+    """Linked rows left out of a block make a dense tile's rows non-consecutive (read through the index): 13 and 16
+    features (a block of 8 transposed in registers and the rest one at a time; two blocks), against plain numpy."""
+    rng = np.random.default_rng(4)
+    for D in (13, 16):
+        X, p = _overlapping(rng, 3 * _DIAG_TILE + 5, D=D)
+        linked = np.sort(rng.choice(X.shape[0], X.shape[0] // 3, replace=False))
+        for arr in (X, X.astype(np.float32)):
+            a, b = unlinked_partial(arr, p, linked), unlinked_partial_numpy(arr, p, linked)
+            np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10)
+            np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10)
+            assert abs(a.loglik / b.loglik - 1) < 1e-12
