@@ -611,68 +611,86 @@ def _dense_weights(mu, p):
 
 
 def _shuffle_mask(w, high):
-    """The lanes of one step of an 8 x 8 transpose: rows ``b`` and ``b + w`` (``b & w == 0``) exchange their blocks
-    of ``w`` lanes; row ``b`` (``high`` False) keeps its blocks whose lane has bit ``w`` clear and takes row ``b +
-    w``'s blocks before them, row ``b + w`` the reverse (lanes 8-15 are the second row's)."""
+    """The lanes of one step of an 8-lane transpose: vectors ``b`` and ``b + w`` (``b & w == 0``) exchange their
+    blocks of ``w`` lanes; vector ``b`` (``high`` False) keeps its blocks whose lane has bit ``w`` clear and takes
+    vector ``b + w``'s blocks before them, vector ``b + w`` the reverse (lanes 8-15 are the second vector's)."""
     if high:
         return [k + w if not k & w else k + 8 for k in range(8)]
     return [k if not k & w else k - w + 8 for k in range(8)]
 
 
-@intrinsic
-def _transpose8(typingctx, X, idx, j, f, o, U):
-    """``U[f + a, j + b] = X[idx[j + b], f + a] − o[f + a]`` for ``a, b < 8``: eight rows loaded as vectors (eight
-    features each), converted to float64, centred, transposed in registers (three steps of eight two-vector
-    shuffles) and stored as eight vectors of ``U``'s rows. The same values as a loop ``U[f, j] = np.float64(X[i,
-    f]) − o[f]``, which reads a feature at a time and stores it alone. ``X`` C-contiguous float32 or float64, ``o``
-    and ``U`` C-contiguous float64; nothing is bounds-checked (``f + 8 <= D``, ``j + 8 <= len(idx)``)."""
-    if not (isinstance(X, types.Array) and X.ndim == 2 and X.layout == "C"
-            and X.dtype in (types.float32, types.float64) and j == types.intp and f == types.intp):
-        return None
+def _transposer(W):
+    """The intrinsic ``_transpose<W>(X, idx, j, f, o, U)`` (``W`` = 8 or 4): ``U[f + a, j + b] = X[idx[j + b],
+    f + a] − o[f + a]`` for ``a < W``, ``b < 8``. Eight rows loaded as vectors of ``W`` features, converted to
+    float64 and centred; for ``W = 4`` rows ``b`` and ``b + 4`` are joined into one vector of 8; then transposed in
+    registers (steps of two-vector shuffles: lanes of bit ``w`` exchanged between vectors ``w`` apart, for ``w <
+    W``) and stored as ``W`` vectors of ``U``'s rows. The same values as a loop ``U[f, j] = np.float64(X[i, f]) −
+    o[f]``, which reads a feature at a time and stores it alone. ``X`` C-contiguous float32 or float64, ``o`` and
+    ``U`` C-contiguous float64; nothing is bounds-checked (``f + W <= D``, ``j + 8 <= len(idx)``)."""
 
-    def codegen(context, builder, sig, args):
-        Xt, It, _, _, Ot, Ut = sig.args
-        x, ix, jv, fv, ov, uv = (context.make_array(t)(context, builder, v) if isinstance(t, types.Array) else v
-                                 for t, v in zip(sig.args, args))
-        d8 = ir.VectorType(ir.DoubleType(), 8)
-        x8 = ir.VectorType(context.get_value_type(Xt.dtype), 8)
-        lane = context.get_value_type(types.intp)
-        centre = builder.load(builder.bitcast(cgutils.get_item_pointer(context, builder, Ot, ov, [fv]),
-                                              d8.as_pointer()), align=8)
-        rows = []
-        for b in range(8):
-            i = builder.load(cgutils.get_item_pointer(context, builder, It, ix, [builder.add(jv, ir.Constant(lane, b))]))
-            v = builder.load(builder.bitcast(cgutils.get_item_pointer(context, builder, Xt, x, [i, fv]),
-                                             x8.as_pointer()), align=Xt.dtype.bitwidth // 8)
-            rows.append(builder.fsub(builder.fpext(v, d8) if Xt.dtype == types.float32 else v, centre))
-        for w in (1, 2, 4):
+    def transpose(typingctx, X, idx, j, f, o, U):
+        if not (isinstance(X, types.Array) and X.ndim == 2 and X.layout == "C"
+                and X.dtype in (types.float32, types.float64) and j == types.intp and f == types.intp):
+            return None
+
+        def codegen(context, builder, sig, args):
+            Xt, It, _, _, Ot, Ut = sig.args
+            x, ix, jv, fv, ov, uv = (context.make_array(t)(context, builder, v) if isinstance(t, types.Array)
+                                     else v for t, v in zip(sig.args, args))
+            dw, d8 = ir.VectorType(ir.DoubleType(), W), ir.VectorType(ir.DoubleType(), 8)
+            xw = ir.VectorType(context.get_value_type(Xt.dtype), W)
+            lane = context.get_value_type(types.intp)
+            mask = lambda lanes: ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), lanes)  # noqa: E731
+            centre = builder.load(builder.bitcast(cgutils.get_item_pointer(context, builder, Ot, ov, [fv]),
+                                                  dw.as_pointer()), align=8)
+            rows = []
             for b in range(8):
-                if not b & w:
-                    p, q = rows[b], rows[b + w]
-                    rows[b], rows[b + w] = (builder.shuffle_vector(
-                        p, q, ir.Constant(ir.VectorType(ir.IntType(32), 8), _shuffle_mask(w, h))) for h in (0, 1))
-        for a in range(8):
-            ptr = cgutils.get_item_pointer(context, builder, Ut, uv, [builder.add(fv, ir.Constant(lane, a)), jv])
-            builder.store(rows[a], builder.bitcast(ptr, d8.as_pointer()), align=8)
-        return context.get_dummy_value()
+                ib = cgutils.get_item_pointer(context, builder, It, ix, [builder.add(jv, ir.Constant(lane, b))])
+                v = builder.load(builder.bitcast(cgutils.get_item_pointer(context, builder, Xt, x, [builder.load(ib), fv]),
+                                                 xw.as_pointer()), align=Xt.dtype.bitwidth // 8)
+                rows.append(builder.fsub(builder.fpext(v, dw) if Xt.dtype == types.float32 else v, centre))
+            if W == 4:
+                rows = [builder.shuffle_vector(rows[b], rows[b + 4], mask(list(range(8)))) for b in range(4)]
+            w = 1
+            while w < W:
+                for b in range(W):
+                    if not b & w:
+                        p, q = rows[b], rows[b + w]
+                        rows[b], rows[b + w] = (builder.shuffle_vector(p, q, mask(_shuffle_mask(w, h)))
+                                                for h in (False, True))
+                w *= 2
+            for a in range(W):
+                ptr = cgutils.get_item_pointer(context, builder, Ut, uv, [builder.add(fv, ir.Constant(lane, a)), jv])
+                builder.store(rows[a], builder.bitcast(ptr, d8.as_pointer()), align=8)
+            return context.get_dummy_value()
 
-    return types.void(X, idx, j, f, o, U), codegen
+        return types.void(X, idx, j, f, o, U), codegen
+
+    transpose.__name__ = transpose.__qualname__ = f"_transpose{W}"
+    return intrinsic(transpose)
+
+
+_transpose8 = _transposer(8)
+_transpose4 = _transposer(4)
 
 
 @numba.njit(**_RFAST)
 def _dense_rows(X, idx, m, o, U):
     """The rows ``X[idx[:m]]`` centred on ``o``, feature-major into the first D rows of ``U``: blocks of eight rows
-    by eight features transposed in registers (:func:`_transpose8`), the other features and rows one at a time."""
+    by eight (then four) features transposed in registers (:func:`_transposer`), the other features and rows one
+    value at a time."""
     wide_vectors()
     D = X.shape[1]
-    m8, D8 = m - m % 8, D - D % 8
+    m8, D8, D4 = m - m % 8, D - D % 8, D - D % 4
     for j in range(0, m8, 8):
         for f in range(0, D8, 8):
             _transpose8(X, idx, j, f, o, U)
+        if D4 > D8:
+            _transpose4(X, idx, j, D8, o, U)
     for f in range(D):
         u = U[f]
         of = o[f]
-        for j in range(0 if f >= D8 else m8, m):
+        for j in range(0 if f >= D4 else m8, m):
             u[j] = np.float64(X[idx[j], f]) - of
 
 

@@ -94,7 +94,7 @@ def test_dense_rows_are_the_centred_rows_transposed_bit_for_bit():
     multiples of 8, float32 and float64 rows, consecutive and scattered rows, tiles of a multiple of 8 rows and
     ragged ones; the rows of U past the features and its columns past ``m`` are not written."""
     rng = np.random.default_rng(3)
-    for D in (1, 5, 8, 11, 16, 21):
+    for D in (1, 4, 5, 8, 11, 12, 16, 21, 31):
         for dtype in (np.float32, np.float64):
             X = rng.normal(size=(3 * _DIAG_TILE, D)).astype(dtype)
             o = rng.normal(size=D)
