@@ -12,6 +12,7 @@ from dclust.kernels.gmpr import (
     _diag_kernel,
     _dense_rows,
     _diag_screen_weights,
+    _looks_sparse,
     _vexp,
     unlinked_partial,
     unlinked_partial_numpy,
@@ -120,3 +121,38 @@ def test_dense_tiles_with_scattered_kept_rows_equal_the_numpy_twin():
             np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
             np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10)
             assert abs(a.loglik / b.loglik - 1) < 1e-12
+
+
+def test_a_dense_tile_looks_sparse_when_few_of_its_first_rows_exps_count():
+    """The hint that ends a run of unscreened dense tiles: the share of nonzero exps among the first rows' pairs,
+    at most 1 / 8 (0 below the cut; a NaN does not count)."""
+    G = np.zeros((16, _DIAG_TILE))
+    assert _looks_sparse(G, _DIAG_TILE)
+    G[:2, :] = 0.5  # 2 of 16 components count: 1 / 8
+    assert _looks_sparse(G, _DIAG_TILE)
+    G[2, 0] = 1.0
+    assert not _looks_sparse(G, _DIAG_TILE)
+    G[:, :] = np.nan
+    assert _looks_sparse(G, 5)
+    G[:, 100:] = 1.0  # rows past the first 64 are not looked at
+    assert _looks_sparse(G, _DIAG_TILE)
+
+
+def test_separated_rows_after_a_long_run_of_dense_tiles_equal_the_numpy_twin():
+    """Broad components: many dense tiles of rows near the centre (every component counts; the screens back off to
+    long runs without one), then rows far out along the means (about one component in 14 counts: sparse tiles,
+    screened again once a dense tile looks sparse), then dense again: the statistics are those of plain numpy
+    whichever path each tile took."""
+    rng = np.random.default_rng(5)
+    D, M = 4, 16
+    means = rng.normal(size=(M, 1, D)) * 40
+    p = MixtureParams.build(np.full(M, 1 / M), np.ones((M, 1)), means, np.full((M, 1, D), 1e4))
+    n1, n2 = 40 * _DIAG_TILE, 6 * _DIAG_TILE
+    dense = rng.normal(size=(n1, D)) * 10
+    far = means[rng.integers(0, M, n2), 0] * 2500 + rng.normal(size=(n2, D))
+    X = np.concatenate([dense, far, dense[: 3 * _DIAG_TILE]])
+    a, b = unlinked_partial(X, p), unlinked_partial_numpy(X, p)
+    np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10)
+    assert abs(a.loglik / b.loglik - 1) < 1e-12
