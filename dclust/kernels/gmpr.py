@@ -621,10 +621,15 @@ def _shuffle_mask(w, high):
     return [k if not k & w else k - w + 8 for k in range(8)]
 
 
+def _lanes(lanes):
+    """An LLVM shuffle mask: the constant vector of the lanes ``lanes`` (int32)."""
+    return ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), lanes)
+
+
 def _transposer(W):
     """The intrinsic ``_transpose<W>(X, idx, j, f, o, U)`` (``W`` = 8 or 4): ``U[f + a, j + b] = X[idx[j + b],
     f + a] − o[f + a]`` for ``a < W``, ``b < 8``. Eight rows loaded as vectors of ``W`` features, converted to
-    float64 and centred; for ``W = 4`` rows ``b`` and ``b + 4`` are joined into one vector of 8; then transposed in
+    float64 and centered; for ``W = 4`` rows ``b`` and ``b + 4`` are joined into one vector of 8; then transposed in
     registers (steps of two-vector shuffles: lanes of bit ``w`` exchanged between vectors ``w`` apart, for ``w <
     W``) and stored as ``W`` vectors of ``U``'s rows. The same values as a loop ``U[f, j] = np.float64(X[i, f]) −
     o[f]``, which reads a feature at a time and stores it alone. ``X`` C-contiguous float32 or float64, ``o`` and
@@ -642,23 +647,22 @@ def _transposer(W):
             dw, d8 = ir.VectorType(ir.DoubleType(), W), ir.VectorType(ir.DoubleType(), 8)
             xw = ir.VectorType(context.get_value_type(Xt.dtype), W)
             lane = context.get_value_type(types.intp)
-            mask = lambda lanes: ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), lanes)  # noqa: E731
-            centre = builder.load(builder.bitcast(cgutils.get_item_pointer(context, builder, Ot, ov, [fv]),
+            center = builder.load(builder.bitcast(cgutils.get_item_pointer(context, builder, Ot, ov, [fv]),
                                                   dw.as_pointer()), align=8)
             rows = []
             for b in range(8):
                 ib = cgutils.get_item_pointer(context, builder, It, ix, [builder.add(jv, ir.Constant(lane, b))])
-                v = builder.load(builder.bitcast(cgutils.get_item_pointer(context, builder, Xt, x, [builder.load(ib), fv]),
-                                                 xw.as_pointer()), align=Xt.dtype.bitwidth // 8)
-                rows.append(builder.fsub(builder.fpext(v, dw) if Xt.dtype == types.float32 else v, centre))
+                xp = cgutils.get_item_pointer(context, builder, Xt, x, [builder.load(ib), fv])
+                v = builder.load(builder.bitcast(xp, xw.as_pointer()), align=Xt.dtype.bitwidth // 8)
+                rows.append(builder.fsub(builder.fpext(v, dw) if Xt.dtype == types.float32 else v, center))
             if W == 4:
-                rows = [builder.shuffle_vector(rows[b], rows[b + 4], mask(list(range(8)))) for b in range(4)]
+                rows = [builder.shuffle_vector(rows[b], rows[b + 4], _lanes(list(range(8)))) for b in range(4)]
             w = 1
             while w < W:
                 for b in range(W):
                     if not b & w:
                         p, q = rows[b], rows[b + w]
-                        rows[b], rows[b + w] = (builder.shuffle_vector(p, q, mask(_shuffle_mask(w, h)))
+                        rows[b], rows[b + w] = (builder.shuffle_vector(p, q, _lanes(_shuffle_mask(w, h)))
                                                 for h in (False, True))
                 w *= 2
             for a in range(W):
@@ -678,7 +682,7 @@ _transpose4 = _transposer(4)
 
 @numba.njit(**_RFAST)
 def _dense_rows(X, idx, m, o, U):
-    """The rows ``X[idx[:m]]`` centred on ``o``, feature-major into the first D rows of ``U``: blocks of eight rows
+    """The rows ``X[idx[:m]]`` centered on ``o``, feature-major into the first D rows of ``U``: blocks of eight rows
     by eight (then four) features transposed in registers (:func:`_transposer`), the other features and rows one
     value at a time."""
     wide_vectors()
@@ -952,7 +956,7 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
 def _looks_sparse(G, m):
     """A dense tile's exps ``G`` (0 at or below the cut) look like a sparse tile's: at most 1 / ``_SPARSE`` of the
     pairs of its first ``_HINT_ROWS`` rows count. Then the next tile is screened again (the screen lists a superset
-    of the pairs that count: a tile that does not look sparse would not have been screened sparse); otherwise the
+    of the pairs that count: rows that do not look sparse would not have been screened sparse); otherwise the
     run of tiles without a screen goes on, up to ``_MAX_SKIP`` (at 8 features, K = 16 a screen costs about 6 µs,
     half a dense tile, and 1 tile in 17 was screened with runs of 16: 3 % of the block kernel)."""
     s = min(m, _HINT_ROWS)

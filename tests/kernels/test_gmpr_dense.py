@@ -1,5 +1,6 @@
 """The dense tiles of GM-PR's diagonal E-step (dclust.kernels.gmpr._diag_kernel): the vectorised exp's accuracy and
-its edge values, and the NaN/inf count of tiles that skip the float32 screen (told from a row's sum of exps)."""
+its edge values, the NaN/inf count of tiles that skip the float32 screen (told from a row's sum of exps), the rows
+transposed in registers, and the hint that ends a run of tiles without a screen."""
 
 import numba
 import numpy as np
@@ -9,8 +10,8 @@ from dclust.kernels.gmpr import (
     _EXP_FLOOR,
     _FAST,
     MixtureParams,
-    _diag_kernel,
     _dense_rows,
+    _diag_kernel,
     _diag_screen_weights,
     _looks_sparse,
     _vexp,
@@ -89,7 +90,7 @@ def test_dense_tiles_equal_the_numpy_twin_for_every_feature_count():
             assert a.loglik == np.float64(b.loglik) or abs(a.loglik / b.loglik - 1) < 1e-12
 
 
-def test_dense_rows_are_the_centred_rows_transposed_bit_for_bit():
+def test_dense_rows_are_the_centered_rows_transposed_bit_for_bit():
     """The feature-major rows of a dense tile (blocks of 8 rows x 8 features transposed in registers, the rest one
     value at a time) equal ``float64(X[idx]) - o`` transposed exactly: feature counts below, at and between
     multiples of 8, float32 and float64 rows, consecutive and scattered rows, tiles of a multiple of 8 rows and
