@@ -1,5 +1,6 @@
 """The dense tiles of GM-PR's diagonal E-step (dclust.kernels.gmpr._diag_kernel): the vectorised exp's accuracy and
-its edge values, and the NaN/inf count of tiles that skip the float32 screen (told from a row's sum of exps)."""
+its edge values, the NaN/inf count of tiles that skip the float32 screen (told from a row's sum of exps), the rows
+transposed in registers, and the hint that ends a run of tiles without a screen."""
 
 import numba
 import numpy as np
@@ -9,8 +10,10 @@ from dclust.kernels.gmpr import (
     _EXP_FLOOR,
     _FAST,
     MixtureParams,
+    _dense_rows,
     _diag_kernel,
     _diag_screen_weights,
+    _looks_sparse,
     _vexp,
     unlinked_partial,
     unlinked_partial_numpy,
@@ -85,3 +88,72 @@ def test_dense_tiles_equal_the_numpy_twin_for_every_feature_count():
             np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
             np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10)
             assert a.loglik == np.float64(b.loglik) or abs(a.loglik / b.loglik - 1) < 1e-12
+
+
+def test_dense_rows_are_the_centered_rows_transposed_bit_for_bit():
+    """The feature-major rows of a dense tile (blocks of 8 rows x 8 features transposed in registers, the rest one
+    value at a time) equal ``float64(X[idx]) - o`` transposed exactly: feature counts below, at and between
+    multiples of 8, float32 and float64 rows, consecutive and scattered rows, tiles of a multiple of 8 rows and
+    ragged ones; the rows of U past the features and its columns past ``m`` are not written."""
+    rng = np.random.default_rng(3)
+    for D in (1, 4, 5, 8, 11, 12, 16, 21, 31):
+        for dtype in (np.float32, np.float64):
+            X = rng.normal(size=(3 * _DIAG_TILE, D)).astype(dtype)
+            o = rng.normal(size=D)
+            scattered = np.sort(rng.choice(X.shape[0], _DIAG_TILE, replace=False))
+            for idx, m in ((np.arange(40, 40 + _DIAG_TILE), _DIAG_TILE), (scattered, _DIAG_TILE),
+                           (scattered, _DIAG_TILE - 13), (np.arange(7, 7 + _DIAG_TILE), 5)):
+                U = np.full((D + 3, _DIAG_TILE), 7.0)
+                _dense_rows(X, idx, m, o, U)
+                np.testing.assert_array_equal(U[:D, :m], (X[idx[:m]].astype(np.float64) - o).T)
+                assert (U[D:] == 7.0).all() and (U[:, m:] == 7.0).all()
+
+
+def test_dense_tiles_with_scattered_kept_rows_equal_the_numpy_twin():
+    """Linked rows left out of a block make a dense tile's rows non-consecutive (read through the index): 13 and 16
+    features (a block of 8 transposed in registers and the rest one at a time; two blocks), against plain numpy."""
+    rng = np.random.default_rng(4)
+    for D in (13, 16):
+        X, p = _overlapping(rng, 3 * _DIAG_TILE + 5, D=D)
+        linked = np.sort(rng.choice(X.shape[0], X.shape[0] // 3, replace=False))
+        for arr in (X, X.astype(np.float32)):
+            a, b = unlinked_partial(arr, p, linked), unlinked_partial_numpy(arr, p, linked)
+            np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10)
+            np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10)
+            assert abs(a.loglik / b.loglik - 1) < 1e-12
+
+
+def test_a_dense_tile_looks_sparse_when_few_of_its_first_rows_exps_count():
+    """The hint that ends a run of unscreened dense tiles: the share of nonzero exps among the first rows' pairs,
+    at most 1 / 8 (0 below the cut; a NaN does not count)."""
+    G = np.zeros((16, _DIAG_TILE))
+    assert _looks_sparse(G, _DIAG_TILE)
+    G[:2, :] = 0.5  # 2 of 16 components count: 1 / 8
+    assert _looks_sparse(G, _DIAG_TILE)
+    G[2, 0] = 1.0
+    assert not _looks_sparse(G, _DIAG_TILE)
+    G[:, :] = np.nan
+    assert _looks_sparse(G, 5)
+    G[:, 100:] = 1.0  # rows past the first 64 are not looked at
+    assert _looks_sparse(G, _DIAG_TILE)
+
+
+def test_separated_rows_after_a_long_run_of_dense_tiles_equal_the_numpy_twin():
+    """Broad components: many dense tiles of rows near the centre (every component counts; the screens back off to
+    long runs without one), then rows far out along the means (about one component in 14 counts: sparse tiles,
+    screened again once a dense tile looks sparse), then dense again: the statistics are those of plain numpy
+    whichever path each tile took."""
+    rng = np.random.default_rng(5)
+    D, M = 4, 16
+    means = rng.normal(size=(M, 1, D)) * 40
+    p = MixtureParams.build(np.full(M, 1 / M), np.ones((M, 1)), means, np.full((M, 1, D), 1e4))
+    n1, n2 = 40 * _DIAG_TILE, 6 * _DIAG_TILE
+    dense = rng.normal(size=(n1, D)) * 10
+    far = means[rng.integers(0, M, n2), 0] * 2500 + rng.normal(size=(n2, D))
+    X = np.concatenate([dense, far, dense[: 3 * _DIAG_TILE]])
+    a, b = unlinked_partial(X, p), unlinked_partial_numpy(X, p)
+    np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10)
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10)
+    assert abs(a.loglik / b.loglik - 1) < 1e-12
