@@ -492,9 +492,15 @@ def _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny):
     return bad
 
 
+#: Index type of the screened pairs' loops: numba wraps a negative signed index around (a sign test and an add per
+#: access, which LLVM cannot drop for indices read from arrays); an unsigned one is used as it is (about a tenth of
+#: :func:`_exact_pairs`' and :func:`_fold_pairs`' time). Every such index here is a row of a tile or a pair's place.
+_U = np.uint64
+
+
 @numba.njit(inline="always", **_RFAST)
 def _put_t(t, k, lj, lv, mx):
-    j = lj[k]
+    j = _U(lj[k])
     lv[k] = t
     mx[j] = t if t > mx[j] else mx[j]
 
@@ -512,9 +518,10 @@ def _exact_pairs(V, sq, sm, base, order, cs, lj, lv, mx, m):
     for i in range(C):
         c = order[i]
         b, qc, mc = base[c], sq[c], sm[c]
-        k, k1 = cs[i], cs[i + 1]
-        while k + 4 <= k1:
-            v0, v1, v2, v3 = V[lj[k]], V[lj[k + 1]], V[lj[k + 2]], V[lj[k + 3]]
+        k, k1 = _U(cs[i]), _U(cs[i + 1])
+        while k + _U(4) <= k1:
+            k_1, k_2, k_3 = k + _U(1), k + _U(2), k + _U(3)
+            v0, v1, v2, v3 = V[_U(lj[k])], V[_U(lj[k_1])], V[_U(lj[k_2])], V[_U(lj[k_3])]
             s0 = s1 = s2 = s3 = 0.0
             for f in range(D):
                 qf, mf = qc[f], mc[f]
@@ -524,17 +531,18 @@ def _exact_pairs(V, sq, sm, base, order, cs, lj, lv, mx, m):
                 s2 += d2 * d2
                 s3 += d3 * d3
             _put_t(b - s0, k, lj, lv, mx)
-            _put_t(b - s1, k + 1, lj, lv, mx)
-            _put_t(b - s2, k + 2, lj, lv, mx)
-            _put_t(b - s3, k + 3, lj, lv, mx)
-            k += 4
-        for kr in range(k, k1):  # the rest, one by one
-            v = V[lj[kr]]
+            _put_t(b - s1, k_1, lj, lv, mx)
+            _put_t(b - s2, k_2, lj, lv, mx)
+            _put_t(b - s3, k_3, lj, lv, mx)
+            k += _U(4)
+        while k < k1:  # the rest, one by one
+            v = V[_U(lj[k])]
             s = 0.0
             for f in range(D):
                 d = qc[f] * v[f] - mc[f]
                 s += d * d
-            _put_t(b - s, kr, lj, lv, mx)
+            _put_t(b - s, k, lj, lv, mx)
+            k += _U(1)
 
 
 @numba.njit(**_FAST)
@@ -543,17 +551,18 @@ def _keep_pairs(cs, lj, lv, mx):
     ``lv[k] ← t − mx[row]`` (still component by component: ``cs`` updated); returns their count."""
     wide_vectors()
     C = cs.shape[0] - 1
-    w = 0
+    w = _U(0)
     for c in range(C):
-        k0, k1 = cs[c], cs[c + 1]
+        k, k1 = _U(cs[c]), _U(cs[c + 1])
         cs[c] = w
-        for k in range(k0, k1):
+        while k < k1:
             j = lj[k]
-            d = lv[k] - mx[j]
+            d = lv[k] - mx[_U(j)]
             lj[w], lv[w] = j, d
-            w += 1 if d > _NEGLIGIBLE else 0
+            w += _U(1) if d > _NEGLIGIBLE else _U(0)
+            k += _U(1)
     cs[C] = w
-    return w
+    return np.intp(w)
 
 
 @numba.njit(**_RFAST)
@@ -567,26 +576,29 @@ def _fold_pairs(V, order, cs, lj, lv, acc, S):
     for i in range(C):
         c = order[i]
         s1, s2 = S[c, D:2 * D], S[c, :D]  # separate views: the loops vectorise (one row of S did not)
-        k, k1 = cs[i], cs[i + 1]
+        k, k1 = _U(cs[i]), _U(cs[i + 1])
         s0 = 0.0
-        while k + 4 <= k1:
-            j0, j1, j2, j3 = lj[k], lj[k + 1], lj[k + 2], lj[k + 3]
-            r0, r1, r2, r3 = lv[k] * acc[j0], lv[k + 1] * acc[j1], lv[k + 2] * acc[j2], lv[k + 3] * acc[j3]
+        while k + _U(4) <= k1:
+            k_1, k_2, k_3 = k + _U(1), k + _U(2), k + _U(3)
+            j0, j1, j2, j3 = _U(lj[k]), _U(lj[k_1]), _U(lj[k_2]), _U(lj[k_3])
+            r0, r1, r2, r3 = lv[k] * acc[j0], lv[k_1] * acc[j1], lv[k_2] * acc[j2], lv[k_3] * acc[j3]
             v0, v1, v2, v3 = V[j0], V[j1], V[j2], V[j3]
             for f in range(D):  # chains of multiply-adds (fewer operations than products, then sums)
                 x0, x1, x2, x3 = v0[f], v1[f], v2[f], v3[f]
                 s1[f] += r0 * x0 + r1 * x1 + r2 * x2 + r3 * x3
                 s2[f] += r0 * x0 * x0 + r1 * x1 * x1 + r2 * x2 * x2 + r3 * x3 * x3
             s0 += (r0 + r1) + (r2 + r3)
-            k += 4
-        for kr in range(k, k1):  # the rest, one by one
-            rr = lv[kr] * acc[lj[kr]]
-            v = V[lj[kr]]
+            k += _U(4)
+        while k < k1:  # the rest, one by one
+            j = _U(lj[k])
+            rr = lv[k] * acc[j]
+            v = V[j]
             for f in range(D):
                 a = rr * v[f]
                 s1[f] += a
                 s2[f] += a * v[f]
             s0 += rr
+            k += _U(1)
         S[c, 2 * D] += s0
 
 
