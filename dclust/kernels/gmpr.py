@@ -854,7 +854,7 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
     for c in range(C):
         big = max(big, nv[c])
     for j in range(m):
-        c = arg[j]
+        c = _U(arg[j])
         d2 = ny2[j] + nv2[c] + 2.0 * np.float64(G32[c, j])
         r = ny[j] + nv[c]
         e = d2 + kappa * r * r
@@ -865,10 +865,10 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
         h[j] = (1.0 - kappa - 16.0 * _U32) * ny2[j]
     Q, R, W, L = KU[0], KU[1], KU[2], KU[3]
     anyf = flag[_GROUP]
-    q = 0
+    q = _U(0)
     for i0 in range(0, C, _GROUP):
         i1 = min(i0 + _GROUP, C)
-        if q > cap:
+        if q > _U(cap):
             for i in range(i0, i1):
                 cs[i] = q
             continue
@@ -883,19 +883,21 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
                 s = s if s > np.float32(0.0) else np.float32(0.0)
                 fl[j] = 0 if wc - lc * s - ml32[j] < np.float32(0.0) else 1  # NaN lists the pair
                 anyf[j] |= fl[j]
-        nr = 0
+        nr = _U(0)
         for j in range(m):  # branch-free
             rows[nr] = j
             nr += anyf[j]
         for i in range(i0, i1):
             cs[i] = q
             fl = flag[i - i0]
-            for t in range(nr):
+            t = _U(0)
+            while t < nr:
                 j = rows[t]
                 lj[q] = j
-                q += fl[j]
+                q += fl[_U(j)]
+                t += _U(1)
     cs[C] = q
-    return q
+    return np.intp(q)
 
 
 @numba.njit(**_FAST)
