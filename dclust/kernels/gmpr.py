@@ -973,7 +973,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
             for j in range(m):
                 acc[j] = 0.0
             for k in range(w):
-                acc[lj[k]] += lv[k]
+                acc[_U(lj[k])] += lv[k]
             loglik += _tile_loglik(mx, acc, m)
             _fold_pairs(V, order, cs, lj, lv, acc, S)
         else:
