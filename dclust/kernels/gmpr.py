@@ -493,8 +493,9 @@ def _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny):
 
 
 #: Index type of the screened pairs' loops: numba wraps a negative signed index around (a sign test and an add per
-#: access, which LLVM cannot drop for indices read from arrays); an unsigned one is used as it is (about a tenth of
-#: :func:`_exact_pairs`' and :func:`_fold_pairs`' time). Every such index here is a row of a tile or a pair's place.
+#: access, which LLVM cannot drop for indices read from arrays); an unsigned one is used as it is (10-45 % of
+#: :func:`_exact_pairs`', :func:`_keep_pairs`' and :func:`_fold_pairs`' time on real 64-D tiles, interleaved runs).
+#: Every such index here is a row of a tile or a pair's place, never negative.
 _U = np.uint64
 
 
