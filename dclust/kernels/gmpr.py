@@ -470,8 +470,9 @@ _HINT_ROWS = 64
 def _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny):
     """The rows ``X[idx[:m]]`` centred on ``o``: in float64 into ``V`` (T, D) (the exact pairs read them there,
     converted once per row), and scaled by ``sc`` in float32 into ``Y`` (the rows from ``m`` on zeroed), with their
-    squared norms ``ny2`` (float64) and norms ``ny``; returns the count of NaN and inf values (``v − v`` is 0 only
-    for a finite ``v``)."""
+    squared norms ``ny2`` (float64) and norms ``ny``; returns the count of NaN and inf values. A row's values are
+    counted only when its squared norm is not finite (a NaN or inf value makes it so; finite values that overflow
+    it count 0): a test per row, where one per value cost a third of the loop."""
     wide_vectors()
     D = X.shape[1]
     bad = 0
@@ -484,58 +485,69 @@ def _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny):
             y = v * sc[f]
             Y[j, f] = y
             s2 += y * y
-            bad += 0 if v - v == 0.0 else 1
         ny2[j] = s2
         ny[j] = np.sqrt(s2)
+        if not np.isfinite(s2):
+            for f in range(D):
+                bad += 0 if np.isfinite(X[r, f]) else 1
     for j in range(m, Y.shape[0]):
         for f in range(D):
             Y[j, f] = 0.0
     return bad
 
 
+#: Index type of the screened pairs' loops: numba wraps a negative signed index around (a sign test and an add per
+#: access, which LLVM cannot drop for indices read from arrays); an unsigned one is used as it is (10-45 % of
+#: :func:`_exact_pairs`', :func:`_keep_pairs`' and :func:`_fold_pairs`' time on real 64-D tiles, interleaved runs).
+#: Every such index here is a row of a tile or a pair's place, never negative.
+_U = np.uint64
+
+
 @numba.njit(inline="always", **_RFAST)
 def _put_t(t, k, lj, lv, mx):
-    j = lj[k]
+    j = _U(lj[k])
     lv[k] = t
     mx[j] = t if t > mx[j] else mx[j]
 
 
 @numba.njit(**_RFAST)
-def _exact_pairs(V, mu, p, base, order, cs, lj, lv, mx, m):
-    """``lv[k] = t_c(x_j)`` exactly (float64, the direct form ``base_c − ½ Σ_f p_cf (v_jf − mu_cf)²`` on the
-    centred rows ``V``) for the screened pairs, listed component by component (component ``c = order[i]``'s rows
-    ``lj[cs[i]:cs[i + 1]]``), and every row's largest in ``mx[:m]``. Four rows of a component per sweep of its
-    ``mu_c``, ``p_c`` (a third less time than one by one)."""
+def _exact_pairs(V, sq, sm, base, order, cs, lj, lv, mx, m):
+    """``lv[k] = t_c(x_j)`` exactly (float64, ``base_c − Σ_f (sq_cf v_jf − sm_cf)²`` on the centred rows ``V`` with
+    :func:`_dense_weights`' ``sq``, ``sm``: two fused multiply-adds per feature) for the screened pairs, listed
+    component by component (component ``c = order[i]``'s rows ``lj[cs[i]:cs[i + 1]]``), and every row's largest in
+    ``mx[:m]``. Four rows of a component per sweep of its ``sq_c``, ``sm_c`` (a third less time than one by one)."""
     wide_vectors()
-    C, D = mu.shape
+    C, D = sq.shape[0], V.shape[1]
     for j in range(m):
         mx[j] = -np.inf
     for i in range(C):
         c = order[i]
-        b, mc, pc = base[c], mu[c], p[c]
-        k, k1 = cs[i], cs[i + 1]
-        while k + 4 <= k1:
-            v0, v1, v2, v3 = V[lj[k]], V[lj[k + 1]], V[lj[k + 2]], V[lj[k + 3]]
+        b, qc, mc = base[c], sq[c], sm[c]
+        k, k1 = _U(cs[i]), _U(cs[i + 1])
+        while k + _U(4) <= k1:
+            k_1, k_2, k_3 = k + _U(1), k + _U(2), k + _U(3)
+            v0, v1, v2, v3 = V[_U(lj[k])], V[_U(lj[k_1])], V[_U(lj[k_2])], V[_U(lj[k_3])]
             s0 = s1 = s2 = s3 = 0.0
             for f in range(D):
-                mf, pf = mc[f], pc[f]
-                d0, d1, d2, d3 = v0[f] - mf, v1[f] - mf, v2[f] - mf, v3[f] - mf
-                s0 += pf * d0 * d0
-                s1 += pf * d1 * d1
-                s2 += pf * d2 * d2
-                s3 += pf * d3 * d3
-            _put_t(b - 0.5 * s0, k, lj, lv, mx)
-            _put_t(b - 0.5 * s1, k + 1, lj, lv, mx)
-            _put_t(b - 0.5 * s2, k + 2, lj, lv, mx)
-            _put_t(b - 0.5 * s3, k + 3, lj, lv, mx)
-            k += 4
-        for kr in range(k, k1):  # the rest, one by one
-            v = V[lj[kr]]
+                qf, mf = qc[f], mc[f]
+                d0, d1, d2, d3 = qf * v0[f] - mf, qf * v1[f] - mf, qf * v2[f] - mf, qf * v3[f] - mf
+                s0 += d0 * d0
+                s1 += d1 * d1
+                s2 += d2 * d2
+                s3 += d3 * d3
+            _put_t(b - s0, k, lj, lv, mx)
+            _put_t(b - s1, k_1, lj, lv, mx)
+            _put_t(b - s2, k_2, lj, lv, mx)
+            _put_t(b - s3, k_3, lj, lv, mx)
+            k += _U(4)
+        while k < k1:  # the rest, one by one
+            v = V[_U(lj[k])]
             s = 0.0
             for f in range(D):
-                d = v[f] - mc[f]
-                s += pc[f] * d * d
-            _put_t(b - 0.5 * s, kr, lj, lv, mx)
+                d = qc[f] * v[f] - mc[f]
+                s += d * d
+            _put_t(b - s, k, lj, lv, mx)
+            k += _U(1)
 
 
 @numba.njit(**_FAST)
@@ -544,17 +556,18 @@ def _keep_pairs(cs, lj, lv, mx):
     ``lv[k] ← t − mx[row]`` (still component by component: ``cs`` updated); returns their count."""
     wide_vectors()
     C = cs.shape[0] - 1
-    w = 0
+    w = _U(0)
     for c in range(C):
-        k0, k1 = cs[c], cs[c + 1]
+        k, k1 = _U(cs[c]), _U(cs[c + 1])
         cs[c] = w
-        for k in range(k0, k1):
+        while k < k1:
             j = lj[k]
-            d = lv[k] - mx[j]
+            d = lv[k] - mx[_U(j)]
             lj[w], lv[w] = j, d
-            w += 1 if d > _NEGLIGIBLE else 0
+            w += _U(1) if d > _NEGLIGIBLE else _U(0)
+            k += _U(1)
     cs[C] = w
-    return w
+    return np.intp(w)
 
 
 @numba.njit(**_RFAST)
@@ -568,26 +581,29 @@ def _fold_pairs(V, order, cs, lj, lv, acc, S):
     for i in range(C):
         c = order[i]
         s1, s2 = S[c, D:2 * D], S[c, :D]  # separate views: the loops vectorise (one row of S did not)
-        k, k1 = cs[i], cs[i + 1]
+        k, k1 = _U(cs[i]), _U(cs[i + 1])
         s0 = 0.0
-        while k + 4 <= k1:
-            j0, j1, j2, j3 = lj[k], lj[k + 1], lj[k + 2], lj[k + 3]
-            r0, r1, r2, r3 = lv[k] * acc[j0], lv[k + 1] * acc[j1], lv[k + 2] * acc[j2], lv[k + 3] * acc[j3]
+        while k + _U(4) <= k1:
+            k_1, k_2, k_3 = k + _U(1), k + _U(2), k + _U(3)
+            j0, j1, j2, j3 = _U(lj[k]), _U(lj[k_1]), _U(lj[k_2]), _U(lj[k_3])
+            r0, r1, r2, r3 = lv[k] * acc[j0], lv[k_1] * acc[j1], lv[k_2] * acc[j2], lv[k_3] * acc[j3]
             v0, v1, v2, v3 = V[j0], V[j1], V[j2], V[j3]
             for f in range(D):  # chains of multiply-adds (fewer operations than products, then sums)
                 x0, x1, x2, x3 = v0[f], v1[f], v2[f], v3[f]
                 s1[f] += r0 * x0 + r1 * x1 + r2 * x2 + r3 * x3
                 s2[f] += r0 * x0 * x0 + r1 * x1 * x1 + r2 * x2 * x2 + r3 * x3 * x3
             s0 += (r0 + r1) + (r2 + r3)
-            k += 4
-        for kr in range(k, k1):  # the rest, one by one
-            rr = lv[kr] * acc[lj[kr]]
-            v = V[lj[kr]]
+            k += _U(4)
+        while k < k1:  # the rest, one by one
+            j = _U(lj[k])
+            rr = lv[k] * acc[j]
+            v = V[j]
             for f in range(D):
                 a = rr * v[f]
                 s1[f] += a
                 s2[f] += a * v[f]
             s0 += rr
+            k += _U(1)
         S[c, 2 * D] += s0
 
 
@@ -908,7 +924,7 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
     for c in range(C):
         big = max(big, nv[c])
     for j in range(m):
-        c = arg[j]
+        c = _U(arg[j])
         d2 = ny2[j] + nv2[c] + 2.0 * np.float64(G32[c, j])
         r = ny[j] + nv[c]
         e = d2 + kappa * r * r
@@ -919,10 +935,10 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
         h[j] = (1.0 - kappa - 16.0 * _U32) * ny2[j]
     Q, R, W, L = KU[0], KU[1], KU[2], KU[3]
     anyf = flag[_GROUP]
-    q = 0
+    q = _U(0)
     for i0 in range(0, C, _GROUP):
         i1 = min(i0 + _GROUP, C)
-        if q > cap:
+        if q > _U(cap):
             for i in range(i0, i1):
                 cs[i] = q
             continue
@@ -937,19 +953,21 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
                 s = s if s > np.float32(0.0) else np.float32(0.0)
                 fl[j] = 0 if wc - lc * s - ml32[j] < np.float32(0.0) else 1  # NaN lists the pair
                 anyf[j] |= fl[j]
-        nr = 0
+        nr = _U(0)
         for j in range(m):  # branch-free
             rows[nr] = j
             nr += anyf[j]
         for i in range(i0, i1):
             cs[i] = q
             fl = flag[i - i0]
-            for t in range(nr):
+            t = _U(0)
+            while t < nr:
                 j = rows[t]
                 lj[q] = j
-                q += fl[j]
+                q += fl[_U(j)]
+                t += _U(1)
     cs[C] = q
-    return q
+    return np.intp(q)
 
 
 @numba.njit(inline="always", **_FAST)
@@ -1036,13 +1054,13 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
         else:
             wait -= 1
         if sparse:
-            _exact_pairs(V, mu, p, base, order, cs, lj, lv, mx, m)
+            _exact_pairs(V, sq, sm, base, order, cs, lj, lv, mx, m)
             w = _keep_pairs(cs, lj, lv, mx)
             _vexp(lv, zero, w)
             for j in range(m):
                 acc[j] = 0.0
             for k in range(w):
-                acc[lj[k]] += lv[k]
+                acc[_U(lj[k])] += lv[k]
             loglik += _tile_loglik(mx, acc, m)
             _fold_pairs(V, order, cs, lj, lv, acc, S)
         else:

@@ -5,7 +5,15 @@ unscreened numpy reference."""
 import numpy as np
 import pytest
 
-from dclust.kernels.gmpr import _DIAG_TILE, _NEGLIGIBLE, MixtureParams, unlinked_partial, unlinked_partial_numpy
+from dclust.kernels.gmpr import (
+    _DIAG_TILE,
+    _NEGLIGIBLE,
+    MixtureParams,
+    _diag_kernel,
+    _diag_screen_weights,
+    unlinked_partial,
+    unlinked_partial_numpy,
+)
 
 
 @pytest.mark.parametrize("offset", [0.0, 1e3])
@@ -35,3 +43,26 @@ def test_a_component_just_inside_the_cut_is_kept(offset):
     np.testing.assert_allclose(a.mean[:2], b.mean[:2], rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(a.scatter[:2], b.scatter[:2], rtol=1e-9, atol=1e-9 * np.abs(b.scatter[:2]).max())
     assert a.loglik == pytest.approx(b.loglik, rel=1e-12)
+
+
+def test_nan_and_inf_in_screened_tiles_are_counted_value_by_value():
+    """Separated components (every tile screened and sparse): each NaN or inf value of a kept row counts once,
+    a skipped row's do not count, and a finite float64 row whose squared norm overflows (1e200) is not bad (the
+    screen counts a row's values only when that norm is not finite)."""
+    rng = np.random.default_rng(5)
+    D, C = 16, 8
+    means = rng.normal(size=(C, 1, D)) * 50.0
+    p = MixtureParams.build(np.full(C, 1.0 / C), np.ones((C, 1)), means, np.ones((C, 1, D)))
+    n = 3 * _DIAG_TILE
+    X = means[rng.integers(0, C, n), 0] + rng.normal(size=(n, D))
+    w = _diag_screen_weights(p)
+    keep = np.ones(n, bool)
+    X[5] = 1e200
+    assert _diag_kernel(X, keep, *w)[2] == 0
+    X[_DIAG_TILE + 3, [0, 4]] = np.nan  # two values of one row
+    X[2 * _DIAG_TILE + 10, 2] = -np.inf
+    X[2 * _DIAG_TILE + 11, [1, 2, 3]] = np.inf
+    assert _diag_kernel(X, keep, *w)[2] == 6
+    assert _diag_kernel(X.astype(np.float32), keep, *w)[2] == 6 + D  # 1e200 is inf in float32
+    keep[2 * _DIAG_TILE + 11] = False
+    assert _diag_kernel(X, keep, *w)[2] == 3
