@@ -14,7 +14,7 @@ import threading
 import numba
 import numpy as np
 
-from .simd import wide_vectors
+from .simd import transpose_rows, wide_vectors
 from .stats import _GOLDEN, _MIX1, _MIX2, ClusterStats, point_keys
 
 __all__ = [
@@ -134,21 +134,23 @@ _NARROW = 32
 
 @numba.njit(inline="always", **_JIT)
 def _tile_buffers(X, k, m):
-    """``(G, T)`` for :func:`_tile_products` on tiles of ``m`` rows of ``X`` against ``k`` candidates."""
+    """``(G, T, rows)`` for :func:`_tile_products` on tiles of ``m`` rows of ``X`` against ``k`` candidates."""
     d = X.shape[1]
+    rows = np.empty(m, dtype=np.intp)
     if d <= _NARROW:
-        return np.empty((k, m), dtype=X.dtype), np.empty((d, m), dtype=X.dtype)
-    return np.empty((k, m), dtype=X.dtype), np.empty((m, d), dtype=X.dtype)
+        return np.empty((k, m), dtype=X.dtype), np.empty((d, m), dtype=X.dtype), rows
+    return np.empty((k, m), dtype=X.dtype), np.empty((m, d), dtype=X.dtype), rows
 
 
 @numba.njit(inline="always", **_JIT)
-def _tile_products(X, s, m, o, Ck, T, G):
-    """``G = Ck @ (X[s : s + m] - o).T`` (candidate-major, ``(k, m)``) in ``X``'s dtype, through the buffer ``T``."""
+def _tile_products(X, s, m, o, Ck, T, G, rows):
+    """``G = Ck @ (X[s : s + m] - o).T`` (candidate-major, ``(k, m)``) in ``X``'s dtype, through the buffer ``T``
+    (``rows``: room for the tile's row indices)."""
     d = X.shape[1]
-    if d <= _NARROW:  # the centred tile transposed here (cheap for few columns) ...
+    if d <= _NARROW:  # the centered tile transposed here, in registers (cheap for few columns) ...
         for r in range(m):
-            for j in range(d):
-                T[j, r] = X[s + r, j] - o[j]
+            rows[r] = s + r
+        transpose_rows(X, rows, m, o, T)
         np.dot(Ck, T, G)
     else:  # ... or centred in place and transposed by BLAS (T.T is T in Fortran order, no copy)
         for r in range(m):
@@ -198,7 +200,7 @@ def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta,
     k = Ck.shape[0]
     want_rows = labels.shape[0] > 0
     tile = min(n, _TILE)
-    G, T = _tile_buffers(X, k, tile)
+    G, T, rows = _tile_buffers(X, k, tile)
     best = np.empty(tile, dtype=X.dtype)
     nearest = np.empty(tile, dtype=np.int64)
     keys = np.empty(tile, dtype=np.uint64)  # the tile's row keys (fingerprint), made in one vectorised loop
@@ -212,8 +214,8 @@ def _lloyd_block(X, o, Ck, cc, C, w, has_w, offset, labels, mind, weight, delta,
     for s in range(0, n, _TILE):
         m = min(n, s + _TILE) - s
         if m < tile:  # the last, short tile (np.dot wants contiguous operands)
-            G, T = _tile_buffers(X, k, m)
-        _tile_products(X, s, m, o, Ck, T, G)
+            G, T, rows = _tile_buffers(X, k, m)
+        _tile_products(X, s, m, o, Ck, T, G, rows)
         _tile_argmin(G, cc, 0, k, m, best, nearest)
         for r in range(m):
             keys[r] = _key(offset + np.uint64(s + r))

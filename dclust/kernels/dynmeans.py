@@ -289,7 +289,7 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
     n, d = X.shape
     k = Ck.shape[0]
     tile = min(n, _TILE)
-    G, T = _tile_buffers(X, k, tile)
+    G, T, rows = _tile_buffers(X, k, tile)
     bv = np.empty(tile, dtype=X.dtype)
     bi = np.empty(tile, dtype=np.int64)
     brv = np.empty(tile)
@@ -302,9 +302,9 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
     for s in range(0, n, _TILE):
         m = min(n, s + _TILE) - s
         if m < tile:  # the last, short tile (np.dot wants contiguous operands)
-            G, T = _tile_buffers(X, k, m)
+            G, T, rows = _tile_buffers(X, k, m)
         if k > 0:
-            _tile_products(X, s, m, o, Ck, T, G)
+            _tile_products(X, s, m, o, Ck, T, G, rows)
         _tile_argmin(G, cc, 0, n_inst, m, bv, bi)
         for r in range(m):
             brv[r] = np.inf

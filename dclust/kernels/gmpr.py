@@ -11,15 +11,13 @@ from dataclasses import dataclass, field
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 from scipy.linalg.lapack import dtrtri
 from scipy.special import logsumexp
 
 from .distances import _one_blas_thread
-from .simd import wide_vectors
+from .simd import transpose_rows, wide_vectors
 from .stats import chan_means
 
 __all__ = [
@@ -628,92 +626,12 @@ def _dense_weights(mu, p):
     return sq, sm
 
 
-def _shuffle_mask(w, high):
-    """The lanes of one step of an 8-lane transpose: vectors ``b`` and ``b + w`` (``b & w == 0``) exchange their
-    blocks of ``w`` lanes; vector ``b`` (``high`` False) keeps its blocks whose lane has bit ``w`` clear and takes
-    vector ``b + w``'s blocks before them, vector ``b + w`` the reverse (lanes 8-15 are the second vector's)."""
-    if high:
-        return [k + w if not k & w else k + 8 for k in range(8)]
-    return [k if not k & w else k - w + 8 for k in range(8)]
-
-
-def _lanes(lanes):
-    """An LLVM shuffle mask: the constant vector of the lanes ``lanes`` (int32)."""
-    return ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), lanes)
-
-
-def _transposer(W):
-    """The intrinsic ``_transpose<W>(X, idx, j, f, o, U)`` (``W`` = 8 or 4): ``U[f + a, j + b] = X[idx[j + b],
-    f + a] − o[f + a]`` for ``a < W``, ``b < 8``. Eight rows loaded as vectors of ``W`` features, converted to
-    float64 and centered; for ``W = 4`` rows ``b`` and ``b + 4`` are joined into one vector of 8; then transposed in
-    registers (steps of two-vector shuffles: lanes of bit ``w`` exchanged between vectors ``w`` apart, for ``w <
-    W``) and stored as ``W`` vectors of ``U``'s rows. The same values as a loop ``U[f, j] = np.float64(X[i, f]) −
-    o[f]``, which reads a feature at a time and stores it alone. ``X`` C-contiguous float32 or float64, ``o`` and
-    ``U`` C-contiguous float64; nothing is bounds-checked (``f + W <= D``, ``j + 8 <= len(idx)``)."""
-
-    def transpose(typingctx, X, idx, j, f, o, U):
-        if not (isinstance(X, types.Array) and X.ndim == 2 and X.layout == "C"
-                and X.dtype in (types.float32, types.float64) and j == types.intp and f == types.intp):
-            return None
-
-        def codegen(context, builder, sig, args):
-            Xt, It, _, _, Ot, Ut = sig.args
-            x, ix, jv, fv, ov, uv = (context.make_array(t)(context, builder, v) if isinstance(t, types.Array)
-                                     else v for t, v in zip(sig.args, args))
-            dw, d8 = ir.VectorType(ir.DoubleType(), W), ir.VectorType(ir.DoubleType(), 8)
-            xw = ir.VectorType(context.get_value_type(Xt.dtype), W)
-            lane = context.get_value_type(types.intp)
-            center = builder.load(builder.bitcast(cgutils.get_item_pointer(context, builder, Ot, ov, [fv]),
-                                                  dw.as_pointer()), align=8)
-            rows = []
-            for b in range(8):
-                ib = cgutils.get_item_pointer(context, builder, It, ix, [builder.add(jv, ir.Constant(lane, b))])
-                xp = cgutils.get_item_pointer(context, builder, Xt, x, [builder.load(ib), fv])
-                v = builder.load(builder.bitcast(xp, xw.as_pointer()), align=Xt.dtype.bitwidth // 8)
-                rows.append(builder.fsub(builder.fpext(v, dw) if Xt.dtype == types.float32 else v, center))
-            if W == 4:
-                rows = [builder.shuffle_vector(rows[b], rows[b + 4], _lanes(list(range(8)))) for b in range(4)]
-            w = 1
-            while w < W:
-                for b in range(W):
-                    if not b & w:
-                        p, q = rows[b], rows[b + w]
-                        rows[b], rows[b + w] = (builder.shuffle_vector(p, q, _lanes(_shuffle_mask(w, h)))
-                                                for h in (False, True))
-                w *= 2
-            for a in range(W):
-                ptr = cgutils.get_item_pointer(context, builder, Ut, uv, [builder.add(fv, ir.Constant(lane, a)), jv])
-                builder.store(rows[a], builder.bitcast(ptr, d8.as_pointer()), align=8)
-            return context.get_dummy_value()
-
-        return types.void(X, idx, j, f, o, U), codegen
-
-    transpose.__name__ = transpose.__qualname__ = f"_transpose{W}"
-    return intrinsic(transpose)
-
-
-_transpose8 = _transposer(8)
-_transpose4 = _transposer(4)
-
-
 @numba.njit(**_RFAST)
 def _dense_rows(X, idx, m, o, U):
-    """The rows ``X[idx[:m]]`` centered on ``o``, feature-major into the first D rows of ``U``: blocks of eight rows
-    by eight (then four) features transposed in registers (:func:`_transposer`), the other features and rows one
-    value at a time."""
+    """The rows ``X[idx[:m]]`` centered on ``o``, feature-major into the first D rows of ``U`` (float64), transposed
+    in registers (:func:`dclust.kernels.simd.transpose_rows`)."""
     wide_vectors()
-    D = X.shape[1]
-    m8, D8, D4 = m - m % 8, D - D % 8, D - D % 4
-    for j in range(0, m8, 8):
-        for f in range(0, D8, 8):
-            _transpose8(X, idx, j, f, o, U)
-        if D4 > D8:
-            _transpose4(X, idx, j, D8, o, U)
-    for f in range(D):
-        u = U[f]
-        of = o[f]
-        for j in range(0 if f >= D4 else m8, m):
-            u[j] = np.float64(X[idx[j], f]) - of
+    transpose_rows(X, idx, m, o, U)
 
 
 @numba.njit(**_RFAST)

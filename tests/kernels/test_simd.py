@@ -6,7 +6,7 @@ import numba
 import numpy as np
 import pytest
 
-from dclust.kernels.simd import wide_vectors
+from dclust.kernels.simd import transpose_rows, wide_vectors
 
 
 def _saxpy(wide: bool):
@@ -47,3 +47,29 @@ def test_results_are_unchanged():
     (_, a), (_, b) = _compiled(True), _compiled(False)
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a, 1.0 + 2.0 * np.arange(1000.0))
+
+
+@numba.njit
+def _transposed(X, idx, m, o, U):
+    transpose_rows(X, idx, m, o, U)
+
+
+@pytest.mark.parametrize("x_dtype, u_dtype", [(np.float32, np.float32), (np.float32, np.float64),
+                                              (np.float64, np.float64)])
+@pytest.mark.parametrize("d", [1, 3, 4, 8, 11, 12, 16, 21])
+def test_transpose_rows_is_the_plain_loop_bit_for_bit(x_dtype, u_dtype, d):
+    rng = np.random.default_rng(d)
+    X = (rng.normal(size=(300, d)) * 1e3 + 7.0).astype(x_dtype)
+    o = rng.normal(size=d).astype(u_dtype)
+    for idx, m in ((np.arange(40, 140), 100), (np.sort(rng.choice(300, 61, replace=False)), 61), (np.arange(5), 5)):
+        U = np.full((d + 2, m + 3), -1.0, dtype=u_dtype)
+        _transposed(X, idx.astype(np.intp), m, o, U)
+        expected = X[idx[:m]].astype(u_dtype) - o  # numpy rounds the difference in u_dtype, as the loop does
+        np.testing.assert_array_equal(U[:d, :m], expected.T)
+        assert (U[d:] == -1).all() and (U[:, m:] == -1).all()  # nothing written outside the D x m corner
+
+
+def test_transpose_rows_refuses_a_narrowing_conversion():
+    X, U = np.zeros((8, 8)), np.zeros((8, 8), np.float32)
+    with pytest.raises(numba.core.errors.TypingError):
+        _transposed(X, np.arange(8), 8, np.zeros(8, np.float32), U)
