@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import types
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -294,14 +295,21 @@ _INLINE_BYTES = 256 * 2**10
 _SCALARS = (int, float, complex, str, bool, type(None), np.generic)
 
 
+def _by_reference(v) -> bool:
+    """A function that pickles as its module and name (a few bytes): defined at a module's top level, no closure."""
+    return (isinstance(v, types.FunctionType) and v.__closure__ is None and "<" not in v.__qualname__
+            and getattr(v, "__module__", None) is not None)
+
+
 def _is_small(kwargs: dict) -> bool:
     """Whether the keyword arguments of a pass travel inside its tasks: numpy arrays of at most ``_INLINE_BYTES``
-    in all and scalars (any other object may be large: it stays one key). ``dask.config.set({"dclust.inline-params":
-    False})`` always keeps them one key (for comparisons)."""
+    in all, scalars and top-level functions (the block kernel an OCC epoch proposes with; any other object may be
+    large: it stays one key). ``dask.config.set({"dclust.inline-params": False})`` always keeps them one key (for
+    comparisons)."""
     if not dask.config.get("dclust.inline-params", True):
         return False
     values = [x for v in kwargs.values() for x in (v if isinstance(v, (tuple, list)) else (v,))]
-    if not all(isinstance(v, (np.ndarray,) + _SCALARS) for v in values):
+    if not all(isinstance(v, (np.ndarray,) + _SCALARS) or _by_reference(v) for v in values):
         return False
     return sum(v.nbytes for v in values if isinstance(v, np.ndarray)) <= _INLINE_BYTES
 

@@ -98,6 +98,32 @@ def test_small_parameters_travel_inside_the_tasks(store, inline):
     assert any(str(k).startswith("dclust-params-") for k in _pass_tasks(Xd, big))
 
 
+def _propose_with(Xb, *, offset, block_index, propose, centers):
+    return propose(Xb, centers, offset=offset, block_index=block_index)
+
+
+def test_a_top_level_kernel_among_the_parameters_travels_inside_the_tasks(store):
+    """An OCC epoch passes its block kernel as a parameter: a top-level function pickles as its name, so the pass's
+    tasks still depend on no key (a key for it made every pass wait for the parameters' transfer to the other
+    workers); a closure, whose size is unknown, stays one key."""
+    from dclust.kernels.distances import block_stats
+
+    X, path = store
+    Xd = dclust.open_array(path)
+    C = X[:4].astype(np.float64)
+
+    def tasks_with(propose):
+        graph = dict(map_reduce(_propose_with, ClusterStats.merge_all, Xd, propose=propose, centers=C)
+                     .__dask_graph__())
+        return [k for k in graph if str(k).startswith("dclust-params-")]
+
+    assert tasks_with(block_stats) == []
+    assert len(tasks_with(lambda Xb, C, **kw: block_stats(Xb, C, **kw))) == 1
+    stats = map_reduce(_propose_with, ClusterStats.merge_all, Xd, propose=block_stats, centers=C).compute()[()]
+    reference = ClusterStats.from_labels(X, np.argmin(((X[:, None, :] - C[None]) ** 2).sum(axis=2), axis=1), 4)
+    np.testing.assert_array_equal(stats.weight, reference.weight)
+
+
 def test_a_persisted_store_is_spread_evenly_and_each_block_is_used_where_it_is(store, client):
     """Persisted on a cluster of two single-threaded workers, the 800 chunks of the store are split 400:400 in two
     contiguous runs (left to Dask, nearly all of them landed where the store object was, and a pass ran on one
