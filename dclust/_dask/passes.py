@@ -24,6 +24,7 @@ per block (proposal steps that need them block by block); :func:`map_labels` giv
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import types
@@ -301,17 +302,31 @@ def _by_reference(v) -> bool:
             and getattr(v, "__module__", None) is not None)
 
 
+def _inline_bytes(v) -> int | None:
+    """The bytes ``v`` adds to a task that carries it, or None when unknown (it may be large): numpy arrays,
+    scalars, top-level functions (the block kernel an OCC epoch proposes with), and tuples, lists and dataclass
+    instances (a mixture's parameters, a D-Means step's state) made of them."""
+    if isinstance(v, np.ndarray):
+        return v.nbytes if v.dtype != object else None
+    if isinstance(v, _SCALARS) or _by_reference(v):
+        return 0
+    if isinstance(v, (tuple, list)):
+        parts = [_inline_bytes(x) for x in v]
+    elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+        parts = [_inline_bytes(getattr(v, f.name)) for f in dataclasses.fields(v)]
+    else:
+        return None
+    return None if None in parts else sum(parts)  # type: ignore[arg-type]
+
+
 def _is_small(kwargs: dict) -> bool:
-    """Whether the keyword arguments of a pass travel inside its tasks: numpy arrays of at most ``_INLINE_BYTES``
-    in all, scalars and top-level functions (the block kernel an OCC epoch proposes with; any other object may be
-    large: it stays one key). ``dask.config.set({"dclust.inline-params": False})`` always keeps them one key (for
-    comparisons)."""
+    """Whether the keyword arguments of a pass travel inside its tasks: at most ``_INLINE_BYTES`` of what
+    :func:`_inline_bytes` can size (any other object may be large: it stays one key).
+    ``dask.config.set({"dclust.inline-params": False})`` always keeps them one key (for comparisons)."""
     if not dask.config.get("dclust.inline-params", True):
         return False
-    values = [x for v in kwargs.values() for x in (v if isinstance(v, (tuple, list)) else (v,))]
-    if not all(isinstance(v, (np.ndarray,) + _SCALARS) or _by_reference(v) for v in values):
-        return False
-    return sum(v.nbytes for v in values if isinstance(v, np.ndarray)) <= _INLINE_BYTES
+    size = _inline_bytes(list(kwargs.values()))
+    return size is not None and size <= _INLINE_BYTES
 
 
 @dataclass(frozen=True)

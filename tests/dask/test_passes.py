@@ -124,6 +124,22 @@ def test_a_top_level_kernel_among_the_parameters_travels_inside_the_tasks(store)
     np.testing.assert_array_equal(stats.weight, reference.weight)
 
 
+def test_dataclasses_of_small_arrays_travel_inside_the_tasks():
+    """A mixture's parameters or a D-Means step's state (dataclasses of arrays and scalars) are sized by their
+    fields: small ones travel inside the tasks; one holding an object of unknown size, or too many bytes, is a key."""
+    from dclust._dask.passes import _INLINE_BYTES, _is_small
+    from dclust.kernels.dynmeans import StepState
+    from dclust.kernels.gmpr import MixtureParams
+
+    params = MixtureParams.build(np.full(16, 1 / 16), np.ones((16, 1)), np.zeros((16, 1, 8)), np.ones((16, 1, 8)))
+    state = StepState(np.zeros((5, 8)), np.ones(5), np.ones(5, np.int64), 1.0, 0.0)
+    assert _is_small({"params": params}) and _is_small({"state": state, "mix": 3})
+    assert not _is_small({"state": StepState(np.zeros((_INLINE_BYTES // 64 + 1, 8)), np.ones(1), np.ones(1, np.int64),
+                                             1.0, 0.0)})
+    assert not _is_small({"params": params, "other": object()})
+    assert not _is_small({"boxed": np.empty(2, dtype=object)})
+
+
 def test_a_persisted_store_is_spread_evenly_and_each_block_is_used_where_it_is(store, client):
     """Persisted on a cluster of two single-threaded workers, the 800 chunks of the store are split 400:400 in two
     contiguous runs (left to Dask, nearly all of them landed where the store object was, and a pass ran on one
