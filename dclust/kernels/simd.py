@@ -1,9 +1,9 @@
 """Vector width of the numba kernels, and a transpose in registers.
 
-LLVM tunes for 256-bit vectors on CPUs with AVX-512 (``prefer-256-bit``): its loop vectoriser then leaves half of
+LLVM tunes for 256-bit vectors on CPUs with AVX-512 (``prefer-256-bit``): its loop vectorizer then leaves half of
 every 512-bit register unused, even in a loop that only multiplies and adds float64 values, while the BLAS that
 scikit-learn and a k-means pass call does use them. :func:`wide_vectors`, called first in a jitted function,
-lets LLVM vectorise that function's loops at 512 bits (the function attribute ``"prefer-vector-width"="512"``,
+lets LLVM vectorize that function's loops at 512 bits (the function attribute ``"prefer-vector-width"="512"``,
 clang's ``-mprefer-vector-width=512``). It changes nothing else: on a CPU without AVX-512 the widest legal vectors
 stay 256 bits, other functions keep the default, and no process-wide setting (``NUMBA_CPU_FEATURES``) is touched.
 
@@ -31,7 +31,7 @@ _ATTRIBUTE = '"prefer-vector-width"="512"'
 
 @intrinsic
 def wide_vectors(typingctx):
-    """Let LLVM vectorise the calling jitted function's loops with 512-bit vectors where the CPU has them.
+    """Let LLVM vectorize the calling jitted function's loops with 512-bit vectors where the CPU has them.
 
     Call it once, first, in the function whose loops should widen; an ``inline="always"`` function's loops
     belong to its caller, which must call it. It adds no instruction.
