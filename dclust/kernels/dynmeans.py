@@ -20,7 +20,8 @@ import numba
 import numpy as np
 
 from .distances import (_FAST, _TILE, _U, _float_block, _key, _one_blas_thread, _tile_argmin, _tile_buffers,
-                        _tile_products, fold_row, order_keys, row_diff_sq, row_sq_dist, stats_from_assignment)
+                        _tile_keys, _tile_products, fold_row, order_keys, row_diff_sq, row_sq_dist,
+                        stats_from_assignment)
 from .simd import wide_vectors
 from .stats import ClusterStats
 
@@ -294,7 +295,7 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
     bi = np.empty(tile, dtype=np.int64)
     brv = np.empty(tile)
     br = np.empty(tile, dtype=np.int64)
-    order = np.empty(tile if ranged else 0, dtype=np.uint64)  # a tile's order keys, made in one vectorised loop
+    order = np.empty(tile if ranged else 0, dtype=np.uint64)  # a tile's order keys, made in one vectorized loop
     t = np.empty(d)
     n_bad = 0
     n_taken = 0
@@ -317,8 +318,7 @@ def _dm_block(X, o, Ck, cc, C, scale, base, slot, n_inst, w, has_w, offset, rang
                 br[r] = c if closer else br[r]
                 brv[r] = v if closer else brv[r]
         if ranged:
-            for r in range(m):
-                order[r] = _key((offset + np.uint64(s + r)) ^ mix)
+            _tile_keys(order, offset, s, m, mix)
         for r in range(m):
             i = s + r
             if ranged and (order[r] < lo or order[r] > hi):

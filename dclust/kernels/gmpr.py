@@ -16,7 +16,7 @@ from numba.extending import intrinsic
 from scipy.linalg.lapack import dtrtri
 from scipy.special import logsumexp
 
-from .distances import _one_blas_thread
+from .distances import _U, _one_blas_thread
 from .simd import transpose_rows, wide_vectors
 from .stats import chan_means
 
@@ -492,13 +492,6 @@ def _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny):
         for f in range(D):
             Y[j, f] = 0.0
     return bad
-
-
-#: Index type of the screened pairs' loops: numba wraps a negative signed index around (a sign test and an add per
-#: access, which LLVM cannot drop for indices read from arrays); an unsigned one is used as it is (10-45 % of
-#: :func:`_exact_pairs`', :func:`_keep_pairs`' and :func:`_fold_pairs`' time on real 64-D tiles, interleaved runs).
-#: Every such index here is a row of a tile or a pair's place, never negative.
-_U = np.uint64
 
 
 @numba.njit(inline="always", **_RFAST)
