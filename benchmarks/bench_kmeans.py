@@ -29,7 +29,6 @@ import argparse
 import gc
 import json
 import logging
-import math
 import shutil
 import sys
 import tempfile

@@ -355,7 +355,7 @@ def run_cluster(args: argparse.Namespace, work: Path) -> dict:
     print_table(rows, ["workers x threads", "s/iteration", "speedup", "efficiency"],
                 title=f"KMeans, {args.n:,} x 8 float32, {args.iters} iterations")
     ck = result["checkpoint"]
-    print(f"checkpoint overhead: " + ("null (no checkpoint= in KMeans)" if ck is None else
+    print("checkpoint overhead: " + ("null (no checkpoint= in KMeans)" if ck is None else
                                       f"{ck['extra_s_per_iter']:+.3f} s/iteration = {ck['overhead_fraction']:.1%}"
                                       f" (target <= {T_CHECKPOINT:.0%})"))
     print(f"worker killed after iteration 1: {wk['extra_s']:+.2f} s total ({wk['recovery_s']:+.2f} s beyond running "

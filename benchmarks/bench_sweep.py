@@ -25,7 +25,6 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import HERE, add_int_options, fmt_ratio, fmt_s, machine_info, print_table, write_json  # noqa: E402

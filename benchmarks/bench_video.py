@@ -37,7 +37,6 @@ import os
 import sys
 import tempfile
 import time
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np

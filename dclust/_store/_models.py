@@ -167,7 +167,7 @@ def _collect(model: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         k: v for k, v in vars(model).items() if k.endswith("_") and not k.startswith("_") and k not in transient
     }
     p_entries, p_arrays = _encode_section(
-        params, "params", cls, f"Pass that parameter as a plain value (or an array) before saving."
+        params, "params", cls, "Pass that parameter as a plain value (or an array) before saving."
     )
     a_entries, a_arrays = _encode_section(
         learned, "attributes", cls,
@@ -338,7 +338,7 @@ def load(path: str | os.PathLike, *, storage_options: dict[str, Any] | None = No
     if fmt is None:
         raise _corrupt(shown, "a 'dclust_format' attribute", "a Zarr group without one")
     if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt < 1:
-        raise _corrupt(shown, f"an integer 'dclust_format' >= 1", repr(fmt))
+        raise _corrupt(shown, "an integer 'dclust_format' >= 1", repr(fmt))
     if fmt > FORMAT_VERSION:
         raise FormatVersionError(
             message(f"load({shown})", f"model format {FORMAT_VERSION} (what this dclust reads)",

@@ -3,7 +3,7 @@ over the data, the max_features error, and transform/predict returning the binar
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import dask.array as da
 import numpy as np

@@ -87,7 +87,7 @@ def _select(frame: Any, columns: list[str] | None, where: str) -> tuple[list[str
         if unknown:
             raise InvalidParameterError(
                 message(f"open_array(columns=...) on {where}", "names of its columns: "
-                        + ", ".join(repr(c) for c in available), f"unknown column(s) "
+                        + ", ".join(repr(c) for c in available), "unknown column(s) "
                         + ", ".join(repr(c) for c in unknown), "Pick columns from the list (names are case-sensitive).")
             )
     if not columns:

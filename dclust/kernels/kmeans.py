@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .distances import assign_stats, nearest
+from .distances import assign_stats
 
 __all__ = ["kmeans_plusplus", "block_rng", "lloyd_pass", "lloyd"]
 

@@ -12,7 +12,7 @@ import xarray as xr
 import zarr
 
 import dclust._validation as validation
-from dclust.errors import ChunkingError, InvalidDataError, InvalidParameterError, StorageError
+from dclust.errors import ChunkingError, CorruptStoreError, InvalidDataError, InvalidParameterError, StorageError
 from dclust.io import open_array
 
 
@@ -153,7 +153,7 @@ def test_validation_reads_metadata_only(tmp_path):
                 fh.write(b"garbage")
     X = open_array(tmp_path / "x.zarr")  # fine: only zarr.json is read
     assert X.shape == (100, 4) and X.chunks[0] == (25,) * 4
-    with pytest.raises(Exception):
+    with pytest.raises(CorruptStoreError, match="undecodable chunk"):  # at compute, with the chunk named
         X.compute()
 
 

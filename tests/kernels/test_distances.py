@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 
-from dclust.kernels import distances
 from dclust.kernels.distances import assign_stats, assign_stats_numpy, block_stats, nearest, nearest_numpy
 
 
