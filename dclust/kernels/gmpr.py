@@ -651,46 +651,78 @@ def _dense_densities(U, m, sq, sm, base, G, mx):
                     mx[j] = t if t > mx[j] else mx[j]
 
 
+@numba.njit(inline="always", **_RFAST)
+def _add_sweep(S, c, f, D, a0, a1, a2, a3, b0, b1, b2, b3):
+    """``S[c, D + f + k] += a_k``, ``S[c, f + k] += b_k`` for the features ``f + k < D`` of a sweep."""
+    S[c, D + f] += a0
+    S[c, f] += b0
+    if f + 1 < D:
+        S[c, D + f + 1] += a1
+        S[c, f + 1] += b1
+    if f + 2 < D:
+        S[c, D + f + 2] += a2
+        S[c, f + 2] += b2
+    if f + 3 < D:
+        S[c, D + f + 3] += a3
+        S[c, f + 3] += b3
+
+
 @numba.njit(**_RFAST)
-def _fold_dense(G, U, m, acc, S):
+def _fold_dense(G, U, U2, m, acc, S):
     """``S[c] += Σ_j r_cj [u_j², u_j, 1]`` with ``r_cj = G[c, j] · acc[j]`` over the first ``m`` rows of ``U`` (D,
-    T, zero-padded to a multiple of ``_SWEEP``), ``_SWEEP`` features per sweep of ``G[c]``, the weights ``r``
-    formed on the fly (one multiply per sweep, where a sweep that stored them cost more) and summed in the first."""
+    T, zero-padded to a multiple of ``_SWEEP``). The rows are first scaled by their ``acc``: ``U[f, j] ← v = acc[j]
+    u_fj`` in place and ``U2[f, j] ← v u_fj`` (``U2`` like ``U``, its padding rows 0), so the sums are ``Σ_j G[c, j]
+    [U2[:, j], U[:, j], acc[j]]``, two fused multiply-adds per feature and row with no per-pair multiply (a row
+    whose ``acc`` is 0 adds exactly 0 even where ``u²`` overflows). Two components per sweep of ``_SWEEP``
+    features share the loads of ``U`` and ``U2`` (18 vector accumulators); the sums of ``r`` come with the first."""
     wide_vectors()
     C = G.shape[0]
     D = (S.shape[1] - 1) // 2
-    for c in range(C):
-        g = G[c]
-        s0 = 0.0
+    for f in range(D):
+        u, w = U[f], U2[f]
+        for j in range(m):
+            v = u[j] * acc[j]
+            w[j] = v * u[j]
+            u[j] = v
+    for c in range(0, C, 2):
+        d = min(c + 1, C - 1)  # C odd: the last component twice, added once
+        g, h = G[c], G[d]
+        sg = sh = 0.0
         for f in range(0, D, _SWEEP):
             u0, u1, u2, u3 = U[f], U[f + 1], U[f + 2], U[f + 3]
+            w0, w1, w2, w3 = U2[f], U2[f + 1], U2[f + 2], U2[f + 3]
             first = f == 0
             a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = 0.0
+            e0 = e1 = e2 = e3 = q0 = q1 = q2 = q3 = 0.0
             for j in range(m):
-                r = g[j] * acc[j]
+                r, t = g[j], h[j]
                 if first:
-                    s0 += r
-                x0, x1, x2, x3 = r * u0[j], r * u1[j], r * u2[j], r * u3[j]
-                a0 += x0
-                a1 += x1
-                a2 += x2
-                a3 += x3
-                b0 += x0 * u0[j]
-                b1 += x1 * u1[j]
-                b2 += x2 * u2[j]
-                b3 += x3 * u3[j]
-            S[c, D + f] += a0
-            S[c, f] += b0
-            if f + 1 < D:
-                S[c, D + f + 1] += a1
-                S[c, f + 1] += b1
-            if f + 2 < D:
-                S[c, D + f + 2] += a2
-                S[c, f + 2] += b2
-            if f + 3 < D:
-                S[c, D + f + 3] += a3
-                S[c, f + 3] += b3
-        S[c, 2 * D] += s0
+                    sg += r * acc[j]
+                    sh += t * acc[j]
+                x0, x1, x2, x3 = u0[j], u1[j], u2[j], u3[j]
+                y0, y1, y2, y3 = w0[j], w1[j], w2[j], w3[j]
+                a0 += r * x0
+                a1 += r * x1
+                a2 += r * x2
+                a3 += r * x3
+                b0 += r * y0
+                b1 += r * y1
+                b2 += r * y2
+                b3 += r * y3
+                e0 += t * x0
+                e1 += t * x1
+                e2 += t * x2
+                e3 += t * x3
+                q0 += t * y0
+                q1 += t * y1
+                q2 += t * y2
+                q3 += t * y3
+            _add_sweep(S, c, f, D, a0, a1, a2, a3, b0, b1, b2, b3)
+            if d != c:
+                _add_sweep(S, d, f, D, e0, e1, e2, e3, q0, q1, q2, q3)
+        S[c, 2 * D] += sg
+        if d != c:
+            S[d, 2 * D] += sh
 
 
 #: A row whose norm times the largest component norm (both scaled) is not below this is not screened (every
@@ -925,6 +957,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     idx = np.empty(T, np.intp)
     sq, sm = _dense_weights(mu, p)
     U = np.zeros((sq.shape[1], T))  # the padding rows stay 0
+    U2 = np.zeros((sq.shape[1], T))  # _fold_dense's scaled squares (padding rows 0)
     Y = np.zeros((T, D), np.float32)
     ny2, ny, mx, acc = np.empty(T), np.empty(T), np.empty(T), np.empty(T)
     G32 = np.empty((C, T), np.float32)
@@ -984,7 +1017,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
                     acc[j] = 0.0
                     for f in range(D):
                         n_bad += 0 if screened or np.isfinite(X[idx[j], f]) else 1
-            _fold_dense(G, U, m, acc, S)
+            _fold_dense(G, U, U2, m, acc, S)
             if wait > 0 and _looks_sparse(G, m):
                 wait = 0
     return S, loglik, n_bad
