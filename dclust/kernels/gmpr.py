@@ -652,77 +652,69 @@ def _dense_densities(U, m, sq, sm, base, G, mx):
 
 
 @numba.njit(inline="always", **_RFAST)
-def _add_sweep(S, c, f, D, a0, a1, a2, a3, b0, b1, b2, b3):
-    """``S[c, D + f + k] += a_k``, ``S[c, f + k] += b_k`` for the features ``f + k < D`` of a sweep."""
-    S[c, D + f] += a0
-    S[c, f] += b0
-    if f + 1 < D:
-        S[c, D + f + 1] += a1
-        S[c, f + 1] += b1
-    if f + 2 < D:
-        S[c, D + f + 2] += a2
-        S[c, f + 2] += b2
-    if f + 3 < D:
-        S[c, D + f + 3] += a3
-        S[c, f + 3] += b3
+def _add_pair(S, c, C, f, D, a0, a1, b0, b1):
+    """``S[c, D + f + k] += a_k``, ``S[c, f + k] += b_k`` for the features ``f + k < D`` (``k < 2``), if ``c < C``."""
+    if c < C:
+        S[c, D + f] += a0
+        S[c, f] += b0
+        if f + 1 < D:
+            S[c, D + f + 1] += a1
+            S[c, f + 1] += b1
 
 
 @numba.njit(**_RFAST)
-def _fold_dense(G, U, U2, m, acc, S):
+def _fold_dense(G, U, m, acc, S):
     """``S[c] += Σ_j r_cj [u_j², u_j, 1]`` with ``r_cj = G[c, j] · acc[j]`` over the first ``m`` rows of ``U`` (D,
-    T, zero-padded to a multiple of ``_SWEEP``). The rows are first scaled by their ``acc``: ``U[f, j] ← v = acc[j]
-    u_fj`` in place and ``U2[f, j] ← v u_fj`` (``U2`` like ``U``, its padding rows 0), so the sums are ``Σ_j G[c, j]
-    [U2[:, j], U[:, j], acc[j]]``, two fused multiply-adds per feature and row with no per-pair multiply (a row
-    whose ``acc`` is 0 adds exactly 0 even where ``u²`` overflows). Two components per sweep of ``_SWEEP``
-    features share the loads of ``U`` and ``U2`` (18 vector accumulators); the sums of ``r`` come with the first."""
+    T, zero-padded to a multiple of ``_SWEEP``), as ``Σ_j G[c, j] [v_j u_j, v_j, acc[j]]`` with the row scaled by
+    its ``acc``, ``v_j = acc[j] u_j``: two fused multiply-adds per feature and pair, no per-pair multiply (a row
+    whose ``acc`` is 0 adds exactly 0 even where ``u²`` overflows). A sweep takes four components and two
+    features (16 vector accumulators): ``v`` and ``v u`` are formed once per row for the four, from 7 loads per
+    16 multiply-adds (stored scaled rows and squares cost more in stores than the multiplies they save); the sums of
+    ``r`` come with the first sweep."""
     wide_vectors()
     C = G.shape[0]
     D = (S.shape[1] - 1) // 2
-    for f in range(D):
-        u, w = U[f], U2[f]
-        for j in range(m):
-            v = u[j] * acc[j]
-            w[j] = v * u[j]
-            u[j] = v
-    for c in range(0, C, 2):
-        d = min(c + 1, C - 1)  # C odd: the last component twice, added once
-        g, h = G[c], G[d]
-        sg = sh = 0.0
-        for f in range(0, D, _SWEEP):
-            u0, u1, u2, u3 = U[f], U[f + 1], U[f + 2], U[f + 3]
-            w0, w1, w2, w3 = U2[f], U2[f + 1], U2[f + 2], U2[f + 3]
+    for c in range(0, C, 4):
+        g0, g1, g2, g3 = G[c], G[min(c + 1, C - 1)], G[min(c + 2, C - 1)], G[min(c + 3, C - 1)]  # past C: not added
+        s0 = s1 = s2 = s3 = 0.0
+        for f in range(0, D, 2):
+            u0, u1 = U[f], U[f + 1]
             first = f == 0
-            a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = 0.0
-            e0 = e1 = e2 = e3 = q0 = q1 = q2 = q3 = 0.0
+            a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = 0.0
+            b00 = b01 = b10 = b11 = b20 = b21 = b30 = b31 = 0.0
             for j in range(m):
-                r, t = g[j], h[j]
+                r0, r1, r2, r3 = g0[j], g1[j], g2[j], g3[j]
+                e = acc[j]
                 if first:
-                    sg += r * acc[j]
-                    sh += t * acc[j]
-                x0, x1, x2, x3 = u0[j], u1[j], u2[j], u3[j]
-                y0, y1, y2, y3 = w0[j], w1[j], w2[j], w3[j]
-                a0 += r * x0
-                a1 += r * x1
-                a2 += r * x2
-                a3 += r * x3
-                b0 += r * y0
-                b1 += r * y1
-                b2 += r * y2
-                b3 += r * y3
-                e0 += t * x0
-                e1 += t * x1
-                e2 += t * x2
-                e3 += t * x3
-                q0 += t * y0
-                q1 += t * y1
-                q2 += t * y2
-                q3 += t * y3
-            _add_sweep(S, c, f, D, a0, a1, a2, a3, b0, b1, b2, b3)
-            if d != c:
-                _add_sweep(S, d, f, D, e0, e1, e2, e3, q0, q1, q2, q3)
-        S[c, 2 * D] += sg
-        if d != c:
-            S[d, 2 * D] += sh
+                    s0 += r0 * e
+                    s1 += r1 * e
+                    s2 += r2 * e
+                    s3 += r3 * e
+                x0, x1 = u0[j] * e, u1[j] * e
+                y0, y1 = x0 * u0[j], x1 * u1[j]
+                a00 += r0 * x0
+                a01 += r0 * x1
+                a10 += r1 * x0
+                a11 += r1 * x1
+                a20 += r2 * x0
+                a21 += r2 * x1
+                a30 += r3 * x0
+                a31 += r3 * x1
+                b00 += r0 * y0
+                b01 += r0 * y1
+                b10 += r1 * y0
+                b11 += r1 * y1
+                b20 += r2 * y0
+                b21 += r2 * y1
+                b30 += r3 * y0
+                b31 += r3 * y1
+            _add_pair(S, c, C, f, D, a00, a01, b00, b01)
+            _add_pair(S, c + 1, C, f, D, a10, a11, b10, b11)
+            _add_pair(S, c + 2, C, f, D, a20, a21, b20, b21)
+            _add_pair(S, c + 3, C, f, D, a30, a31, b30, b31)
+        for k, sk in enumerate((s0, s1, s2, s3)):
+            if c + k < C:
+                S[c + k, 2 * D] += sk
 
 
 #: A row whose norm times the largest component norm (both scaled) is not below this is not screened (every
@@ -957,7 +949,6 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     idx = np.empty(T, np.intp)
     sq, sm = _dense_weights(mu, p)
     U = np.zeros((sq.shape[1], T))  # the padding rows stay 0
-    U2 = np.zeros((sq.shape[1], T))  # _fold_dense's scaled squares (padding rows 0)
     Y = np.zeros((T, D), np.float32)
     ny2, ny, mx, acc = np.empty(T), np.empty(T), np.empty(T), np.empty(T)
     G32 = np.empty((C, T), np.float32)
@@ -1017,7 +1008,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
                     acc[j] = 0.0
                     for f in range(D):
                         n_bad += 0 if screened or np.isfinite(X[idx[j], f]) else 1
-            _fold_dense(G, U, U2, m, acc, S)
+            _fold_dense(G, U, m, acc, S)
             if wait > 0 and _looks_sparse(G, m):
                 wait = 0
     return S, loglik, n_bad
