@@ -665,12 +665,12 @@ def _add_pair(S, c, C, f, D, a0, a1, b0, b1):
 @numba.njit(**_RFAST)
 def _fold_dense(G, U, m, acc, S):
     """``S[c] += Σ_j r_cj [u_j², u_j, 1]`` with ``r_cj = G[c, j] · acc[j]`` over the first ``m`` rows of ``U`` (D,
-    T, zero-padded to a multiple of ``_SWEEP``, which is even), as ``Σ_j G[c, j] [v_j u_j, v_j, acc[j]]`` with the row scaled by
-    its ``acc``, ``v_j = acc[j] u_j``: two fused multiply-adds per feature and pair, no per-pair multiply (a row
-    whose ``acc`` is 0 adds exactly 0 even where ``u²`` overflows). A sweep takes four components and two
-    features (16 vector accumulators): ``v`` and ``v u`` are formed once per row for the four, from 7 loads per
-    16 multiply-adds (stored scaled rows and squares cost more in stores than the multiplies they save); the sums of
-    ``r`` come with the first sweep."""
+    T, zero-padded to a multiple of ``_SWEEP``, which is even), as ``Σ_j G[c, j] [v_j u_j, v_j, acc[j]]`` with
+    each row scaled by its ``acc``, ``v_j = acc[j] u_j``: two fused multiply-adds per feature and pair, no
+    per-pair multiply (a row whose ``acc`` is 0 adds exactly 0 even where ``u²`` overflows). A sweep takes four
+    components and two features (16 vector accumulators): ``v`` and ``v u`` are formed once per row for the four,
+    7 loads and 4 multiplies per 16 multiply-adds (stored scaled rows and squares cost more in stores than the
+    multiplies they save); the sums of ``r`` come with the first sweep."""
     wide_vectors()
     C = G.shape[0]
     D = (S.shape[1] - 1) // 2
