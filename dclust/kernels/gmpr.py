@@ -651,46 +651,70 @@ def _dense_densities(U, m, sq, sm, base, G, mx):
                     mx[j] = t if t > mx[j] else mx[j]
 
 
+@numba.njit(inline="always", **_RFAST)
+def _add_pair(S, c, C, f, D, a0, a1, b0, b1):
+    """``S[c, D + f + k] += a_k``, ``S[c, f + k] += b_k`` for the features ``f + k < D`` (``k < 2``), if ``c < C``."""
+    if c < C:
+        S[c, D + f] += a0
+        S[c, f] += b0
+        if f + 1 < D:
+            S[c, D + f + 1] += a1
+            S[c, f + 1] += b1
+
+
 @numba.njit(**_RFAST)
 def _fold_dense(G, U, m, acc, S):
     """``S[c] += Σ_j r_cj [u_j², u_j, 1]`` with ``r_cj = G[c, j] · acc[j]`` over the first ``m`` rows of ``U`` (D,
-    T, zero-padded to a multiple of ``_SWEEP``), ``_SWEEP`` features per sweep of ``G[c]``, the weights ``r``
-    formed on the fly (one multiply per sweep, where a sweep that stored them cost more) and summed in the first."""
+    T, zero-padded to a multiple of ``_SWEEP``, which is even), as ``Σ_j G[c, j] [v_j u_j, v_j, acc[j]]`` with
+    each row scaled by its ``acc``, ``v_j = acc[j] u_j``: two fused multiply-adds per feature and pair, no
+    per-pair multiply (a row whose ``acc`` is 0 adds exactly 0 even where ``u²`` overflows). A sweep takes four
+    components and two features (16 vector accumulators): ``v`` and ``v u`` are formed once per row for the four,
+    7 loads and 4 multiplies per 16 multiply-adds (stored scaled rows and squares cost more in stores than the
+    multiplies they save); the sums of ``r`` come with the first sweep."""
     wide_vectors()
     C = G.shape[0]
     D = (S.shape[1] - 1) // 2
-    for c in range(C):
-        g = G[c]
-        s0 = 0.0
-        for f in range(0, D, _SWEEP):
-            u0, u1, u2, u3 = U[f], U[f + 1], U[f + 2], U[f + 3]
+    for c in range(0, C, 4):
+        g0, g1, g2, g3 = G[c], G[min(c + 1, C - 1)], G[min(c + 2, C - 1)], G[min(c + 3, C - 1)]  # past C: not added
+        s0 = s1 = s2 = s3 = 0.0
+        for f in range(0, D, 2):
+            u0, u1 = U[f], U[f + 1]
             first = f == 0
-            a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = 0.0
+            a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = 0.0
+            b00 = b01 = b10 = b11 = b20 = b21 = b30 = b31 = 0.0
             for j in range(m):
-                r = g[j] * acc[j]
+                r0, r1, r2, r3 = g0[j], g1[j], g2[j], g3[j]
+                e = acc[j]
                 if first:
-                    s0 += r
-                x0, x1, x2, x3 = r * u0[j], r * u1[j], r * u2[j], r * u3[j]
-                a0 += x0
-                a1 += x1
-                a2 += x2
-                a3 += x3
-                b0 += x0 * u0[j]
-                b1 += x1 * u1[j]
-                b2 += x2 * u2[j]
-                b3 += x3 * u3[j]
-            S[c, D + f] += a0
-            S[c, f] += b0
-            if f + 1 < D:
-                S[c, D + f + 1] += a1
-                S[c, f + 1] += b1
-            if f + 2 < D:
-                S[c, D + f + 2] += a2
-                S[c, f + 2] += b2
-            if f + 3 < D:
-                S[c, D + f + 3] += a3
-                S[c, f + 3] += b3
-        S[c, 2 * D] += s0
+                    s0 += r0 * e
+                    s1 += r1 * e
+                    s2 += r2 * e
+                    s3 += r3 * e
+                x0, x1 = u0[j] * e, u1[j] * e
+                y0, y1 = x0 * u0[j], x1 * u1[j]
+                a00 += r0 * x0
+                a01 += r0 * x1
+                a10 += r1 * x0
+                a11 += r1 * x1
+                a20 += r2 * x0
+                a21 += r2 * x1
+                a30 += r3 * x0
+                a31 += r3 * x1
+                b00 += r0 * y0
+                b01 += r0 * y1
+                b10 += r1 * y0
+                b11 += r1 * y1
+                b20 += r2 * y0
+                b21 += r2 * y1
+                b30 += r3 * y0
+                b31 += r3 * y1
+            _add_pair(S, c, C, f, D, a00, a01, b00, b01)
+            _add_pair(S, c + 1, C, f, D, a10, a11, b10, b11)
+            _add_pair(S, c + 2, C, f, D, a20, a21, b20, b21)
+            _add_pair(S, c + 3, C, f, D, a30, a31, b30, b31)
+        for k, sk in enumerate((s0, s1, s2, s3)):
+            if c + k < C:
+                S[c + k, 2 * D] += sk
 
 
 #: A row whose norm times the largest component norm (both scaled) is not below this is not screened (every

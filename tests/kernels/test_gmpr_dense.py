@@ -90,6 +90,20 @@ def test_dense_tiles_equal_the_numpy_twin_for_every_feature_count():
             assert a.loglik == np.float64(b.loglik) or abs(a.loglik / b.loglik - 1) < 1e-12
 
 
+
+def test_dense_fold_of_an_odd_number_of_components_equals_the_numpy_twin():
+    """The dense tiles fold two components per sweep: 1, 3 and 5 components (the last one alone, folded once) and
+    2 (a pair), 3 and 8 features, against plain numpy."""
+    rng = np.random.default_rng(6)
+    for M in (1, 2, 3, 5):
+        for D in (3, 8):
+            X, p = _overlapping(rng, 2 * _DIAG_TILE + 11, D=D, M=M, K=1)
+            a, b = unlinked_partial(X, p), unlinked_partial_numpy(X, p)
+            np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10)
+            np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10)
+            assert abs(a.loglik / b.loglik - 1) < 1e-12
+
 def test_dense_rows_are_the_centered_rows_transposed_bit_for_bit():
     """The feature-major rows of a dense tile (blocks of 8 rows x 8 features transposed in registers, the rest one
     value at a time) equal ``float64(X[idx]) - o`` transposed exactly: feature counts below, at and between
