@@ -437,21 +437,63 @@ def _fold_tile(G, W, per, m, A, part, S):
 _SPARSE = 8
 
 
+#: Lanes of :func:`_tile_loglik`'s partial sums and products (one 512-bit vector of float64).
+_LANES = 8
+_MANTISSA = (1 << 52) - 1
+_LN2 = 0.6931471805599453
+
+
 @numba.njit(inline="always", **_FAST)
-def _tile_loglik(mx, acc, m):
-    """``Σ_j mx[j] + log acc[j]`` over a tile's rows (one log per many rows: of a product of row sums, each in
-    [1, C]); ``acc`` becomes ``1 / acc``."""
-    wide_vectors()
+def _tile_loglik(mx, acc, m, ls, lp):
+    """``Σ_j mx[j] + log acc[j]`` over a tile's first ``m`` rows, and ``acc[j] ← 1 / acc[j]``, or 0 where that is
+    not ``<= 1`` (a row sum is ``>= 1``, its largest term being ``exp(0) = 1``, unless the row holds NaN or inf or
+    all its densities are -inf); returns ``(loglik, number of rows set to 0)``. Vectorised: the ``mx`` and the
+    ``acc`` (each in ``[1, C]``) are summed and multiplied in ``_LANES`` lanes (``ls``, ``lp``: scratch of that
+    length), row ``j`` in lane ``j % _LANES``, and ``log Π acc`` is ``E ln 2 + log Π m_l`` for the lane products
+    ``m_l 2^e_l`` (``m_l ∈ [1, 2)``, ``E = Σ e_l``): one log per tile. A lane product that is not a finite number
+    ``>= 1`` (NaN or inf rows, or one over 2^1024 when ``C^(T / _LANES)`` is) sends the tile to the scalar
+    product, rescaled before it can overflow. Rounding: the sum of the ``mx`` in another order (1e-16 relative)."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 1.0
+    full = m - m % _LANES
+    for b in range(0, full, _LANES):
+        s0, s1, s2, s3 = s0 + mx[b], s1 + mx[b + 1], s2 + mx[b + 2], s3 + mx[b + 3]
+        s4, s5, s6, s7 = s4 + mx[b + 4], s5 + mx[b + 5], s6 + mx[b + 6], s7 + mx[b + 7]
+        p0, p1, p2, p3 = p0 * acc[b], p1 * acc[b + 1], p2 * acc[b + 2], p3 * acc[b + 3]
+        p4, p5, p6, p7 = p4 * acc[b + 4], p5 * acc[b + 5], p6 * acc[b + 6], p7 * acc[b + 7]
+    ls[0], ls[1], ls[2], ls[3], ls[4], ls[5], ls[6], ls[7] = s0, s1, s2, s3, s4, s5, s6, s7
+    lp[0], lp[1], lp[2], lp[3], lp[4], lp[5], lp[6], lp[7] = p0, p1, p2, p3, p4, p5, p6, p7
+    for j in range(full, m):
+        ls[j - full] += mx[j]
+        lp[j - full] *= acc[j]
     ll = 0.0
-    prod = 1.0
+    e = 0
+    pm = 1.0
+    fast = True
+    for q in range(_LANES):
+        ll += ls[q]
+        p = lp[q]
+        fast = fast and 1.0 <= p < np.inf
+        bits = _bitcast(p)
+        e += (bits >> 52) - 1023
+        pm *= _bitcast((bits & _MANTISSA) | (1023 << 52))
+    if fast:
+        ll += e * _LN2 + np.log(pm)
+    else:
+        prod = 1.0
+        for j in range(m):
+            prod *= acc[j]
+            if prod > 1e280:
+                ll += np.log(prod)
+                prod = 1.0
+        ll += np.log(prod)
+    nz = 0
     for j in range(m):
-        ll += mx[j]
-        prod *= acc[j]
-        if prod > 1e280:
-            ll += np.log(prod)
-            prod = 1.0
-        acc[j] = 1.0 / acc[j]
-    return ll + np.log(prod)
+        a = 1.0 / acc[j]
+        ok = a <= 1.0
+        acc[j] = a if ok else 0.0
+        nz += 0 if ok else 1
+    return ll, nz
 
 
 #: ``_FAST`` with reassociation, for the loops that sum over a row's features or a tile's rows (vectorised
@@ -927,6 +969,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     U = np.zeros((sq.shape[1], T))  # the padding rows stay 0
     Y = np.zeros((T, D), np.float32)
     ny2, ny, mx, acc = np.empty(T), np.empty(T), np.empty(T), np.empty(T)
+    ls, lp = np.empty(_LANES), np.empty(_LANES)
     G32 = np.empty((C, T), np.float32)
     G = np.empty((C, T))
     S = np.zeros((C, 2 * D + 1))
@@ -944,11 +987,20 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     skip = 0
     i = 0
     while i < n:
-        m = 0
-        while m < T and i < n:
-            idx[m] = i
-            m += 1 if keep[i] else 0
-            i += 1
+        m = min(T, n - i)
+        kept = 0
+        for j in range(m):
+            kept += 1 if keep[i + j] else 0
+        if kept == m:  # the next T rows are all kept (no links among them): consecutive, one vectorised pass
+            for j in range(m):
+                idx[j] = i + j
+            i += m
+        else:
+            m = 0
+            while m < T and i < n:
+                idx[m] = i
+                m += 1 if keep[i] else 0
+                i += 1
         if m == 0:
             break
         sparse = False
@@ -972,18 +1024,19 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
                 acc[j] = 0.0
             for k in range(w):
                 acc[_U(lj[k])] += lv[k]
-            loglik += _tile_loglik(mx, acc, m)
+            loglik += _tile_loglik(mx, acc, m, ls, lp)[0]
             _fold_pairs(V, order, cs, lj, lv, acc, S)
         else:
             _dense_rows(X, idx, m, o, U)
             _dense_densities(U, m, sq, sm, base, G, mx)
             _exp_sum(G, 0, C, mx, m, acc, _NEGLIGIBLE)
-            loglik += _tile_loglik(mx, acc, m)
-            for j in range(m):  # a row's sum is >= 1 (its largest term is exp(0) = 1), its inverse <= 1,
-                if not acc[j] <= 1.0:  # unless the row holds NaN or inf (or all its densities are -inf)
-                    acc[j] = 0.0
-                    for f in range(D):
-                        n_bad += 0 if screened or np.isfinite(X[idx[j], f]) else 1
+            ll, nz = _tile_loglik(mx, acc, m, ls, lp)
+            loglik += ll
+            if nz and not screened:  # rows set to 0: NaN or inf values, or all densities -inf
+                for j in range(m):
+                    if acc[j] == 0.0:
+                        for f in range(D):
+                            n_bad += 0 if np.isfinite(X[idx[j], f]) else 1
             _fold_dense(G, U, m, acc, S)
             if wait > 0 and _looks_sparse(G, m):
                 wait = 0

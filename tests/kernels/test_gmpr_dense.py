@@ -1,6 +1,7 @@
 """The dense tiles of GM-PR's diagonal E-step (dclust.kernels.gmpr._diag_kernel): the vectorised exp's accuracy and
-its edge values, the NaN/inf count of tiles that skip the float32 screen (told from a row's sum of exps), the rows
-transposed in registers, and the hint that ends a run of tiles without a screen."""
+its edge values, the NaN/inf count of tiles that skip the float32 screen (told from a row's sum of exps), a tile's
+log-likelihood and inverse row sums, the rows transposed in registers, and the hint that ends a run of tiles without
+a screen."""
 
 import numba
 import numpy as np
@@ -14,6 +15,7 @@ from dclust.kernels.gmpr import (
     _diag_kernel,
     _diag_screen_weights,
     _looks_sparse,
+    _tile_loglik,
     _vexp,
     unlinked_partial,
     unlinked_partial_numpy,
@@ -157,3 +159,35 @@ def test_separated_rows_after_a_long_run_of_dense_tiles_equal_the_numpy_twin():
     np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10)
     assert abs(a.loglik / b.loglik - 1) < 1e-12
+
+
+def _loglik(mx, acc, m):
+    return _tile_loglik(mx, acc, m, np.empty(8), np.empty(8))
+
+
+def test_tile_loglik_sums_the_rows_logs_and_inverts_their_sums():
+    """Lane sums and products with one log per tile equal the direct ``Σ mx + log acc`` for every tile length
+    (full lanes and a ragged tail); a row sum that is NaN or 0 is set to 0 and counted (inf's inverse is 0 anyway,
+    and not counted), and the scalar fallback
+    (a lane product NaN, or over 2^1024 from row sums far above any C) still gives the direct sum."""
+    rng = np.random.default_rng(5)
+    for m in (1, 7, 8, 13, _DIAG_TILE):
+        mx, acc = -30 * rng.random(m), 1 + 15 * rng.random(m)
+        acc[0] = 1.0
+        a = acc.copy()
+        ll, nz = _loglik(mx, a, m)
+        assert nz == 0 and np.array_equal(a, 1 / acc)
+        assert abs(ll - (mx.sum() + np.log(acc).sum())) <= 1e-12 * abs(ll)
+    m = _DIAG_TILE
+    mx, acc = -30 * rng.random(m), 1 + 15 * rng.random(m)
+    big = acc.copy()
+    big[::8] = 1e300  # lane 0's product overflows
+    a = big.copy()
+    ll, nz = _loglik(mx, a, m)
+    assert nz == 0 and abs(ll - (mx.sum() + np.log(big).sum())) <= 1e-12 * abs(ll)
+    bad = acc.copy()
+    bad[[3, 20, 100]] = [np.nan, 0.0, np.inf]
+    a = bad.copy()
+    ll, nz = _loglik(mx, a, m)
+    assert np.isnan(ll) and nz == 2 and not a[[3, 20, 100]].any()
+    assert np.array_equal(np.delete(a, [3, 20, 100]), 1 / np.delete(bad, [3, 20, 100]))
