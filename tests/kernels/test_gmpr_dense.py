@@ -14,6 +14,7 @@ from dclust.kernels.gmpr import (
     _dense_rows,
     _diag_kernel,
     _diag_screen_weights,
+    _exp_sum,
     _looks_sparse,
     _tile_loglik,
     _vexp,
@@ -45,6 +46,40 @@ def test_vectorised_exp_is_accurate_to_a_few_ulps():
     assert float(rel.max()) < 3e-16
     edge = _exp(np.array([0.0, -0.0, _EXP_FLOOR, _EXP_FLOOR - 1.0, -np.inf, np.nan]))
     assert edge[0] == 1.0 and edge[1] == 1.0 and not edge[2:].any()
+
+
+@numba.njit(**{**_FAST, "cache": False})
+def _exp_rows(G, mx, cut):
+    acc = np.empty(G.shape[1])
+    _exp_sum(G, 0, G.shape[0], mx, G.shape[1], acc, cut)
+    return acc
+
+
+def test_dense_tiles_exp_is_accurate_to_a_few_ulps_and_cuts_exactly():
+    """The dense tiles' exp (eight lanes by a table of 2^(i/16) and vscalefpd where the CPU has AVX-512, else
+    :func:`_vexp`'s): relative error below 3e-16 against a long-double exp over the whole range, near every
+    multiple of ln 2 / 16 and half-way between (where the table index switches), in rows of a length that is not a
+    multiple of 8 (the last lanes go one at a time); each column's sum in ``acc``; exp(0) = 1 exactly; at or below
+    the cut, -inf and NaN give exactly 0, just above it the exp."""
+    rng = np.random.default_rng(2)
+    k = np.arange(0, 16 * 1021) * np.log(2) / 16
+    x = np.concatenate([rng.uniform(-708, 0, 100_000), rng.uniform(-1, 0, 20_000), -k, -k - np.log(2) / 32,
+                        -k - 1e-9, -k + 1e-9])
+    x = x[(x > _EXP_FLOOR) & (x <= 0)]
+    x = x[: x.size - x.size % 3 - 3]
+    G = x.reshape(3, -1)
+    want = np.exp(G.astype(np.longdouble))
+    acc = _exp_rows(G, np.zeros(G.shape[1]), _EXP_FLOOR)
+    assert G.shape[1] % 8 and float(np.abs((G - want) / want).max()) < 3e-16
+    assert np.array_equal(acc, (G[0] + G[1]) + G[2])
+    G = np.array([[-2.0, 0.5, -0.25] * 5, [0.5, 0.5, 0.25] * 5])  # the shift by mx (G - mx exact)
+    _exp_rows(G, np.full(15, 0.5), _EXP_FLOOR)
+    want = np.exp(np.array([[-2.5, 0.0, -0.75] * 5, [0.0, 0.0, -0.25] * 5], dtype=np.longdouble))
+    assert float(np.abs((G - want) / want).max()) < 3e-16
+    edge = np.array([[0.0, -0.0, -60.0, -60.0 - 1e-9, -59.999, -np.inf, np.nan, -1e300, _EXP_FLOOR - 1.0]])
+    _exp_rows(edge, np.zeros(edge.shape[1]), -60.0)
+    assert edge[0, 0] == 1.0 and edge[0, 1] == 1.0 and not edge[0, [2, 3, 5, 6, 7, 8]].any()
+    assert abs(edge[0, 4] / np.exp(-59.999) - 1) < 3e-16
 
 
 def _overlapping(rng, n, D=6, M=4, K=2):
