@@ -1080,20 +1080,11 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     skip = 0
     i = 0
     while i < n:
-        m = min(T, n - i)
-        kept = 0
-        for j in range(m):
-            kept += 1 if keep[i + j] else 0
-        if kept == m:  # the next T rows are all kept (no links among them): consecutive, one vectorised pass
-            for j in range(m):
-                idx[j] = i + j
-            i += m
-        else:
-            m = 0
-            while m < T and i < n:
-                idx[m] = i
-                m += 1 if keep[i] else 0
-                i += 1
+        m = 0
+        while m < T and i < n:
+            idx[m] = i
+            m += 1 if keep[i] else 0
+            i += 1
         if m == 0:
             break
         sparse = False

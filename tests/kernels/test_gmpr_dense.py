@@ -226,3 +226,4 @@ def test_tile_loglik_sums_the_rows_logs_and_inverts_their_sums():
     ll, nz = _loglik(mx, a, m)
     assert np.isnan(ll) and nz == 3 and not a[[3, 20, 100]].any()
     assert np.abs(np.delete(a, [3, 20, 100]) - 1 / np.delete(bad, [3, 20, 100]).astype(np.longdouble)).max() <= 1.2e-16
+
