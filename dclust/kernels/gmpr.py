@@ -416,7 +416,7 @@ _EXP2_16 = [float(v) for v in np.exp2(np.arange(16, dtype=np.longdouble) / 16)]
 @intrinsic
 def _exp8(typingctx, g, mx, acc, j, cut):
     """``e = exp(g[j:j+8] − mx[j:j+8])`` (0 where the exponent is not above ``cut >= _EXP_FLOOR``, -inf or NaN)
-    into ``g[j:j+8]`` and added to ``acc[j:j+8]``: eight lanes in AVX-512 instructions (only where
+    into ``g[j:j+8]`` and added to ``acc[j:j+8]`` (unless ``acc`` is None): eight lanes in AVX-512 instructions (only where
     :data:`_AVX512`; nothing is bounds-checked). ``x = k ln 2 / 16 + r`` with ``k`` rounded as in
     :func:`_exp_cut` (``|r| <= ln 2 / 32``), ``e^x = 2^⌊k/16⌋ · 2^((k mod 16)/16) · e^r``: the table value
     ``2^(i/16)`` picked in a register (``vpermi2pd`` on the low four bits of ``k`` held in the shifted sum's
@@ -424,7 +424,8 @@ def _exp8(typingctx, g, mx, acc, j, cut):
     − 1)`` by one multiply-add, the power of two applied by ``vscalefpd``, which also zeroes the cut lanes: 18
     vector operations where :func:`_exp_cut` takes 21. Error: the table's rounding (half an ulp) and the last
     multiply-add's, below 2.3e-16 relative; ``exp(0) = 1`` exactly."""
-    arrays = (g, mx, acc)
+    sums = acc != types.none
+    arrays = (g, mx, acc) if sums else (g, mx)
     if not (all(isinstance(a, types.Array) and a.layout == "C" and a.dtype == types.float64 and a.ndim == 1
                 for a in arrays) and j == types.intp and cut == types.float64):
         return None
@@ -445,10 +446,10 @@ def _exp8(typingctx, g, mx, acc, j, cut):
         scalef = fn("llvm.x86.avx512.mask.scalef.pd.512", v8, v8, v8, v8, ir.IntType(8), ir.IntType(32))
         jv, cv = args[3], args[4]
         ptrs = []
-        for t, v in zip(sig.args[:3], args[:3]):
+        for t, v in zip(sig.args[:len(arrays)], args[:len(arrays)]):
             a = context.make_array(t)(context, builder, v)
             ptrs.append(builder.bitcast(cgutils.get_item_pointer(context, builder, t, a, [jv]), v8.as_pointer()))
-        gp, mp, ap = ptrs
+        gp, mp = ptrs[:2]
         i32 = ir.IntType(32)
         one = builder.insert_element(ir.Constant(v8, ir.Undefined), cv, ir.Constant(i32, 0))
         cuts = builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(i32, 8), [0] * 8))
@@ -468,7 +469,8 @@ def _exp8(typingctx, g, mx, acc, j, cut):
         e = builder.call(scalef, [y, builder.fmul(k, splat(1 / 16)), ir.Constant(v8, [0.0] * 8), mask,
                                   ir.Constant(i32, 4)])
         builder.store(e, gp, align=8)
-        builder.store(builder.fadd(builder.load(ap, align=8), e), ap, align=8)
+        if sums:
+            builder.store(builder.fadd(builder.load(ptrs[2], align=8), e), ptrs[2], align=8)
         return context.get_dummy_value()
 
     return types.void(g, mx, acc, j, cut), codegen
@@ -476,10 +478,14 @@ def _exp8(typingctx, g, mx, acc, j, cut):
 
 @numba.njit(inline="always", **_FAST)
 def _vexp(g, mx, m):
-    """``g[:m] ← exp(g[:m] − mx[:m])``, vectorised (:func:`_exp_cut`; relative error < 3e-16); an exponent at or
-    below ``_EXP_FLOOR``, -inf or NaN gives exactly 0."""
+    """``g[:m] ← exp(g[:m] − mx[:m])``, vectorised (:func:`_exp8` eight at a time where the CPU has AVX-512,
+    :func:`_exp_cut` for the rest; relative error < 3e-16); an exponent at or below ``_EXP_FLOOR``, -inf or NaN
+    gives exactly 0."""
     wide_vectors()
-    for j in range(m):
+    m8 = m - m % 8 if _AVX512 else 0
+    for j in range(0, m8, 8):
+        _exp8(g, mx, None, j, _EXP_FLOOR)
+    for j in range(m8, m):
         g[j] = _exp_cut(g[j] - mx[j], _EXP_FLOOR)
 
 
