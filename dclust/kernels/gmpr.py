@@ -416,8 +416,8 @@ _EXP2_16 = [float(v) for v in np.exp2(np.arange(16, dtype=np.longdouble) / 16)]
 @intrinsic
 def _exp8(typingctx, g, mx, acc, j, cut):
     """``e = exp(g[j:j+8] − mx[j:j+8])`` (0 where the exponent is not above ``cut >= _EXP_FLOOR``, -inf or NaN)
-    into ``g[j:j+8]`` and added to ``acc[j:j+8]`` (unless ``acc`` is None): eight lanes in AVX-512 instructions (only where
-    :data:`_AVX512`; nothing is bounds-checked). ``x = k ln 2 / 16 + r`` with ``k`` rounded as in
+    into ``g[j:j+8]`` and added to ``acc[j:j+8]`` (unless ``acc`` is None): eight lanes in AVX-512 instructions
+    (only where :data:`_AVX512`; nothing is bounds-checked). ``x = k ln 2 / 16 + r`` with ``k`` rounded as in
     :func:`_exp_cut` (``|r| <= ln 2 / 32``), ``e^x = 2^⌊k/16⌋ · 2^((k mod 16)/16) · e^r``: the table value
     ``2^(i/16)`` picked in a register (``vpermi2pd`` on the low four bits of ``k`` held in the shifted sum's
     mantissa), ``e^r − 1 ≈ r + r² q(r)`` with the degree-5 Taylor ``q`` (truncation below 1.3e-18), ``T + T (e^r
@@ -478,7 +478,7 @@ def _exp8(typingctx, g, mx, acc, j, cut):
 
 @numba.njit(inline="always", **_FAST)
 def _vexp(g, mx, m):
-    """``g[:m] ← exp(g[:m] − mx[:m])``, vectorised (:func:`_exp8` eight at a time where the CPU has AVX-512,
+    """``g[:m] ← exp(g[:m] − mx[:m])``, vectorized (:func:`_exp8` eight at a time where the CPU has AVX-512,
     :func:`_exp_cut` for the rest; relative error < 3e-16); an exponent at or below ``_EXP_FLOOR``, -inf or NaN
     gives exactly 0."""
     wide_vectors()
@@ -538,7 +538,7 @@ _LN2 = 0.6931471805599453
 def _tile_loglik(mx, acc, m, ls, lp):
     """``Σ_j mx[j] + log acc[j]`` over a tile's first ``m`` rows, and ``acc[j] ← 1 / acc[j]``, or 0 where that is
     not ``<= 1`` (a row sum is ``>= 1``, its largest term being ``exp(0) = 1``, unless the row holds NaN or inf or
-    all its densities are -inf); returns ``(loglik, number of rows set to 0)``. Vectorised: the ``mx`` and the
+    all its densities are -inf); returns ``(loglik, number of rows set to 0)``. Vectorized: the ``mx`` and the
     ``acc`` (each in ``[1, C]``) are summed and multiplied in ``_LANES`` lanes (``ls``, ``lp``: scratch of that
     length), row ``j`` in lane ``j % _LANES``, and ``log Π acc`` is ``E ln 2 + log Π m_l`` for the lane products
     ``m_l 2^e_l`` (``m_l ∈ [1, 2)``, ``E = Σ e_l``): one log per tile. A lane product that is not a finite number
