@@ -1,6 +1,7 @@
 """The dense tiles of GM-PR's diagonal E-step (dclust.kernels.gmpr._diag_kernel): the vectorised exp's accuracy and
-its edge values, the NaN/inf count of tiles that skip the float32 screen (told from a row's sum of exps), the rows
-transposed in registers, and the hint that ends a run of tiles without a screen."""
+its edge values, the NaN/inf count of tiles that skip the float32 screen (told from a row's sum of exps), a tile's
+log-likelihood and inverse row sums, the rows transposed in registers, and the hint that ends a run of tiles without
+a screen."""
 
 import numba
 import numpy as np
@@ -13,7 +14,9 @@ from dclust.kernels.gmpr import (
     _dense_rows,
     _diag_kernel,
     _diag_screen_weights,
+    _exp_sum,
     _looks_sparse,
+    _tile_loglik,
     _vexp,
     unlinked_partial,
     unlinked_partial_numpy,
@@ -43,6 +46,40 @@ def test_vectorised_exp_is_accurate_to_a_few_ulps():
     assert float(rel.max()) < 3e-16
     edge = _exp(np.array([0.0, -0.0, _EXP_FLOOR, _EXP_FLOOR - 1.0, -np.inf, np.nan]))
     assert edge[0] == 1.0 and edge[1] == 1.0 and not edge[2:].any()
+
+
+@numba.njit(**{**_FAST, "cache": False})
+def _exp_rows(G, mx, cut):
+    acc = np.empty(G.shape[1])
+    _exp_sum(G, 0, G.shape[0], mx, G.shape[1], acc, cut)
+    return acc
+
+
+def test_dense_tiles_exp_is_accurate_to_a_few_ulps_and_cuts_exactly():
+    """The dense tiles' exp (eight lanes by a table of 2^(i/16) and vscalefpd where the CPU has AVX-512, else
+    :func:`_vexp`'s): relative error below 3e-16 against a long-double exp over the whole range, near every
+    multiple of ln 2 / 16 and half-way between (where the table index switches), in rows of a length that is not a
+    multiple of 8 (the last lanes go one at a time); each column's sum in ``acc``; exp(0) = 1 exactly; at or below
+    the cut, -inf and NaN give exactly 0, just above it the exp."""
+    rng = np.random.default_rng(2)
+    k = np.arange(0, 16 * 1021) * np.log(2) / 16
+    x = np.concatenate([rng.uniform(-708, 0, 100_000), rng.uniform(-1, 0, 20_000), -k, -k - np.log(2) / 32,
+                        -k - 1e-9, -k + 1e-9])
+    x = x[(x > _EXP_FLOOR) & (x <= 0)]
+    x = x[: x.size - x.size % 3 - 3]
+    G = x.reshape(3, -1)
+    want = np.exp(G.astype(np.longdouble))
+    acc = _exp_rows(G, np.zeros(G.shape[1]), _EXP_FLOOR)
+    assert G.shape[1] % 8 and float(np.abs((G - want) / want).max()) < 3e-16
+    assert np.array_equal(acc, (G[0] + G[1]) + G[2])
+    G = np.array([[-2.0, 0.5, -0.25] * 5, [0.5, 0.5, 0.25] * 5])  # the shift by mx (G - mx exact)
+    _exp_rows(G, np.full(15, 0.5), _EXP_FLOOR)
+    want = np.exp(np.array([[-2.5, 0.0, -0.75] * 5, [0.0, 0.0, -0.25] * 5], dtype=np.longdouble))
+    assert float(np.abs((G - want) / want).max()) < 3e-16
+    edge = np.array([[0.0, -0.0, -60.0, -60.0 - 1e-9, -59.999, -np.inf, np.nan, -1e300, _EXP_FLOOR - 1.0]])
+    _exp_rows(edge, np.zeros(edge.shape[1]), -60.0)
+    assert edge[0, 0] == 1.0 and edge[0, 1] == 1.0 and not edge[0, [2, 3, 5, 6, 7, 8]].any()
+    assert abs(edge[0, 4] / np.exp(-59.999) - 1) < 3e-16
 
 
 def _overlapping(rng, n, D=6, M=4, K=2):
@@ -171,3 +208,36 @@ def test_separated_rows_after_a_long_run_of_dense_tiles_equal_the_numpy_twin():
     np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10)
     assert abs(a.loglik / b.loglik - 1) < 1e-12
+
+
+def _loglik(mx, acc, m):
+    return _tile_loglik(mx, acc, m, np.empty(8), np.empty(8))
+
+
+def test_tile_loglik_sums_the_rows_logs_and_inverts_their_sums():
+    """Lane sums and products with one log per tile equal the direct ``Σ mx + log acc`` for every tile length
+    (full lanes and a ragged tail), the inverses within half an ulp (1 exactly for 1); a row sum that is NaN, 0 or
+    inf is set to 0 and counted, and the scalar fallback (a lane product NaN, or over 2^1024 from row sums far
+    above any C) still gives the direct sum."""
+    rng = np.random.default_rng(5)
+    for m in (1, 7, 8, 13, _DIAG_TILE):
+        mx, acc = -30 * rng.random(m), 1 + 15 * rng.random(m)
+        acc[0] = 1.0
+        a = acc.copy()
+        ll, nz = _loglik(mx, a, m)
+        assert nz == 0 and np.abs(a - 1 / acc.astype(np.longdouble)).max() <= 1.2e-16 and a[0] == 1.0
+        assert abs(ll - (mx.sum() + np.log(acc).sum())) <= 1e-12 * abs(ll)
+    m = _DIAG_TILE
+    mx, acc = -30 * rng.random(m), 1 + 15 * rng.random(m)
+    big = acc.copy()
+    big[::8] = 1e300  # lane 0's product overflows
+    a = big.copy()
+    ll, nz = _loglik(mx, a, m)
+    assert nz == 0 and abs(ll - (mx.sum() + np.log(big).sum())) <= 1e-12 * abs(ll)
+    bad = acc.copy()
+    bad[[3, 20, 100]] = [np.nan, 0.0, np.inf]
+    a = bad.copy()
+    ll, nz = _loglik(mx, a, m)
+    assert np.isnan(ll) and nz == 3 and not a[[3, 20, 100]].any()
+    assert np.abs(np.delete(a, [3, 20, 100]) - 1 / np.delete(bad, [3, 20, 100]).astype(np.longdouble)).max() <= 1.2e-16
+
