@@ -241,3 +241,38 @@ def test_tile_loglik_sums_the_rows_logs_and_inverts_their_sums():
     assert np.isnan(ll) and nz == 3 and not a[[3, 20, 100]].any()
     assert np.abs(np.delete(a, [3, 20, 100]) - 1 / np.delete(bad, [3, 20, 100]).astype(np.longdouble)).max() <= 1.2e-16
 
+
+
+_WITHOUT_AVX512 = """
+import numpy as np
+from dclust.kernels import gmpr
+from dclust.kernels.gmpr import MixtureParams, link_partial, link_partial_numpy, unlinked_partial, unlinked_partial_numpy
+
+assert not gmpr._AVX512
+rng = np.random.default_rng(0)
+for n, d, c, spread in ((3001, 8, 6, 1.0), (1500, 16, 12, 40.0)):  # dense tiles; then separated (screened) ones
+    X = rng.normal(size=(n, d))
+    p = MixtureParams.build(np.full(c, 1 / c), np.ones((c, 1)), spread * rng.normal(size=(c, 1, d)),
+                            np.full((c, 1, d), 4.0))
+    got, want = unlinked_partial(X, p), unlinked_partial_numpy(X, p)
+    np.testing.assert_allclose(got.weight, want.weight, rtol=1e-10, atol=1e-20)  # below exp(-60): cut to 0
+    np.testing.assert_allclose(got.loglik, want.loglik, rtol=1e-12)
+    must = np.arange(200) % 3 == 0
+    got, want = link_partial(X[:200], X[200:400], must, p), link_partial_numpy(X[:200], X[200:400], must, p)
+    np.testing.assert_allclose(got.weight, want.weight, rtol=1e-10, atol=1e-20)
+print("ok")
+"""
+
+
+def test_the_kernels_compile_and_agree_on_a_cpu_without_avx512(tmp_path):
+    """Numba compiling for a CPU without AVX-512 (``NUMBA_CPU_NAME=haswell``, its own cache) takes the portable exp:
+    no AVX-512 instruction is emitted, and the statistics equal the numpy twin's."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_AVX512], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "ok"
