@@ -425,10 +425,13 @@ def test_bp_block_screen_leaves_exact_ties_to_the_exact_sweep():
     assert np.isnan(res.sse)  # the NaN row is not proposed: its NaN squared residual is summed, as the sweep does
 
 
-@pytest.mark.parametrize("k", [14, 70])  # patterns beyond half the table (folded mid-block); more bits than a key
+# nearly every pattern of a direct table (one slot per key); patterns beyond half the probed table (folded
+# mid-block); more bits than a key
+@pytest.mark.parametrize("k", [11, 14, 70])
 def test_bp_block_statistics_with_many_patterns_or_no_keys(k):
-    """With more distinct bit patterns than half the pattern table, or more features than a pattern key holds,
-    the block's bits equal the row-by-row sweep and (G, B, sse) equal the direct sums (G exactly)."""
+    """With (nearly) all 2^11 bit patterns in a direct pattern table, more distinct patterns than half a probed
+    table, or more features than a pattern key holds, and bits to change, the block's bits and flips equal the
+    row-by-row sweep and (G, B, sse) equal the direct sums (G exactly)."""
     from dclust.kernels import bpmeans
 
     rng = np.random.default_rng(3)
@@ -436,11 +439,14 @@ def test_bp_block_statistics_with_many_patterns_or_no_keys(k):
     A = rng.normal(size=(k, d))
     Z0 = rng.integers(0, 2, size=(n, k)).astype(np.uint8)
     X = Z0 @ A + 0.01 * rng.normal(size=(n, d))
+    Z0 ^= (rng.random(size=(n, k)) < 0.05).astype(np.uint8)  # bits to change: screened and exact sweeps
     Zs = Z0.copy()
     q, flips = sweep_rows(X, Zs, A)
     lam = float(q.max()) + 1.0
     res = bpmeans.bp_block(X, Z0, offset=0, features=A, lam=lam, mix=0, lo=0, hi=2**64 - 1)
-    assert len({tuple(r) for r in Zs}) > 2 ** min(k + 1, bpmeans._PATTERN_SLOT_BITS) // 2 or k > 63
+    direct = k + 1 <= bpmeans._PATTERN_SLOT_BITS
+    patterns = len({tuple(r) for r in Zs})
+    assert flips > 0 and (patterns > 0.9 * 2**k if direct else patterns > 2**bpmeans._PATTERN_SLOT_BITS // 2 or k > 63)
     np.testing.assert_array_equal(res.Z, Zs)
     assert res.flips == flips and res.local.size == 0
     G, B = bpmeans.gram_partial(X, Zs)
