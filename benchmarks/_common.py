@@ -70,6 +70,44 @@ def best_of(fn: Callable[[], Any], repeats: int) -> tuple[Any, float, list[float
     return out, min(times), times
 
 
+
+def interleaved(fns: dict[str, tuple[Callable[[Any], Any], Callable[[], Any]]], repeats: int, n_rows: int,
+                ratio: tuple[str, str]) -> dict:
+    """Time kernels on one thread in interleaved rounds (A, B, A, B, ...): ``fns`` maps a name to ``(fn, fresh)``,
+    each round calls ``fn(fresh())`` and times the call alone (``fresh`` makes a new input, untimed). Each ``fn``
+    runs once first (numba caches loaded). Returns per name the minimum over the rounds of thread CPU and of wall
+    seconds, ``ratio[0]`` over ``ratio[1]`` of both, ns per row and every round's times."""
+    for fn, fresh in fns.values():
+        fn(fresh())
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(repeats):
+        for name, (fn, fresh) in fns.items():
+            arg = fresh()
+            t0, c0 = time.perf_counter(), time.thread_time()
+            fn(arg)
+            cpu[name].append(time.thread_time() - c0)
+            wall[name].append(time.perf_counter() - t0)
+        print(f"  round {r + 1}/{repeats}: " + ", ".join(
+            f"{name} {cpu[name][-1] * 1e3:.1f} ms CPU" for name in fns), flush=True)
+    best_cpu = {name: min(v) for name, v in cpu.items()}
+    best_wall = {name: min(v) for name, v in wall.items()}
+    a, b = ratio
+    return {"best_cpu": best_cpu, "best_wall": best_wall,
+            "cpu_ratio": best_cpu[a] / best_cpu[b], "wall_ratio": best_wall[a] / best_wall[b],
+            "ns_per_row_cpu": {name: v / n_rows * 1e9 for name, v in best_cpu.items()},
+            "runs": {"cpu": cpu, "wall": wall}}
+
+
+def print_interleaved(res: dict, names: Sequence[str], label: str) -> None:
+    """The table of :func:`interleaved`'s result: per kernel the fastest CPU and wall time and ns per row, then the
+    ratio line ``label: <cpu>x CPU, <wall>x wall``."""
+    print(f"\n{'kernel':8s} {'CPU (min)':>10s} {'wall (min)':>11s} {'ns/row':>7s}")
+    for name in names:
+        print(f"{name:8s} {res['best_cpu'][name] * 1e3:8.1f} ms {res['best_wall'][name] * 1e3:8.1f} ms "
+              f"{res['ns_per_row_cpu'][name]:7.1f}")
+    print(f"{label}: {res['cpu_ratio']:.2f}x CPU, {res['wall_ratio']:.2f}x wall")
+
 # ---------------------------------------------------------------------------------------------- memory
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HERE, machine_info, write_json  # noqa: E402
+from _common import HERE, interleaved, machine_info, print_interleaved, write_json  # noqa: E402
 
 _CHUNK = 500_000
 
@@ -84,29 +84,10 @@ def run(args) -> dict:
     def dp(_):
         epoch_stats(Xb, C, args.lam, None, block_index=args.block, **whole)
 
-    fns = {"dp": (dp, lambda: None), "bp": (bp, Z.copy)}
-    for fn, fresh in fns.values():  # numba caches loaded
-        fn(fresh())
-    cpu = {name: [] for name in fns}
-    wall = {name: [] for name in fns}
-    for r in range(args.repeats):
-        for name, (fn, fresh) in fns.items():  # interleaved: A, B, A, B, ...
-            arg = fresh()
-            t0, c0 = time.perf_counter(), time.thread_time()
-            fn(arg)
-            cpu[name].append(time.thread_time() - c0)
-            wall[name].append(time.perf_counter() - t0)
-        print(f"  round {r + 1}/{args.repeats}: " + ", ".join(
-            f"{name} {cpu[name][-1] * 1e3:.1f} ms CPU" for name in fns), flush=True)
-    best_cpu = {name: min(v) for name, v in cpu.items()}
-    best_wall = {name: min(v) for name, v in wall.items()}
+    out = interleaved({"dp": (dp, lambda: None), "bp": (bp, Z.copy)}, args.repeats, Xb.shape[0], ("bp", "dp"))
     res = state["bp"]
     return {"n_features": int(A.shape[0]), "n_centers": int(C.shape[0]), "bits_changed": res.flips,
-            "rows_changed": int((res.Z != Z).any(axis=1).sum()), "proposals": int(res.local.size),
-            "best_cpu": best_cpu, "best_wall": best_wall,
-            "cpu_ratio": best_cpu["bp"] / best_cpu["dp"], "wall_ratio": best_wall["bp"] / best_wall["dp"],
-            "ns_per_row_cpu": {name: v / Xb.shape[0] * 1e9 for name, v in best_cpu.items()},
-            "runs": {"cpu": cpu, "wall": wall}}
+            "rows_changed": int((res.Z != Z).any(axis=1).sum()), "proposals": int(res.local.size), **out}
 
 
 def main(argv=None) -> int:
@@ -117,11 +98,7 @@ def main(argv=None) -> int:
     res = run(args)
     print(f"K = {res['n_features']} features, {res['n_centers']} centres; the block's pass changes "
           f"{res['bits_changed']:,} bits in {res['rows_changed']:,} rows, {res['proposals']} proposals")
-    print(f"\n{'kernel':8s} {'CPU (min)':>10s} {'wall (min)':>11s} {'ns/row':>7s}")
-    for name in ("dp", "bp"):
-        print(f"{name:8s} {res['best_cpu'][name] * 1e3:8.1f} ms {res['best_wall'][name] * 1e3:8.1f} ms "
-              f"{res['ns_per_row_cpu'][name]:7.1f}")
-    print(f"BP / DP: {res['cpu_ratio']:.2f}x CPU, {res['wall_ratio']:.2f}x wall")
+    print_interleaved(res, ("dp", "bp"), "BP / DP")
     out = {"args": vars(args), "machine": machine_info(), **res,
            "method": "one block in the state of a fit, both kernels on one thread (BLAS limited to one by the "
                      "kernels), interleaved rounds; per kernel the minimum over the rounds of thread CPU and of wall "

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HERE, machine_info, write_json  # noqa: E402
+from _common import HERE, interleaved, machine_info, print_interleaved, write_json  # noqa: E402
 from bench_constraints import make_links  # noqa: E402
 
 
@@ -79,25 +79,9 @@ def run(args) -> dict:
     from dclust.kernels.gmpr import unlinked_partial
 
     X, params, C = setup(args)
-    fns = {"kmeans": lambda: distances.block_stats(X, C), "gmpr": lambda: unlinked_partial(X, params)}
-    for fn in fns.values():  # numba caches loaded
-        fn()
-    cpu = {name: [] for name in fns}
-    wall = {name: [] for name in fns}
-    for r in range(args.repeats):
-        for name, fn in fns.items():  # interleaved: A, B, A, B, ...
-            t0, c0 = time.perf_counter(), time.thread_time()
-            fn()
-            cpu[name].append(time.thread_time() - c0)
-            wall[name].append(time.perf_counter() - t0)
-        print(f"  round {r + 1}/{args.repeats}: " + ", ".join(
-            f"{name} {cpu[name][-1] * 1e3:.1f} ms CPU" for name in fns), flush=True)
-    best_cpu = {name: min(v) for name, v in cpu.items()}
-    best_wall = {name: min(v) for name, v in wall.items()}
-    return {"best_cpu": best_cpu, "best_wall": best_wall,
-            "cpu_ratio": best_cpu["gmpr"] / best_cpu["kmeans"], "wall_ratio": best_wall["gmpr"] / best_wall["kmeans"],
-            "ns_per_row_cpu": {name: v / args.n * 1e9 for name, v in best_cpu.items()},
-            "runs": {"cpu": cpu, "wall": wall}}
+    fns = {"kmeans": (lambda _: distances.block_stats(X, C), lambda: None),
+           "gmpr": (lambda _: unlinked_partial(X, params), lambda: None)}
+    return interleaved(fns, args.repeats, args.n, ("gmpr", "kmeans"))
 
 
 def main(argv=None) -> int:
@@ -106,11 +90,7 @@ def main(argv=None) -> int:
     print(f"GM-PR diag E-step kernel vs KMeans kernel: one block of {args.n:,} x {args.d} float32, K = {args.k}, "
           f"{args.repeats} interleaved rounds (one thread)")
     res = run(args)
-    print(f"\n{'kernel':8s} {'CPU (min)':>10s} {'wall (min)':>11s} {'ns/row':>7s}")
-    for name in ("kmeans", "gmpr"):
-        print(f"{name:8s} {res['best_cpu'][name] * 1e3:8.1f} ms {res['best_wall'][name] * 1e3:8.1f} ms "
-              f"{res['ns_per_row_cpu'][name]:7.1f}")
-    print(f"GM-PR / KMeans: {res['cpu_ratio']:.2f}x CPU, {res['wall_ratio']:.2f}x wall")
+    print_interleaved(res, ("kmeans", "gmpr"), "GM-PR / KMeans")
     out = {"args": vars(args), "machine": machine_info(), **res,
            "method": "one block, both kernels on one thread (BLAS limited to one by the kernels), interleaved "
                      "rounds; per kernel the minimum over the rounds of thread CPU and of wall seconds; "
