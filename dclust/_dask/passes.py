@@ -339,6 +339,7 @@ class _Params:
     getter: "_Getter | None"
     layout: _Layout
     tree: "_Tree | None" = None
+    box: bool = False  # return the group's partials in a 1-D object array (one output chunk), not a list
 
 
 @dataclass(frozen=True)
@@ -377,7 +378,7 @@ def _run_group(params, blocks, source, data, extra, *aligned):
     if tree is not None:
         return merge_subtrees(out, tree.merge, first=tree.starts[blocks[0]], n=tree.n, split_every=tree.split_every)
     if merge is None:
-        return out
+        return _boxed_list(out) if params.box else out
     return merge(out) if len(out) > 1 else out[0]
 
 
@@ -408,8 +409,9 @@ def _aligned_index(a: da.Array, X: da.Array, todo: list[int]) -> dict[int, int] 
     raise ValueError(f"an aligned array with {a.numblocks[0]} row blocks for {X.numblocks[0]} blocks of X")
 
 
-def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, block_args=None, tree=None):
-    """The tasks of a pass over ``groups``; returns ``(graph, name)``, task ``(name, g)`` for group g."""
+def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, block_args=None, tree=None, box=False):
+    """The tasks of a pass over ``groups``; returns ``(graph, name)``, task ``(name, g)`` for group g (``box``: an
+    unmerged group's partials in an object array, as :func:`map_partials` gives them, instead of a list)."""
     aligned = [a if a is None or a.ndim < 2 or a.numblocks[1] == 1 else a.rechunk({1: -1}) for a in aligned]
     todo = [b for g in groups for b in g]
     where = [None if a is None else _aligned_index(a, X, todo) for a in aligned]
@@ -418,7 +420,7 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
     reader = _reader_of(X)
     getter = None if reader is None else _Getter(reader.getter, reader.asarray, reader.lock)
     layout = _Layout.of(X.chunks[0], X.shape[1:])
-    params = _Params(fn, merge, kwargs, getter, layout, tree)
+    params = _Params(fn, merge, kwargs, getter, layout, tree, box)
     src = None if reader is None else _source_of(X, reader)
     inline = _is_small(kwargs) and (src is None or src.plain)
     layer: dict = {}
@@ -537,10 +539,9 @@ def map_partials(fn: Callable[..., Any], X: da.Array, *aligned: da.Array | None,
     """
     todo = list(range(X.numblocks[0])) if blocks is None else [int(b) for b in blocks]
     groups = _groups_for(X, todo, grouped=grouped)
-    graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "partials", block_args)
+    graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "partials", block_args, box=True)
     parts = da.Array(graph, name, chunks=(tuple(len(g) for g in groups),), dtype=object,
-                     meta=np.empty(0, dtype=object))
-    parts = parts.map_blocks(_boxed_list, dtype=object, meta=np.empty(0, dtype=object))
+                     meta=np.empty(0, dtype=object))  # each task boxes its blocks' partials: no layer of its own
     done = [b for g in groups for b in g]
     if done != todo:  # grouped by worker: back to the order of ``blocks``
         where = {b: i for i, b in enumerate(done)}
