@@ -500,7 +500,8 @@ _HINT_ROWS = 64
 def _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny, RF, VC):
     """The rows ``X[idx[:m]]`` centred on ``o``: in float64 into ``V`` (T, D) (the exact pairs read them there,
     converted once per row), and scaled by ``sc`` in float32 into ``Y`` (the rows from ``m`` on zeroed), with their
-    squared norms ``ny2`` (float64) and norms ``ny``; returns the count of NaN and inf values. A row's values are
+    squared norms ``ny2`` (float64) and norms ``ny``; the features ``RF`` of ``V`` feature-major in ``VC`` (their
+    columns, for :func:`_refine`: vector loads there instead of gathers); returns the count of NaN and inf values. A row's values are
     counted only when its squared norm is not finite (a NaN or inf value makes it so; finite values that overflow
     it count 0): a test per row, where one per value cost a third of the loop."""
     wide_vectors()
@@ -832,8 +833,8 @@ def _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, KU, mu, p, sc):
     return (wmax if wmax < _F32_BIG else np.inf), RF[:n].copy(), np.zeros((max(n, 1), _DIAG_TILE)), RI, RE, RM, RL
 
 
-#: Components listed together by :func:`_screen` (neighbours by :func:`_screen_order`): the rows that can list
-#: any of a group are found first, then each component's among those only.
+#: Groups of neighbouring components in :func:`_screen_order`'s order; ``_GROUP · T`` pairs of room are kept past
+#: :func:`_screen`'s cap (which it lists component by component: at most ``T`` past the cap).
 _GROUP = 4
 
 
@@ -841,7 +842,8 @@ _GROUP = 4
 def _screen_order(Nv, g):
     """An order of the components in which groups of ``g`` neighbours follow each other (each group: the first
     component not yet taken and its ``g − 1`` nearest not yet taken, by the scaled means ``Nv``). Only a matter of
-    speed: a row's few listed components then mostly fall into one group."""
+    speed, and no longer needed by :func:`_screen`, which lists component by component from bit masks (it took
+    the rows of a group together)."""
     C, D = Nv.shape
     d2 = np.empty((C, C))
     for a in range(C):
@@ -912,9 +914,11 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
     First sweep, in float32 (eight rows per SIMD step): each row's component ``c*`` of largest lower bound; that
     bound is then recomputed in float64 with its error term, so the row's ``ml`` is a rigorous lower bound of
     ``t_c*(x_j)``, hence of the row's largest ``t`` (float32 rounding only chooses ``c*``). Second sweep, also in
-    float32 (eight pairs per SIMD step), ``_GROUP`` components at a time: their upper bounds ``W − L max(s, 0)``
-    compared with ``ml32`` (flags in ``flag``), the rows that list any of them (``rows``), then each component's
-    among those, branch-free.
+    float32 (sixteen pairs per SIMD step), component by component: its upper bounds ``W − L max(s, 0)`` compared
+    with ``ml32`` (flags in ``flag[0]``), tightened for a component with spread precision ratios (:func:`_refine`),
+    then its flagged rows listed from 64-bit masks of the flags (:func:`_flag_bits`, :func:`_low_bit`; eight
+    branch-free steps per mask, a loop only past eight: the per-group row lists this replaced cost a serial pass
+    over the tile per group, 7 of the screen's ~17 Mcycles in the 64-D bench block).
 
     Why no component within ``_NEGLIGIBLE`` of the row's largest ``t`` is dropped: let ``c`` be one, ``t_c >=
     t_max + _NEGLIGIBLE >= ml + _NEGLIGIBLE``. (1) ``s`` (float32) is at most ``δ_c² − err − ε + ε <= δ_c²`` (the
@@ -926,9 +930,11 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
     own float32 rounding at most ``u |ml32|``) makes the computed value positive: listed. The row's best
     component is one of these. A row that could overflow float32 (``|y| max|ν| >= _F32_SAFE``, ``|y|²`` or
     ``|ml|`` from ``_F32_BIG``, or a ``wmax`` of inf) or holds NaN gets ``ml32 = −inf``: every component listed
-    (``W − L s + inf`` is inf or NaN, and a NaN bound lists its pair). Scratch: ``yf`` (4, T) float32, ``arg``
-    (T,) int32, ``best`` (T,) float32, ``flag`` (_GROUP + 1, T) uint8, ``rows`` (T,). Returns the count of listed
-    pairs; one above ``len(lj) − _GROUP · T`` stops the listing (a dense tile)."""
+    (``W − L s + inf`` is inf or NaN, and a NaN bound lists its pair). :func:`_refine` only unflags a pair whose
+    tighter bound is proven below the cut. Scratch: ``yf`` (4, T) float32, ``arg`` (T,) int32, ``best`` (T,)
+    float32, ``flag`` (at least 1, T) uint8 (its first row used); ``VC``, ``RI``, ``RE``, ``RM``, ``RL``: the
+    refinement's columns (:func:`_screen_rows`) and constants (:func:`_screen_consts`). Returns the count of
+    listed pairs; one above ``len(lj) − _GROUP · T`` stops the listing (a dense tile)."""
     wide_vectors()
     C, T = G32.shape
     cap = lj.shape[0] - _GROUP * T
