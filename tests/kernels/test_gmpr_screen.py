@@ -17,6 +17,18 @@ from dclust.kernels.gmpr import (
 )
 
 
+def _assert_component_1_kept(X, p):
+    """Component 1's weight (made only of ``e⁻⁶⁰``-sized responsibilities) and the other statistics equal the
+    unscreened numpy reference's."""
+    a, b = unlinked_partial(X, p), unlinked_partial_numpy(X, p)
+    assert a.weight[1] > 0.0
+    np.testing.assert_allclose(a.weight[:2], b.weight[:2], rtol=1e-10, atol=0.0)
+    np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(a.mean[:2], b.mean[:2], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(a.scatter[:2], b.scatter[:2], rtol=1e-9, atol=1e-9 * np.abs(b.scatter[:2]).max())
+    assert a.loglik == pytest.approx(b.loglik, rel=1e-12)
+
+
 @pytest.mark.parametrize("offset", [0.0, 1e3])
 def test_a_component_just_inside_the_cut_is_kept(offset):
     """Rows next to component 0 whose log-density under component 1 is between 59.9 and 60 nats below (equal unit
@@ -37,13 +49,7 @@ def test_a_component_just_inside_the_cut_is_kept(offset):
     X = X.astype(np.float32)
     gap = 12.0 * (X[:, 0].astype(np.float64) - offset) - 72.0
     assert (gap > _NEGLIGIBLE).all() and (gap < _NEGLIGIBLE + 0.2).all()
-    a, b = unlinked_partial(X, p), unlinked_partial_numpy(X, p)
-    assert a.weight[1] > 0.0
-    np.testing.assert_allclose(a.weight[:2], b.weight[:2], rtol=1e-10, atol=0.0)
-    np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(a.mean[:2], b.mean[:2], rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(a.scatter[:2], b.scatter[:2], rtol=1e-9, atol=1e-9 * np.abs(b.scatter[:2]).max())
-    assert a.loglik == pytest.approx(b.loglik, rel=1e-12)
+    _assert_component_1_kept(X, p)
 
 
 def test_nan_and_inf_in_screened_tiles_are_counted_value_by_value():
@@ -99,10 +105,4 @@ def test_a_spread_component_just_inside_the_cut_is_kept(offset):
     xf = X[:, F].astype(np.float64) - offset
     gap = 12.0 * x0 - 72.0 - 2.0 * np.log(4.0) + 0.375 * (xf**2).sum(axis=1)
     assert (gap > _NEGLIGIBLE).all() and (gap < _NEGLIGIBLE + 0.2).all()
-    a, b = unlinked_partial(X, p), unlinked_partial_numpy(X, p)
-    assert a.weight[1] > 0.0
-    np.testing.assert_allclose(a.weight[:2], b.weight[:2], rtol=1e-10, atol=0.0)
-    np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(a.mean[:2], b.mean[:2], rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(a.scatter[:2], b.scatter[:2], rtol=1e-9, atol=1e-9 * np.abs(b.scatter[:2]).max())
-    assert a.loglik == pytest.approx(b.loglik, rel=1e-12)
+    _assert_component_1_kept(X, p)
