@@ -766,8 +766,12 @@ _U32 = 2.0**-24  # unit roundoff of float32
 #: Features per component that :func:`_screen` takes exactly for a component whose precision ratios ``p_cf / sc_f²``
 #: are spread (a few far below the rest): see :func:`_screen_consts`.
 _FEW = 4
-#: A component is refined when its ``_FEW + 1``-th smallest precision ratio is at least this times its smallest.
+#: A component is refined when its ``_FEW + 1``-th smallest precision ratio is at least this times its smallest,
+#: at most ``_MAX_REFINED`` of them (those of largest ratio): :func:`_screen_rows` copies their features one value
+#: at a time, which costs more than the refinement saves when many components are spread (64 features, 56 of 64
+#: components refined: the block kernel took twice as long).
 _SPREAD = 1.5
+_MAX_REFINED = 4
 
 
 @numba.njit(**_FAST)
@@ -788,31 +792,40 @@ def _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, KU, mu, p, sc):
     ``_FEW``), the features ``F_c`` of the ``_FEW`` smallest ``r_cf``, ``RE`` (C, ``_FEW``) their weights ``e_cf
     = max(ℓ_c − r_cf, 0) sc_f²``, ``RM`` their means ``μ_cf``, and ``RL`` (C,) ``½ ℓ_c``, with ``ℓ_c`` the
     ``_FEW + 1``-th smallest ``r_cf`` shrunk by ``1e-12`` (so ``r_cf >= ℓ_c`` off ``F_c`` despite rounding), 0 for a
-    component that is not refined (``ℓ_c < _SPREAD lo_c``). Then ``Σ_f p_cf (v_f − μ_cf)² = Σ_f r_cf sc_f² (v_f −
+    component that is not refined (``ℓ_c < _SPREAD lo_c``, or not among the ``_MAX_REFINED`` of largest ``ℓ_c /
+    lo_c``). Then ``Σ_f p_cf (v_f − μ_cf)² = Σ_f r_cf sc_f² (v_f −
     μ_cf)² >= ℓ_c δ² − Σ_{f ∈ F_c} e_cf (v_f − μ_cf)²``: the ``lo_c δ²`` of the plain bound, with the few features
     of low ratio taken exactly (at 64-D, K = 64, one vanishing component whose ratios go down to 0.21 was listed
     by nine rows in ten and kept by none)."""
     C, D = mu.shape
     f = min(_FEW, D - 1)
     RI, RE, RM, RL = np.zeros((C, _FEW), np.intp), np.zeros((C, _FEW)), np.zeros((C, _FEW)), np.zeros(C)
-    RF = np.zeros(C * _FEW, np.intp)
-    n = 0
+    RF = np.zeros(_MAX_REFINED * _FEW, np.intp)
     r = np.empty(D)
+    gain = np.zeros(C)
     for c in range(C):
+        for d in range(D):
+            r[d] = p[c, d] / (sc[d] * sc[d])
+        ell = np.sort(r)[f] * (1.0 - 1e-12)
+        if f > 0 and ell >= _SPREAD * lo_c[c] and ell < np.inf:
+            gain[c] = ell / lo_c[c] if lo_c[c] > 0.0 else np.inf
+    n = 0
+    for c in np.argsort(-gain)[:_MAX_REFINED]:
+        if gain[c] == 0.0:
+            break
         for d in range(D):
             r[d] = p[c, d] / (sc[d] * sc[d])
         srt = np.argsort(r)
         ell = r[srt[f]] * (1.0 - 1e-12)
-        if f > 0 and ell >= _SPREAD * lo_c[c] and ell < np.inf:
-            RL[c] = 0.5 * ell
-            for a in range(_FEW):
-                d = srt[min(a, f - 1)]
-                RI[c, a] = n + min(a, f - 1)
-                RE[c, a] = max(ell - r[d], 0.0) * (sc[d] * sc[d]) if a < f else 0.0
-                RM[c, a] = mu[c, d]
-            for a in range(f):
-                RF[n] = srt[a]
-                n += 1
+        RL[c] = 0.5 * ell
+        for a in range(_FEW):
+            d = srt[min(a, f - 1)]
+            RI[c, a] = n + min(a, f - 1)
+            RE[c, a] = max(ell - r[d], 0.0) * (sc[d] * sc[d]) if a < f else 0.0
+            RM[c, a] = mu[c, d]
+        for a in range(f):
+            RF[n] = srt[a]
+            n += 1
     k2 = kappa + 16.0 * _U32
     wmax = 0.0
     for c in range(base.shape[0]):
