@@ -1075,7 +1075,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     nv = np.sqrt(nv2)
     V, yf = np.empty((T, D)), np.empty((4, T), np.float32)
     arg, best, cs = np.empty(T, np.int32), np.empty(T, np.float32), np.empty(C + 1, np.intp)
-    flag, rows, order = np.empty((_GROUP + 1, T), np.uint8), np.empty(T, np.intp), _screen_order(Nv, _GROUP)
+    flag, order = np.empty((_GROUP + 1, T), np.uint8), _screen_order(Nv, _GROUP)
     K32, KU = np.empty((4, C), np.float32), np.empty((4, C), np.float32)
     wmax, RF, VC, RI, RE, RM, RL = _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, KU, mu, p, sc)
     loglik = 0.0

@@ -7,7 +7,10 @@ import pytest
 
 from dclust.kernels.gmpr import (
     _DIAG_TILE,
+    _FEW,
+    _MAX_REFINED,
     _NEGLIGIBLE,
+    _SPREAD,
     MixtureParams,
     _diag_kernel,
     _diag_screen_weights,
@@ -91,7 +94,7 @@ def test_a_spread_component_just_inside_the_cut_is_kept(offset):
     var = np.ones((C, D))
     var[1, F] = 4.0
     p = MixtureParams.build(np.full(C, 1.0 / C), np.ones((C, 1)), means.reshape(C, 1, D), var.reshape(C, 1, D))
-    o, mu, prec, base, sc, _, nv2, lo, hi, kappa = _diag_screen_weights(p)
+    _, mu, prec, base, sc, _, nv2, lo, hi, kappa = _diag_screen_weights(p)
     K32, KU = np.empty((4, C), np.float32), np.empty((4, C), np.float32)
     RL = _screen_consts(base, lo, hi, np.sqrt(nv2), nv2, kappa, K32, KU, mu, prec, sc)[-1]
     assert RL[1] > 0.0 and (RL[2:] == 0.0).all()  # component 1 alone is refined
@@ -106,3 +109,27 @@ def test_a_spread_component_just_inside_the_cut_is_kept(offset):
     gap = 12.0 * x0 - 72.0 - 2.0 * np.log(4.0) + 0.375 * (xf**2).sum(axis=1)
     assert (gap > _NEGLIGIBLE).all() and (gap < _NEGLIGIBLE + 0.2).all()
     _assert_component_1_kept(X, p)
+
+
+def test_many_spread_components_refine_only_a_few():
+    """Log-normal variances make most components spread: at most ``_MAX_REFINED`` of them are refined, the
+    largest gains first, and the statistics still equal the unscreened reference (sparse tiles)."""
+    rng = np.random.default_rng(23)
+    D, C = 16, 24
+    means = rng.normal(size=(C, 1, D)) * 30.0
+    var = np.exp(rng.normal(size=(C, 1, D)))
+    p = MixtureParams.build(rng.dirichlet(np.ones(C)), np.ones((C, 1)), means, var)
+    _, mu, prec, base, sc, _, nv2, lo, hi, kappa = _diag_screen_weights(p)
+    K32, KU = np.empty((4, C), np.float32), np.empty((4, C), np.float32)
+    RL = _screen_consts(base, lo, hi, np.sqrt(nv2), nv2, kappa, K32, KU, mu, prec, sc)[-1]
+    ratio = np.sort(prec / sc**2, axis=1)
+    gain = ratio[:, _FEW] / ratio[:, 0]
+    assert (gain >= _SPREAD).sum() > _MAX_REFINED
+    assert set(np.flatnonzero(RL > 0.0)) == set(np.argsort(-gain)[:_MAX_REFINED])
+    n = 3 * _DIAG_TILE + 5
+    lab = rng.integers(0, C, n)
+    X = (means[lab, 0] + rng.normal(size=(n, D)) * np.sqrt(var[lab, 0])).astype(np.float32)
+    a, b = unlinked_partial(X, p), unlinked_partial_numpy(X, p)
+    for f in ("weight", "mean", "scatter"):
+        np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-10, atol=1e-10 * np.abs(getattr(b, f)).max())
+    assert a.loglik == pytest.approx(b.loglik, rel=1e-12)
