@@ -365,6 +365,37 @@ def _bitcast(typingctx, v):
     return to(v), codegen
 
 
+@intrinsic
+def _flag_bits(typingctx, a, i):
+    """The bits of the 64 uint8 flags ``a[i:i + 64]`` (bit ``k`` set where ``a[i + k]`` is not 0; one vector load,
+    compare and mask move: a C-contiguous 1-D ``a``, ``i + 64 <= len(a)``), a uint64."""
+    if not (isinstance(a, types.Array) and a.dtype == types.uint8 and a.ndim == 1 and a.layout == "C"
+            and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        arr = context.make_array(signature.args[0])(context, builder, args[0])
+        k = context.cast(builder, args[1], signature.args[1], types.intp)
+        vec = ir.VectorType(ir.IntType(8), 64)
+        p = builder.bitcast(builder.gep(arr.data, [k]), vec.as_pointer())
+        v = builder.load(p, align=1)
+        return builder.bitcast(builder.icmp_unsigned("!=", v, ir.Constant(vec, None)), ir.IntType(64))
+
+    return types.uint64(a, i), codegen
+
+
+@intrinsic
+def _low_bit(typingctx, b):
+    """The index of the lowest set bit of the uint64 ``b`` (not 0): one ``tzcnt``."""
+    if b != types.uint64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))  # 64 for 0 (defined: no poison)
+
+    return types.uint64(b), codegen
+
+
 _SHIFTER = 1.5 * 2.0**52  # x·log2(e) + this rounds to the nearest integer k, held in the sum's low mantissa bits
 
 
@@ -608,10 +639,11 @@ _HINT_ROWS = 64
 
 
 @numba.njit(**_RFAST)
-def _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny):
+def _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny, RF, VC):
     """The rows ``X[idx[:m]]`` centred on ``o``: in float64 into ``V`` (T, D) (the exact pairs read them there,
     converted once per row), and scaled by ``sc`` in float32 into ``Y`` (the rows from ``m`` on zeroed), with their
-    squared norms ``ny2`` (float64) and norms ``ny``; returns the count of NaN and inf values. A row's values are
+    squared norms ``ny2`` (float64) and norms ``ny``; the features ``RF`` of ``V`` feature-major in ``VC`` (their
+    columns, for :func:`_refine`: vector loads there instead of gathers); returns the count of NaN and inf values. A row's values are
     counted only when its squared norm is not finite (a NaN or inf value makes it so; finite values that overflow
     it count 0): a test per row, where one per value cost a third of the loop."""
     wide_vectors()
@@ -628,6 +660,8 @@ def _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny):
             s2 += y * y
         ny2[j] = s2
         ny[j] = np.sqrt(s2)
+        for a in range(RF.shape[0]):  # the refined components' features, feature-major (one value at a time)
+            VC[a, j] = V[j, RF[a]]
         if not np.isfinite(s2):
             for f in range(D):
                 bad += 0 if np.isfinite(X[r, f]) else 1
@@ -871,8 +905,19 @@ _F32_BIG = 1e30
 _U32 = 2.0**-24  # unit roundoff of float32
 
 
+#: Features per component that :func:`_screen` takes exactly for a component whose precision ratios ``p_cf / sc_f²``
+#: are spread (a few far below the rest): see :func:`_screen_consts`.
+_FEW = 4
+#: A component is refined when its ``_FEW + 1``-th smallest precision ratio is at least this times its smallest,
+#: at most ``_MAX_REFINED`` of them (those of largest ratio): :func:`_screen_rows` copies their features one value
+#: at a time, which costs more than the refinement saves when many components are spread (64 features, 56 of 64
+#: components refined: the block kernel took twice as long).
+_SPREAD = 1.5
+_MAX_REFINED = 4
+
+
 @numba.njit(**_FAST)
-def _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, KU):
+def _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, KU, mu, p, sc):
     """Per-component constants of :func:`_screen`'s two float32 sweeps, with ``δ² = |y|² + |ν|² + 2g`` (``g = −ν ·
     y`` from float32, error at most ``κ (|y| + |ν|)²``):
 
@@ -885,7 +930,44 @@ def _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, KU):
 
     Returns ``max |W|`` over the finite ``W`` (:func:`_screen` widens each row's cut by ``16 u (max |W| + |ml|)``
     for the rounding of ``W − L s − ml``), or inf when a constant could overflow float32 (every pair is then
-    listed)."""
+    listed); and the refinement of components with spread precision ratios ``r_cf = p_cf / sc_f²``: ``RI`` (C,
+    ``_FEW``), the features ``F_c`` of the ``_FEW`` smallest ``r_cf``, ``RE`` (C, ``_FEW``) their weights ``e_cf
+    = max(ℓ_c − r_cf, 0) sc_f²``, ``RM`` their means ``μ_cf``, and ``RL`` (C,) ``½ ℓ_c``, with ``ℓ_c`` the
+    ``_FEW + 1``-th smallest ``r_cf`` shrunk by ``1e-12`` (so ``r_cf >= ℓ_c`` off ``F_c`` despite rounding), 0 for a
+    component that is not refined (``ℓ_c < _SPREAD lo_c``, or not among the ``_MAX_REFINED`` of largest ``ℓ_c /
+    lo_c``). Then ``Σ_f p_cf (v_f − μ_cf)² = Σ_f r_cf sc_f² (v_f −
+    μ_cf)² >= ℓ_c δ² − Σ_{f ∈ F_c} e_cf (v_f − μ_cf)²``: the ``lo_c δ²`` of the plain bound, with the few features
+    of low ratio taken exactly (at 64-D, K = 64, one vanishing component whose ratios go down to 0.21 was listed
+    by nine rows in ten and kept by none)."""
+    C, D = mu.shape
+    f = min(_FEW, D - 1)
+    RI, RE, RM, RL = np.zeros((C, _FEW), np.intp), np.zeros((C, _FEW)), np.zeros((C, _FEW)), np.zeros(C)
+    RF = np.zeros(_MAX_REFINED * _FEW, np.intp)
+    r = np.empty(D)
+    gain = np.zeros(C)
+    for c in range(C):
+        for d in range(D):
+            r[d] = p[c, d] / (sc[d] * sc[d])
+        ell = np.sort(r)[f] * (1.0 - 1e-12)
+        if f > 0 and ell >= _SPREAD * lo_c[c] and ell < np.inf:
+            gain[c] = ell / lo_c[c] if lo_c[c] > 0.0 else np.inf
+    n = 0
+    for c in np.argsort(-gain)[:_MAX_REFINED]:
+        if gain[c] == 0.0:
+            break
+        for d in range(D):
+            r[d] = p[c, d] / (sc[d] * sc[d])
+        srt = np.argsort(r)
+        ell = r[srt[f]] * (1.0 - 1e-12)
+        RL[c] = 0.5 * ell
+        for a in range(_FEW):
+            d = srt[min(a, f - 1)]
+            RI[c, a] = n + min(a, f - 1)
+            RE[c, a] = max(ell - r[d], 0.0) * (sc[d] * sc[d]) if a < f else 0.0
+            RM[c, a] = mu[c, d]
+        for a in range(f):
+            RF[n] = srt[a]
+            n += 1
     k2 = kappa + 16.0 * _U32
     wmax = 0.0
     for c in range(base.shape[0]):
@@ -903,11 +985,11 @@ def _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, KU):
             wmax = max(wmax, w)
         if not (n2 < _F32_BIG and 0.5 * lo_c[c] < _F32_BIG):  # NaN too
             wmax = np.inf
-    return wmax if wmax < _F32_BIG else np.inf
+    return (wmax if wmax < _F32_BIG else np.inf), RF[:n].copy(), np.zeros((max(n, 1), _DIAG_TILE)), RI, RE, RM, RL
 
 
-#: Components listed together by :func:`_screen` (neighbours by :func:`_screen_order`): the rows that can list
-#: any of a group are found first, then each component's among those only.
+#: Groups of neighbouring components in :func:`_screen_order`'s order; ``_GROUP · T`` pairs of room are kept past
+#: :func:`_screen`'s cap (which it lists component by component: at most ``T`` past the cap).
 _GROUP = 4
 
 
@@ -915,7 +997,8 @@ _GROUP = 4
 def _screen_order(Nv, g):
     """An order of the components in which groups of ``g`` neighbours follow each other (each group: the first
     component not yet taken and its ``g − 1`` nearest not yet taken, by the scaled means ``Nv``). Only a matter of
-    speed: a row's few listed components then mostly fall into one group."""
+    speed, and no longer needed by :func:`_screen`, which lists component by component from bit masks (it took
+    the rows of a group together)."""
     C, D = Nv.shape
     d2 = np.empty((C, C))
     for a in range(C):
@@ -947,8 +1030,35 @@ def _screen_order(Nv, g):
     return order
 
 
+@numba.njit(inline="always", **_FAST)
+def _refine(G32, ny2, ny, m, c, nv, nv2, k2, base, ml32, fl, VC, RI, RE, RM, RL):
+    """Unflag the rows ``j`` flagged in ``fl`` for the refined component ``c`` (``RL[c] > 0``:
+    :func:`_screen_consts`) whose tighter bound ``t_c <= base_c − ½ max(ℓ_c s − Z, 0)`` is below ``ml − _NEGLIGIBLE``
+    by more than its rounding, in float64: ``s = (1 − κ₂)(|y|² + |ν|²) + 2g − 2κ₂ |y||ν| <= δ²`` (the bound of
+    :func:`_screen`'s second sweep, whose float64 rounding is far below the extra ``16 u (|y| + |ν|)²`` of
+    ``κ₂``), ``Z = (1 + 1e-12) Σ_{f ∈ F_c} e_cf (v_jf − μ_cf)²`` from the centred rows ``V``, and ``ml`` the row's
+    ``ml32`` (a lower bound of its largest ``t``). The comparison keeps a slack of ``1e-12`` times the sum of the
+    magnitudes (float64 rounding is ~1e-16 of it); NaN keeps the pair. ``_FEW`` is 4 here."""
+    hl, n2, nc, w = RL[c], nv2[c], nv[c], base[c] - _NEGLIGIBLE
+    v0, v1, v2, v3 = VC[RI[c, 0]], VC[RI[c, 1]], VC[RI[c, 2]], VC[RI[c, 3]]
+    e0, e1, e2, e3 = RE[c, 0], RE[c, 1], RE[c, 2], RE[c, 3]
+    m0, m1, m2, m3 = RM[c, 0], RM[c, 1], RM[c, 2], RM[c, 3]
+    g32 = G32[c]
+    a2, b2 = 1.0 - k2, 2.0 * k2 * nc
+    for j in range(m):  # every row, branch-free (SIMD)
+        s = a2 * (ny2[j] + n2) + 2.0 * np.float64(g32[j]) - b2 * ny[j]
+        d0, d1, d2, d3 = v0[j] - m0, v1[j] - m1, v2[j] - m2, v3[j] - m3
+        z = ((e0 * d0 * d0 + e1 * d1 * d1) + (e2 * d2 * d2 + e3 * d3 * d3)) * (1.0 + 1e-12)
+        u = hl * s - 0.5 * z
+        u = u if u > 0.0 else 0.0
+        ml = np.float64(ml32[j])
+        e = w - u - ml + 1e-12 * (abs(w) + abs(hl * s) + z + abs(ml))
+        fl[j] = 0 if e < 0.0 else fl[j]
+
+
 @numba.njit(**_FAST)
-def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg, best, order, flag, rows, cs, lj):
+def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg, best, order, flag, cs, lj, VC, RI,
+            RE, RM, RL):
     """Which components can count for each row, from the float32 products ``G32 = −ν · y`` (``y``, ``ν``: rows and
     means centred and scaled): with ``δ² = |y|² + |ν|² − 2 y·ν`` (error at most ``κ (|y| + |ν|)²``), ``t_c`` lies in
     ``[base_c − ½ hi_c (δ² + err), base_c − ½ lo_c max(δ² − err, 0)]`` (constants in ``K32``, ``KU``, ``wmax``:
@@ -959,9 +1069,11 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
     First sweep, in float32 (eight rows per SIMD step): each row's component ``c*`` of largest lower bound; that
     bound is then recomputed in float64 with its error term, so the row's ``ml`` is a rigorous lower bound of
     ``t_c*(x_j)``, hence of the row's largest ``t`` (float32 rounding only chooses ``c*``). Second sweep, also in
-    float32 (eight pairs per SIMD step), ``_GROUP`` components at a time: their upper bounds ``W − L max(s, 0)``
-    compared with ``ml32`` (flags in ``flag``), the rows that list any of them (``rows``), then each component's
-    among those, branch-free.
+    float32 (sixteen pairs per SIMD step), component by component: its upper bounds ``W − L max(s, 0)`` compared
+    with ``ml32`` (flags in ``flag[0]``), tightened for a component with spread precision ratios (:func:`_refine`),
+    then its flagged rows listed from 64-bit masks of the flags (:func:`_flag_bits`, :func:`_low_bit`; eight
+    branch-free steps per mask, a loop only past eight: the per-group row lists this replaced cost a serial pass
+    over the tile per group, 7 of the screen's ~17 Mcycles in the 64-D bench block).
 
     Why no component within ``_NEGLIGIBLE`` of the row's largest ``t`` is dropped: let ``c`` be one, ``t_c >=
     t_max + _NEGLIGIBLE >= ml + _NEGLIGIBLE``. (1) ``s`` (float32) is at most ``δ_c² − err − ε + ε <= δ_c²`` (the
@@ -973,9 +1085,11 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
     own float32 rounding at most ``u |ml32|``) makes the computed value positive: listed. The row's best
     component is one of these. A row that could overflow float32 (``|y| max|ν| >= _F32_SAFE``, ``|y|²`` or
     ``|ml|`` from ``_F32_BIG``, or a ``wmax`` of inf) or holds NaN gets ``ml32 = −inf``: every component listed
-    (``W − L s + inf`` is inf or NaN, and a NaN bound lists its pair). Scratch: ``yf`` (4, T) float32, ``arg``
-    (T,) int32, ``best`` (T,) float32, ``flag`` (_GROUP + 1, T) uint8, ``rows`` (T,). Returns the count of listed
-    pairs; one above ``len(lj) − _GROUP · T`` stops the listing (a dense tile)."""
+    (``W − L s + inf`` is inf or NaN, and a NaN bound lists its pair). :func:`_refine` only unflags a pair whose
+    tighter bound is proven below the cut. Scratch: ``yf`` (4, T) float32, ``arg`` (T,) int32, ``best`` (T,)
+    float32, ``flag`` (at least 1, T) uint8 (its first row used); ``VC``, ``RI``, ``RE``, ``RM``, ``RL``: the
+    refinement's columns (:func:`_screen_rows`) and constants (:func:`_screen_consts`). Returns the count of
+    listed pairs; one above ``len(lj) − _GROUP · T`` stops the listing (a dense tile)."""
     wide_vectors()
     C, T = G32.shape
     cap = lj.shape[0] - _GROUP * T
@@ -1012,38 +1126,39 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
         ml32[j] = mj - 16.0 * _U32 * (wmax + abs(mj)) if ok else -np.inf
         h[j] = (1.0 - kappa - 16.0 * _U32) * ny2[j]
     Q, R, W, L = KU[0], KU[1], KU[2], KU[3]
-    anyf = flag[_GROUP]
+    k2 = kappa + 16.0 * _U32
+    fl = flag[0]
+    for j in range(m, fl.shape[0]):  # the flags past the tile's rows stay 0
+        fl[j] = 0
     q = _U(0)
-    for i0 in range(0, C, _GROUP):
-        i1 = min(i0 + _GROUP, C)
+    for i in range(C):
+        c = order[i]
+        cs[i] = q
         if q > _U(cap):
-            for i in range(i0, i1):
-                cs[i] = q
             continue
-        for j in range(m):
-            anyf[j] = 0
-        for i in range(i0, i1):
-            c = order[i]
-            g32, fl = G32[c], flag[i - i0]
-            qc, rc, wc, lc = Q[c], R[c], W[c], L[c]
-            for j in range(m):  # SIMD
-                s = h[j] + qc + np.float32(2.0) * g32[j] - rc * nyf[j]
-                s = s if s > np.float32(0.0) else np.float32(0.0)
-                fl[j] = 0 if wc - lc * s - ml32[j] < np.float32(0.0) else 1  # NaN lists the pair
-                anyf[j] |= fl[j]
-        nr = _U(0)
-        for j in range(m):  # branch-free
-            rows[nr] = j
-            nr += anyf[j]
-        for i in range(i0, i1):
-            cs[i] = q
-            fl = flag[i - i0]
-            t = _U(0)
-            while t < nr:
-                j = rows[t]
-                lj[q] = j
-                q += fl[_U(j)]
-                t += _U(1)
+        g32 = G32[c]
+        qc, rc, wc, lc = Q[c], R[c], W[c], L[c]
+        for j in range(m):  # SIMD
+            s = h[j] + qc + np.float32(2.0) * g32[j] - rc * nyf[j]
+            s = s if s > np.float32(0.0) else np.float32(0.0)
+            fl[j] = 0 if wc - lc * s - ml32[j] < np.float32(0.0) else 1  # NaN lists the pair
+        if RL[c] > 0.0:
+            _refine(G32, ny2, ny, m, c, nv, nv2, k2, base, ml32, fl, VC, RI, RE, RM, RL)
+        for j0 in range(0, m, 64):  # the flagged rows, 64 at a time from a bit mask
+            if j0 + 64 <= fl.shape[0]:
+                b = _flag_bits(fl, j0)
+            else:  # a tile not a multiple of 64 rows long: its last flags one by one
+                b = _U(0)
+                for k in range(fl.shape[0] - j0):
+                    b |= _U(fl[j0 + k]) << _U(k)
+            for _ in range(8):  # branch-free: a row's bit is cleared once listed, an empty mask lists nothing
+                lj[q] = j0 + _low_bit(b)
+                q += _U(1) if b != _U(0) else _U(0)
+                b &= b - _U(1)
+            while b != _U(0):  # more than 8 (rare)
+                lj[q] = j0 + _low_bit(b)
+                q += _U(1)
+                b &= b - _U(1)
     cs[C] = q
     return np.intp(q)
 
@@ -1103,9 +1218,9 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     nv = np.sqrt(nv2)
     V, yf = np.empty((T, D)), np.empty((4, T), np.float32)
     arg, best, cs = np.empty(T, np.int32), np.empty(T, np.float32), np.empty(C + 1, np.intp)
-    flag, rows, order = np.empty((_GROUP + 1, T), np.uint8), np.empty(T, np.intp), _screen_order(Nv, _GROUP)
+    flag, order = np.empty((_GROUP + 1, T), np.uint8), _screen_order(Nv, _GROUP)
     K32, KU = np.empty((4, C), np.float32), np.empty((4, C), np.float32)
-    wmax = _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, KU)
+    wmax, RF, VC, RI, RE, RM, RL = _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, KU, mu, p, sc)
     loglik = 0.0
     n_bad = 0
     wait = 0  # dense tiles left before the next screen
@@ -1123,10 +1238,10 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
         q = 0
         screened = wait == 0
         if screened:
-            n_bad += _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny)
+            n_bad += _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny, RF, VC)
             np.dot(Nv, Y.T, G32)
             q = _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg, best, order, flag,
-                        rows, cs, lj)
+                        cs, lj, VC, RI, RE, RM, RL)
             sparse = q * _SPARSE <= C * m
             skip = 0 if sparse else min(2 * skip + 1, _MAX_SKIP)
             wait = skip
