@@ -11,7 +11,7 @@ import pytest
 
 import dclust
 from dclust._dask.init import _stats_partial
-from dclust._dask.passes import map_reduce
+from dclust._dask.passes import _groups_for, map_partials, map_reduce
 from dclust.kernels.stats import ClusterStats
 
 
@@ -205,3 +205,19 @@ def test_a_pass_over_persisted_blocks_is_one_task_per_thread_and_one_merge(clien
         rows = np.concatenate([np.arange(b * 150, (b + 1) * 150) for b in (range(20) if blocks is None else blocks)])
         np.testing.assert_array_equal(held.weight, ClusterStats.from_labels(
             X[rows], np.argmin(((X[rows, None, :] - C[None]) ** 2).sum(axis=2), axis=1), 5).weight)
+
+
+
+def _row_sums(Xb, *, offset, block_index):
+    return np.asarray(Xb).sum(axis=0)
+
+
+def test_map_partials_gives_one_element_per_block_when_its_tasks_read_several(tmp_path):
+    """A store's blocks are read in groups, and each task boxes its blocks' partials itself: the result still has
+    one element per block, in block order, each the block's partial as it was returned."""
+    data = np.arange(400.0).reshape(200, 2)
+    X = dclust.open_array(dclust.write_array(data, tmp_path / "x.zarr", chunks=(5, 2)))
+    parts = map_partials(_row_sums, X).compute()
+    assert X.numblocks[0] == 40 and parts.shape == (40,) and all(p.shape == (2,) for p in parts)
+    np.testing.assert_array_equal(np.stack(list(parts)), data.reshape(40, 5, 2).sum(axis=1))
+    assert any(len(g) > 1 for g in _groups_for(X, None, grouped=True))  # the case: several blocks in one task
