@@ -487,8 +487,9 @@ def map_reduce(
 
     ``merge(list_of_partials) -> partial`` must be associative; blocks are merged inside their task, then across
     tasks by :func:`dclust._dask.reduce.tree_reduce`. ``aligned`` are arrays with the row blocks of ``X`` (a
-    ``None`` is passed through); ``block_args`` one small object per block, as in :func:`map_partials`. ``blocks`` restricts the pass to those block indices (offsets and indices stay
-    global). Returns a 0-d object dask array: ``.compute()[()]`` is the merged partial.
+    ``None`` is passed through); ``block_args`` one small object per block, as in :func:`map_partials`. ``blocks``
+    restricts the pass to those block indices (offsets and indices stay global). Returns a 0-d object dask array:
+    ``.compute()[()]`` is the merged partial.
     """
     groups = _groups_for(X, blocks, grouped=True)
     if any(len(g) > 1 for g in groups) and _reader_of(X) is None:  # persisted blocks, grouped where they are

@@ -643,9 +643,9 @@ def _screen_rows(X, idx, m, o, sc, Y, V, ny2, ny, RF, VC):
     """The rows ``X[idx[:m]]`` centred on ``o``: in float64 into ``V`` (T, D) (the exact pairs read them there,
     converted once per row), and scaled by ``sc`` in float32 into ``Y`` (the rows from ``m`` on zeroed), with their
     squared norms ``ny2`` (float64) and norms ``ny``; the features ``RF`` of ``V`` feature-major in ``VC`` (their
-    columns, for :func:`_refine`: vector loads there instead of gathers); returns the count of NaN and inf values. A row's values are
-    counted only when its squared norm is not finite (a NaN or inf value makes it so; finite values that overflow
-    it count 0): a test per row, where one per value cost a third of the loop."""
+    columns, for :func:`_refine`: vector loads there instead of gathers); returns the count of NaN and inf values.
+    A row's values are counted only when its squared norm is not finite (a NaN or inf value makes it so; finite
+    values that overflow it count 0): a test per row, where one per value cost a third of the loop."""
     wide_vectors()
     D = X.shape[1]
     bad = 0
@@ -1745,8 +1745,8 @@ def _endpoint_weights(sub, g, post, n_sub, idx, rs):
 
 @numba.njit(cache=True, nogil=True)
 def _link_kernel(Xa, sub_a, Xb, sub_b, must, log_alpha, shift, n_sub):
-    """All links in one pass, full covariances: class log-marginals, the pair posterior (``s`` or ``d_a, d_b``), counts, the link
-    log-likelihood and the endpoints' weighted sums and scatter about ``shift``.
+    """All links in one pass, full covariances: class log-marginals, the pair posterior (``s`` or ``d_a, d_b``),
+    counts, the link log-likelihood and the endpoints' weighted sums and scatter about ``shift``.
 
     O(M) per link: with ``a_m = α_m g_a(m)`` (``b`` likewise) a must-link has ``s ∝ a_m b_m / α_m``; a cannot-link
     has ``Z = Σ_m a_m B_m`` with ``B_m = Σ_{h≠m} b_h`` (prefix and suffix sums, no cancellation), ``d_a(m) =

@@ -246,7 +246,8 @@ def test_tile_loglik_sums_the_rows_logs_and_inverts_their_sums():
 _WITHOUT_AVX512 = """
 import numpy as np
 from dclust.kernels import gmpr
-from dclust.kernels.gmpr import MixtureParams, link_partial, link_partial_numpy, unlinked_partial, unlinked_partial_numpy
+from dclust.kernels.gmpr import (MixtureParams, link_partial, link_partial_numpy, unlinked_partial,
+                                 unlinked_partial_numpy)
 
 assert not gmpr._AVX512
 rng = np.random.default_rng(0)
