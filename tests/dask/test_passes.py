@@ -221,27 +221,3 @@ def test_map_partials_gives_one_element_per_block_when_its_tasks_read_several(tm
     assert X.numblocks[0] == 40 and parts.shape == (40,) and all(p.shape == (2,) for p in parts)
     np.testing.assert_array_equal(np.stack(list(parts)), data.reshape(40, 5, 2).sum(axis=1))
     assert any(len(g) > 1 for g in _groups_for(X, None, grouped=True))  # the case: several blocks in one task
-
-
-def test_an_input_aligned_with_a_store_is_persisted_where_the_pass_tasks_will_run(tmp_path, client):
-    """An aligned input of every pass over a store (GM-PR's links) is placed by the pass's task groups, the groups
-    dealt to the workers in turn: each task finds its blocks on one worker, and the tasks of a pass over the store
-    run on both workers (left to the scheduler, the input sat on one worker and so did every task of the pass)."""
-    from distributed import futures_of, get_task_stream
-
-    from dclust._dask.passes import _groups_for, persist_aligned
-
-    data = np.arange(4000.0).reshape(2000, 2)
-    X = dclust.open_array(dclust.write_array(data, tmp_path / "x.zarr", chunks=(100, 2)))
-    A = da.from_array(np.arange(20.0), chunks=1)
-    Ap = persist_aligned(A, X)
-    holders = {k[1]: set(v) for k, v in client.who_has(futures_of(Ap)).items()}
-    groups = _groups_for(X, None, grouped=True)
-    assert len(groups) > 2 and all(len(holders[b]) == 1 for b in range(20))
-    owner = [holders[g[0]] for g in groups]
-    assert all(holders[b] == owner[i] for i, g in enumerate(groups) for b in g)  # a task's blocks on one worker
-    assert owner[0] != owner[1] and set.union(*owner) == set(client.nthreads())  # dealt in turn
-    with get_task_stream() as stream:
-        total = map_reduce(lambda Xb, a, **kw: float(np.asarray(Xb).sum()) + float(a[0]), sum, X, Ap).compute()[()]
-    assert total == data.sum() + np.arange(20.0).sum()
-    assert len({t["worker"] for t in stream.data if "dclust-pass-" in str(t["key"])}) == 2
