@@ -339,7 +339,6 @@ class _Params:
     getter: "_Getter | None"
     layout: _Layout
     tree: "_Tree | None" = None
-    box: bool = False  # return the group's partials in a 1-D object array (one output chunk), not a list
 
 
 @dataclass(frozen=True)
@@ -357,7 +356,8 @@ class _Tree:
 def _run_group(params, blocks, source, data, extra, *aligned):
     """Run ``fn`` on every block of the group, reading the blocks from ``source`` (``data`` are then the getter's
     indices, or None for whole-row reads) or taking them from ``data``; merge the results (``merge``) or return them
-    in a list, or in the subtrees of ``tree``. ``extra`` holds the group's per-block arguments (or is None)."""
+    in a 1-D object array (the output chunk of :func:`map_partials`), or in the subtrees of ``tree``. ``extra``
+    holds the group's per-block arguments (or is None)."""
     fn, merge, kwargs, reader, layout = params.fn, params.merge, params.kwargs, params.getter, params.layout
     _reuse_chunk_buffers()
     offsets, sizes = layout.blocks()
@@ -378,7 +378,7 @@ def _run_group(params, blocks, source, data, extra, *aligned):
     if tree is not None:
         return merge_subtrees(out, tree.merge, first=tree.starts[blocks[0]], n=tree.n, split_every=tree.split_every)
     if merge is None:
-        return _boxed_list(out) if params.box else out
+        return _boxed_list(out)
     return merge(out) if len(out) > 1 else out[0]
 
 
@@ -409,9 +409,8 @@ def _aligned_index(a: da.Array, X: da.Array, todo: list[int]) -> dict[int, int] 
     raise ValueError(f"an aligned array with {a.numblocks[0]} row blocks for {X.numblocks[0]} blocks of X")
 
 
-def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, block_args=None, tree=None, box=False):
-    """The tasks of a pass over ``groups``; returns ``(graph, name)``, task ``(name, g)`` for group g (``box``: an
-    unmerged group's partials in an object array, as :func:`map_partials` gives them, instead of a list)."""
+def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, block_args=None, tree=None):
+    """The tasks of a pass over ``groups``; returns ``(graph, name)``, task ``(name, g)`` for group g."""
     aligned = [a if a is None or a.ndim < 2 or a.numblocks[1] == 1 else a.rechunk({1: -1}) for a in aligned]
     todo = [b for g in groups for b in g]
     where = [None if a is None else _aligned_index(a, X, todo) for a in aligned]
@@ -420,7 +419,7 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
     reader = _reader_of(X)
     getter = None if reader is None else _Getter(reader.getter, reader.asarray, reader.lock)
     layout = _Layout.of(X.chunks[0], X.shape[1:])
-    params = _Params(fn, merge, kwargs, getter, layout, tree, box)
+    params = _Params(fn, merge, kwargs, getter, layout, tree)
     src = None if reader is None else _source_of(X, reader)
     inline = _is_small(kwargs) and (src is None or src.plain)
     layer: dict = {}
@@ -540,7 +539,7 @@ def map_partials(fn: Callable[..., Any], X: da.Array, *aligned: da.Array | None,
     """
     todo = list(range(X.numblocks[0])) if blocks is None else [int(b) for b in blocks]
     groups = _groups_for(X, todo, grouped=grouped)
-    graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "partials", block_args, box=True)
+    graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "partials", block_args)
     parts = da.Array(graph, name, chunks=(tuple(len(g) for g in groups),), dtype=object,
                      meta=np.empty(0, dtype=object))  # each task boxes its blocks' partials: no layer of its own
     done = [b for g in groups for b in g]
@@ -550,7 +549,7 @@ def map_partials(fn: Callable[..., Any], X: da.Array, *aligned: da.Array | None,
     return parts
 
 
-def _first(parts: list) -> np.ndarray:
+def _first(parts: np.ndarray) -> np.ndarray:
     return parts[0]
 
 
