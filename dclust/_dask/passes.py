@@ -156,12 +156,20 @@ _reader_cache: dict[str, _Reader | None] = {}
 
 def _reader_of(X: da.Array) -> _Reader | None:
     """The :class:`_Reader` of ``X`` when every block is one ``getter`` call on the same source, else None."""
-    cached = _reader_cache.get(X.name)
-    if X.name in _reader_cache and (cached is None or cached.source.key in X.__dask_graph__()):
-        return cached  # (a persisted array keeps its name but no longer holds the source key)
+    graph = X.__dask_graph__()
+    if X.name in _reader_cache:
+        # A persisted array keeps its name but no longer holds the source key, nor getter tasks: neither answer
+        # cached for one of the pair holds for the other (a store read after a persisted fit of the same store
+        # went one task per block through Dask's reads).
+        cached = _reader_cache[X.name]
+        if cached is not None and cached.source.key in graph:
+            return cached
+        if cached is None:
+            first = graph.get((X.name,) + (0,) * X.ndim)
+            if first is None or _is_getter_task(first) is None:
+                return None
     reader = None
     if X.numblocks[1:] == (1,) * (X.ndim - 1):
-        graph = X.__dask_graph__()
         index, source, getter, asarray, lock = [], None, None, None, None
         for b in range(X.numblocks[0]):
             task = graph.get((X.name, b) + (0,) * (X.ndim - 1))
@@ -673,7 +681,6 @@ def persist_if_fits(X: da.Array, persist, logger) -> da.Array:
     except (OSError, DclustError):  # the storage itself (network, permissions), or already named
         raise
     except Exception as exc:  # noqa: BLE001 - Dask's own read of a damaged chunk: name it as a pass would
-        _reader_cache.pop(X.name, None)  # (a persisted array of the same name may have cached "no reader")
         reader = _reader_of(X)
         if reader is None:
             raise

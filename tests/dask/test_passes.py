@@ -221,3 +221,17 @@ def test_map_partials_gives_one_element_per_block_when_its_tasks_read_several(tm
     assert X.numblocks[0] == 40 and parts.shape == (40,) and all(p.shape == (2,) for p in parts)
     np.testing.assert_array_equal(np.stack(list(parts)), data.reshape(40, 5, 2).sum(axis=1))
     assert any(len(g) > 1 for g in _groups_for(X, None, grouped=True))  # the case: several blocks in one task
+
+
+def test_a_store_read_is_grouped_after_a_persisted_copy_of_the_same_store(store):
+    """A persisted array keeps the store array's name: after a pass over the persisted copy, a pass over the store
+    still reads its chunks in groups (it went one task per block through Dask's reads when the persisted copy's
+    "no reader" was cached for the name)."""
+    _, path = store
+    X = dclust.open_array(path)
+    grouped = _groups_for(X, None, grouped=True)
+    assert len(grouped) < X.numblocks[0]
+    Xp = X.persist()
+    assert Xp.name == X.name and _groups_for(Xp, None, grouped=True) == [[b] for b in range(X.numblocks[0])]
+    assert _groups_for(X, None, grouped=True) == grouped
+    assert _groups_for(Xp, None, grouped=True) == [[b] for b in range(X.numblocks[0])]
