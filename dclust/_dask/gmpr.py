@@ -19,7 +19,7 @@ from ..kernels.gmpr import (
     GaussianStats, MixtureParams, class_posteriors, link_partial, pair_posteriors, sub_log_density,
     unlinked_mask, unlinked_partial,
 )
-from .passes import map_partials, map_reduce, persist
+from .passes import map_partials, map_reduce, persist_aligned
 
 __all__ = ["LinkPlan", "estep", "init_stats", "link_payload", "persist_payload", "proba", "total_loglik"]
 
@@ -198,24 +198,11 @@ def link_payload(X: da.Array, plan: LinkPlan) -> da.Array | None:
     return da.concatenate(parts) if nb > 1 else parts[0]
 
 
-def persist_payload(links: da.Array | None) -> da.Array | None:
-    """Persist :func:`link_payload` once per fit and, on a distributed cluster of several workers, copy it to every
-    worker (``O(links · D)`` floats each): the E-step tasks, which read their own row blocks, then go wherever the
-    scheduler balances them instead of to the worker that holds their share of the links (one worker held most of
-    them and ran most of every pass)."""
-    if links is None:
-        return None
-    links = persist(links)
-    try:
-        from distributed import default_client, futures_of
-
-        client = default_client()
-    except (ImportError, ValueError):
-        return links
-    futures = futures_of(links)
-    if futures and len(client.nthreads()) > 1:
-        client.replicate(futures)
-    return links
+def persist_payload(links: da.Array | None, X: da.Array) -> da.Array | None:
+    """Persist :func:`link_payload` ``(X, plan)`` once per fit (``O(links · D)`` floats on the cluster), each block's
+    part where the E-step task that takes it will run (:func:`dclust._dask.passes.persist_aligned`): the tasks then
+    spread over the workers, where they all went to the one worker that held the payload."""
+    return None if links is None else persist_aligned(links, X)
 
 
 def _estep_kernel(Xb, links, *, offset, block_index, params):

@@ -46,6 +46,7 @@ from .reduce import boxed, merge_nodes, merge_subtrees, tree_reduce
 __all__ = [
     "map_reduce",
     "map_partials",
+    "persist_aligned",
     "map_labels",
     "block_offsets",
     "block_groups",
@@ -717,13 +718,10 @@ def _persist_spread(X: da.Array) -> da.Array:
     threads = client.nthreads()
     if not threads or X.ndim > 2 or X.numblocks[1:] != (1,) * (X.ndim - 1):
         return client.persist(X)
-    slots = [w for w in sorted(threads) for _ in range(max(1, int(threads[w])))]
+    slots = _thread_slots(threads)
     if len(_spread_runs) > 256:
         _spread_runs.clear()
     _spread_runs[X.name] = len(slots)
-    place: dict = {}
-    for slot, blocks in zip(slots, block_groups(X.numblocks[0], None, len(slots))):
-        place.update({_block_key(X, b): [slot] for b in blocks})
     reader = _reader_of(X)
     src = None if reader is None else _source_of(X, reader)
     if reader is not None and src.plain:
@@ -733,7 +731,44 @@ def _persist_spread(X: da.Array) -> da.Array:
                                         int(offsets[b]), int(X.chunks[0][b])) for b in range(X.numblocks[0])}
         X = da.Array(HighLevelGraph.from_collections(X.name, layer, dependencies=[]), X.name, X.chunks, X.dtype,
                      meta=X._meta)
-    with dask.annotate(workers=functools.partial(_placement, place, sorted(threads))):
+    return _persist_placed(client, X, zip(slots, block_groups(X.numblocks[0], None, len(slots))))
+
+
+def persist_aligned(A: da.Array, X: da.Array) -> da.Array:
+    """Persist ``A``, whose row blocks are aligned with X's (an input of every pass over X, such as GM-PR's links),
+    where the tasks of a pass over X run: on a distributed cluster, the blocks of A that one task of the pass takes
+    together on one worker, the tasks dealt to the cluster's threads in turn (a pass over a store), or in the runs
+    X's own blocks were spread in (X persisted by :func:`persist_if_fits`).
+
+    A pass's tasks go where their blocks of A are. Left to the scheduler, A was all on one worker, and so were 8 of 8
+    GM-PR E-step tasks of every pass while the other worker idled; copies of A on every worker do not last
+    (distributed's active memory manager drops the replicas that no waiting task needs within seconds).
+    """
+    client = current_client()
+    if client is None or A.ndim > 2 or A.numblocks[1:] != (1,) * (A.ndim - 1) or A.numblocks[0] != X.numblocks[0]:
+        return persist(A)
+    if _held_groups(X, list(range(X.numblocks[0]))) is not None:
+        return _persist_spread(A)  # X's runs: the same contiguous runs over the same threads
+    threads = client.nthreads()
+    if not threads:
+        return client.persist(A)
+    slots = _thread_slots(threads)
+    groups = _groups_for(X, None, grouped=True)
+    return _persist_placed(client, A, ((slots[g % len(slots)], blocks) for g, blocks in enumerate(groups)))
+
+
+def _thread_slots(threads: dict) -> list:
+    """One entry per thread of the cluster: its worker's address (workers sorted)."""
+    return [w for w in sorted(threads) for _ in range(max(1, int(threads[w])))]
+
+
+def _persist_placed(client: Any, X: da.Array, where) -> da.Array:
+    """``client.persist(X)`` with the row blocks of every ``(worker, blocks)`` of ``where`` bound to that worker
+    until they are in memory, then loosely (see :func:`_persist_spread`)."""
+    place: dict = {}
+    for worker, blocks in where:
+        place.update({_block_key(X, b): [worker] for b in blocks})
+    with dask.annotate(workers=functools.partial(_placement, place, sorted(client.nthreads()))):
         Xp = client.persist(X)
     try:
         _persisted(Xp)

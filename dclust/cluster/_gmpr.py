@@ -275,7 +275,7 @@ class GMPR(ClusterMixin, BaseEstimator):  # type: ignore[misc]  # scikit-learn s
         rng = as_generator(self.random_state)
         arr = persisted(arr, info.kind, self.persist)
         self._warned = False
-        links = _dgmpr.persist_payload(_dgmpr.link_payload(arr, plan))  # O(links · D) floats, gathered once
+        links = _dgmpr.persist_payload(_dgmpr.link_payload(arr, plan), arr)  # O(links · D) floats, gathered once
         em = _EM(self, arr, plan, links, rng, ck, constraints)
         run = fit_loop(em, max_iter=self.max_iter, ck=ck, resume=None if state is None else state["loop"])
         params, history = run.state["params"], run.state["history"]

@@ -85,9 +85,10 @@ def test_estep_with_persisted_link_payload_on_a_cluster(client):
     i, j, s = G.pairs()
     Xd = da.from_array(X, chunks=(200, -1)).persist()
     plan = LinkPlan.from_blocks(Xd.chunks[0], G.rechunk(Xd.chunks[0]).blocks())
-    links = persist_payload(link_payload(Xd, plan))
+    links = persist_payload(link_payload(Xd, plan), Xd)
     workers = set(client.nthreads())
-    assert len(workers) > 1 and all(set(w) == workers for w in client.who_has(futures_of(links)).values())
+    held = client.who_has(futures_of(links)).values()  # spread over the workers, where the E-step tasks will run
+    assert len(workers) > 1 and {w for ws in held for w in ws} == workers
     owned = [p.must.size for p in links.compute()]
     assert sum(owned) == G.n_links and min(owned) > 0
     for seed in (0, 1):

@@ -235,3 +235,27 @@ def test_a_store_read_is_grouped_after_a_persisted_copy_of_the_same_store(store)
     assert Xp.name == X.name and _groups_for(Xp, None, grouped=True) == [[b] for b in range(X.numblocks[0])]
     assert _groups_for(X, None, grouped=True) == grouped
     assert _groups_for(Xp, None, grouped=True) == [[b] for b in range(X.numblocks[0])]
+
+
+def test_an_input_aligned_with_a_store_is_persisted_where_the_pass_tasks_will_run(tmp_path, client):
+    """An aligned input of every pass over a store (GM-PR's links) is placed by the pass's task groups, the groups
+    dealt to the workers in turn: each task finds its blocks on one worker, and the tasks of a pass over the store
+    run on both workers (left to the scheduler, the input sat on one worker and so did every task of the pass)."""
+    from distributed import futures_of, get_task_stream
+
+    from dclust._dask.passes import _groups_for, persist_aligned
+
+    data = np.arange(4000.0).reshape(2000, 2)
+    X = dclust.open_array(dclust.write_array(data, tmp_path / "x.zarr", chunks=(100, 2)))
+    A = da.from_array(np.arange(20.0), chunks=1)
+    Ap = persist_aligned(A, X)
+    holders = {k[1]: set(v) for k, v in client.who_has(futures_of(Ap)).items()}
+    groups = _groups_for(X, None, grouped=True)
+    assert len(groups) > 2 and all(len(holders[b]) == 1 for b in range(20))
+    owner = [holders[g[0]] for g in groups]
+    assert all(holders[b] == owner[i] for i, g in enumerate(groups) for b in g)  # a task's blocks on one worker
+    assert owner[0] != owner[1] and set.union(*owner) == set(client.nthreads())  # dealt in turn
+    with get_task_stream() as stream:
+        total = map_reduce(lambda Xb, a, **kw: float(np.asarray(Xb).sum()) + float(a[0]), sum, X, Ap).compute()[()]
+    assert total == data.sum() + np.arange(20.0).sum()
+    assert len({t["worker"] for t in stream.data if "dclust-pass-" in str(t["key"])}) == 2
