@@ -234,12 +234,25 @@ def _all_colors(tiles, C, z, *, lam, xi, kind):
     return C, z.astype(np.int32), stats, props
 
 
-def _epoch_task(epoch, C, tiles, z, *, lam, xi, kind):
+def _epoch_task(epoch, C, tiles, guess, *, lam, xi, kind):
     """:func:`_validate_epoch` in a task (on the epoch's boxed merged result) and, given the colour ``tiles``
-    (when the epoch ends phase 0), every colour phase from the centres it leaves (:func:`_all_colors`) in the same
-    task. Returns ``(validation, colours or None)``."""
+    (when the epoch ends phase 0), every colour phase from the centres it leaves in the same task. ``guess`` is
+    :func:`_guessed_colors`, run beside the epoch's block tasks from ``C``: its colour phases are the result when
+    the validation opens no centre (the centres phase 0 leaves are then ``C``, and the colour phases see nothing
+    else of phase 0), else they run again from the new centres. Returns ``(validation, colours or None)``."""
     v = _validate_epoch(epoch[()], C, lam=lam, kind=kind)
-    return v, None if tiles is None else _all_colors(tiles, np.vstack([C, v[6]]), z, lam=lam, xi=xi, kind=kind)
+    if tiles is None:
+        return v, None
+    colors, z = guess
+    if v[6].shape[0]:
+        colors = _all_colors(tiles, np.vstack([C, v[6]]), z, lam=lam, xi=xi, kind=kind)
+    return v, colors
+
+
+def _guessed_colors(tiles, C, z, *, lam, xi, kind):
+    """``(_all_colors(tiles, C, z), z)``: the colour phases from the pass's centres, and the labels they started
+    from (for :func:`_epoch_task`, should phase 0 open a centre)."""
+    return _all_colors(tiles, C, z, lam=lam, xi=xi, kind=kind), z
 
 
 def _finish_colors(out, layout: LinkLayout, z, total, order_out):
@@ -256,15 +269,33 @@ def _finish_colors(out, layout: LinkLayout, z, total, order_out):
     return C
 
 
-def _run_task(fn, *args, deps, **kwargs):
-    """``fn(*args, **kwargs)`` as one task of its own graph on top of the collections ``deps``, computed."""
+def _run_task(fn, *args, deps, extra=None, **kwargs):
+    """``fn(*args, **kwargs)`` as one task of its own graph on top of the collections ``deps`` (and the graph
+    ``extra``, a collection of further tasks its arguments refer to), computed."""
     from dask._task_spec import Task
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
 
     key = (fresh_name(fn), 0)
-    graph = HighLevelGraph.from_collections(key[0], {key: Task(key, fn, *args, **kwargs)}, dependencies=deps)
+    graph = HighLevelGraph.from_collections(key[0], {key: Task(key, fn, *args, **kwargs)},
+                                            dependencies=deps + ([] if extra is None else [extra]))
     return Delayed(key, graph, layer=key[0]).compute(optimize_graph=False)
+
+
+def _colors_guess(tiles, C, z, *, lam, xi, kind):
+    """One task, :func:`_guessed_colors`, first in its worker's queue, so that the colour phases, which would run
+    alone after phase 0's epoch, run beside its block tasks. Returns ``(the task as a collection, its key)``."""
+    import dask
+    from dask._task_spec import DataNode, Task, TaskRef
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    key = (fresh_name(_guessed_colors), 0)
+    task = Task(key, _guessed_colors, TaskRef(tiles.key), DataNode(None, C), DataNode(None, z.astype(np.int32)),
+                lam=lam, xi=xi, kind=kind)
+    with dask.annotate(priority=1):
+        graph = HighLevelGraph.from_collections(key[0], {key: task}, dependencies=[tiles])
+    return Delayed(key, graph, layer=key[0]), key
 
 
 def _color_phases_fused(tiles, layout, C, z, *, lam, xi, kind, total, order_out):
@@ -282,17 +313,22 @@ def _color_phases_fused(tiles, layout, C, z, *, lam, xi, kind, total, order_out)
 
 def _first_epoch_and_colors(X, tiles, layout, rule: RDPRule, z, *, lo, hi, xi, mix, split_every, order_out):
     """Phase 0's first epoch (keys ``[lo, hi]``), then in one task its validation and, if it ends phase 0 (``hi``
-    is the last key), all colour phases: one graph, one round trip. Returns ``(epoch record, n_rows, colours
-    done)``."""
+    is the last key), all colour phases -- found beside the epoch's block tasks from the pass's centres, or run
+    again from the centres the validation leaves when it opened one: one graph, one round trip. Returns
+    ``(epoch record, n_rows, colours done)``."""
     from dask._task_spec import DataNode, TaskRef
 
     epoch = rule.epoch_graph(X, None, mix=mix, lo=lo, hi=hi, split_every=split_every)
     (ekey,) = flatten(epoch.__dask_keys__())
     last = hi == KEY_END - 1
     colors = last and tiles is not None
+    extra, guess = None, None
+    if colors:
+        extra, gkey = _colors_guess(tiles, rule.centers, z, lam=rule.lam, xi=xi, kind=rule.kind)
+        guess = TaskRef(gkey)
     v, out = _run_task(_epoch_task, TaskRef(ekey), DataNode(None, rule.centers),
-                       TaskRef(tiles.key) if colors else None, DataNode(None, z.astype(np.int32) if colors else None),
-                       deps=[epoch] + ([tiles] if colors else []), lam=rule.lam, xi=xi, kind=rule.kind)
+                       TaskRef(tiles.key) if colors else None, guess,
+                       deps=[epoch] + ([tiles] if colors else []), extra=extra, lam=rule.lam, xi=xi, kind=rule.kind)
     n_rows, index = v[1], v[2]
     accepted = rule.record(*(v[:1] + v[2:]))
     if colors:

@@ -278,6 +278,30 @@ def test_a_pass_with_unlinked_and_linked_rows_is_one_compute(three):
     _check_serial(m, X, G, max_iter=4)
 
 
+def test_color_phases_found_beside_phase_0_hold_unless_its_validation_opens_a_center(three, monkeypatch):
+    """The colour phases of a pass run beside phase 0's block tasks from the pass's centres; that result is the
+    pass's when phase 0's validation opens no centre, and they run again from the centres it leaves when it opens
+    one: both happen in this fit, which is still serial RDP-means on ``serial_order_``."""
+    import dclust._dask.rdp as rdp
+
+    X, y = three
+    Xd = da.from_array(X, chunks=(50, -1))
+    G = ConstraintGraph.from_labels_sample(y, 0.002, rng=3, p=0.9, chunks=Xd.chunks[0])
+    seen = {"kept": 0, "again": 0}
+    task = rdp._epoch_task
+
+    def spy(epoch, C, tiles, guess, **kw):
+        v, out = task(epoch, C, tiles, guess, **kw)
+        if tiles is not None:
+            seen["kept" if out is guess[0] else "again"] += 1
+        return v, out
+
+    monkeypatch.setattr(rdp, "_epoch_task", spy)
+    m = RDPMeans(lam=6.0, random_state=4, prefix_size=2, max_proposals=10_000, max_iter=4).fit(Xd, constraints=G)
+    assert seen["kept"] >= 1 and seen["again"] >= 1
+    _check_serial(m, X, G, max_iter=4)
+
+
 @pytest.mark.parametrize("d", [1, 3, 8, 9, 17, 64, 130, 300])
 def test_divergences_of_a_color_phase_equal_the_direct_ones(d):
     """The colour-phase kernel computes Euclidean divergences without a temporary: bit-identical to the direct
