@@ -269,22 +269,20 @@ def _finish_colors(out, layout: LinkLayout, z, total, order_out):
     return C
 
 
-def _run_task(fn, *args, deps, extra=None, **kwargs):
-    """``fn(*args, **kwargs)`` as one task of its own graph on top of the collections ``deps`` (and the graph
-    ``extra``, a collection of further tasks its arguments refer to), computed."""
+def _run_task(fn, *args, deps, **kwargs):
+    """``fn(*args, **kwargs)`` as one task of its own graph on top of the collections ``deps``, computed."""
     from dask._task_spec import Task
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
 
     key = (fresh_name(fn), 0)
-    graph = HighLevelGraph.from_collections(key[0], {key: Task(key, fn, *args, **kwargs)},
-                                            dependencies=deps + ([] if extra is None else [extra]))
+    graph = HighLevelGraph.from_collections(key[0], {key: Task(key, fn, *args, **kwargs)}, dependencies=deps)
     return Delayed(key, graph, layer=key[0]).compute(optimize_graph=False)
 
 
 def _colors_guess(tiles, C, z, *, lam, xi, kind):
-    """One task, :func:`_guessed_colors`, first in its worker's queue, so that the colour phases, which would run
-    alone after phase 0's epoch, run beside its block tasks. Returns ``(the task as a collection, its key)``."""
+    """One task, :func:`_guessed_colors`, ahead of the block tasks queued on its worker, so that the colour phases (which would run
+    alone after phase 0's epoch) run beside them. Returns ``(the task as a collection, its key)``."""
     import dask
     from dask._task_spec import DataNode, Task, TaskRef
     from dask.delayed import Delayed
@@ -322,13 +320,12 @@ def _first_epoch_and_colors(X, tiles, layout, rule: RDPRule, z, *, lo, hi, xi, m
     (ekey,) = flatten(epoch.__dask_keys__())
     last = hi == KEY_END - 1
     colors = last and tiles is not None
-    extra, guess = None, None
+    deps, guess = [epoch], None
     if colors:
-        extra, gkey = _colors_guess(tiles, rule.centers, z, lam=rule.lam, xi=xi, kind=rule.kind)
-        guess = TaskRef(gkey)
+        guessed, gkey = _colors_guess(tiles, rule.centers, z, lam=rule.lam, xi=xi, kind=rule.kind)
+        deps, guess = [epoch, tiles, guessed], TaskRef(gkey)
     v, out = _run_task(_epoch_task, TaskRef(ekey), DataNode(None, rule.centers),
-                       TaskRef(tiles.key) if colors else None, guess,
-                       deps=[epoch] + ([tiles] if colors else []), extra=extra, lam=rule.lam, xi=xi, kind=rule.kind)
+                       TaskRef(tiles.key) if colors else None, guess, deps=deps, lam=rule.lam, xi=xi, kind=rule.kind)
     n_rows, index = v[1], v[2]
     accepted = rule.record(*(v[:1] + v[2:]))
     if colors:
