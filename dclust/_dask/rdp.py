@@ -281,8 +281,8 @@ def _run_task(fn, *args, deps, **kwargs):
 
 
 def _colors_guess(tiles, C, z, *, lam, xi, kind):
-    """One task, :func:`_guessed_colors`, ahead of the block tasks queued on its worker, so that the colour phases (which would run
-    alone after phase 0's epoch) run beside them. Returns ``(the task as a collection, its key)``."""
+    """One task, :func:`_guessed_colors`, ahead of the block tasks queued on its worker, so that the colour phases
+    (which would run alone after phase 0's epoch) run beside them. Returns ``(the task as a collection, its key)``."""
     import dask
     from dask._task_spec import DataNode, Task, TaskRef
     from dask.delayed import Delayed
