@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from _support.benchmarks import assert_refused_before_any_work, import_as_worker, run_script
+from _support.benchmarks import assert_no_traceback, assert_refused_before_any_work, import_as_worker, run_script
 
 SCRIPT = "bench_engine.py"
 
@@ -38,7 +38,7 @@ def test_toy_run_writes_every_row(tmp_path):
                   "--repeats", 1, "--io-repeats", 1, "--mem-factor", 2, "--mem-iter", 1, "--skip", "daskml", "faiss",
                   "--data-dir", data, "--out", out)
     assert r.returncode == 0, f"STDOUT:\n{r.stdout}\nSTDERR:\n{r.stderr}"
-    assert "Traceback" not in r.stderr, r.stderr
+    assert_no_traceback(r.stderr)
     res = json.loads(out.read_text())
     rows = res["rows"]
     assert "floor" in rows and "kmeans_persisted" in rows and "memory_dpmeans_mN" in rows

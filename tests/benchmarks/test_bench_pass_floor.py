@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from _support.benchmarks import assert_refused_before_any_work, import_as_worker, run_script
+from _support.benchmarks import assert_no_traceback, assert_refused_before_any_work, import_as_worker, run_script
 
 SCRIPT = "bench_pass_floor.py"
 
@@ -31,7 +31,7 @@ def test_toy_run_writes_every_figure(tmp_path):
     r = run_bench("--n", 24_000, "--d", 3, "--k", 4, "--centers", 4, "--chunk-rows", 6_000, "--iter-hi", 3,
                   "--iter-lo", 2, "--repeats", 1, "--data-dir", tmp_path / "data", "--out", out)
     assert r.returncode == 0, f"STDOUT:\n{r.stdout}\nSTDERR:\n{r.stderr}"
-    assert "Traceback" not in r.stderr, r.stderr
+    assert_no_traceback(r.stderr)
     res = json.loads(out.read_text())["result"]
     assert (res["n"], res["d"], res["k"], res["chunk_rows"]) == (24_000, 3, 4, 6_000)
     paths = {"read", "sklearn", "threads", "processes", "persisted"}
