@@ -752,14 +752,18 @@ def persist_aligned(A: da.Array, X: da.Array) -> da.Array:
     threads = client.nthreads()
     if not threads:
         return client.persist(A)
-    slots = _thread_slots(threads)
+    slots = _thread_slots(threads, dealt=True)
     groups = _groups_for(X, None, grouped=True)
     return _persist_placed(client, A, ((slots[g % len(slots)], blocks) for g, blocks in enumerate(groups)))
 
 
-def _thread_slots(threads: dict) -> list:
-    """One entry per thread of the cluster: its worker's address (workers sorted)."""
-    return [w for w in sorted(threads) for _ in range(max(1, int(threads[w])))]
+def _thread_slots(threads: dict, dealt: bool = False) -> list:
+    """One entry per thread of the cluster: its worker's address, workers sorted; with ``dealt``, the workers in
+    turn (one thread of each, then a second of each...: fewer tasks than threads still reach every worker)."""
+    counts = {w: max(1, int(threads[w])) for w in sorted(threads)}
+    if not dealt:
+        return [w for w, c in counts.items() for _ in range(c)]
+    return [w for i in range(max(counts.values(), default=0)) for w, c in counts.items() if c > i]
 
 
 def _persist_placed(client: Any, X: da.Array, where) -> da.Array:

@@ -259,3 +259,13 @@ def test_an_input_aligned_with_a_store_is_persisted_where_the_pass_tasks_will_ru
         total = map_reduce(lambda Xb, a, **kw: float(np.asarray(Xb).sum()) + float(a[0]), sum, X, Ap).compute()[()]
     assert total == data.sum() + np.arange(20.0).sum()
     assert len({t["worker"] for t in stream.data if "dclust-pass-" in str(t["key"])}) == 2
+
+
+def test_aligned_inputs_are_dealt_to_the_workers_in_turn_whatever_their_threads():
+    """Groups of a pass dealt to thread slots reach every worker before any worker's second thread, so a pass of
+    fewer tasks than threads still runs on every worker; persisted runs keep each worker's slots together."""
+    from dclust._dask.passes import _thread_slots
+
+    threads = {"tcp://b": 2, "tcp://a": 2, "tcp://c": 1}
+    assert _thread_slots(threads) == ["tcp://a", "tcp://a", "tcp://b", "tcp://b", "tcp://c"]
+    assert _thread_slots(threads, dealt=True) == ["tcp://a", "tcp://b", "tcp://c", "tcp://a", "tcp://b"]
