@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= dclust
 
-.PHONY: demo test test-fast typecheck bench docs venv clean image
+.PHONY: demo test test-fast typecheck lint bench docs venv clean image
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ test-fast: $(STAMP)  # everything but the tests marked slow (benchmark scripts e
 
 typecheck: $(STAMP)  # mypy on the public modules; configuration and documented exceptions: [tool.mypy] in pyproject.toml
 	$(PY) -m mypy
+
+lint: $(STAMP)  # ruff: the rules and their documented exceptions are [tool.ruff] in pyproject.toml
+	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
 	for b in engine pass_floor occ_ratio kmeans dynamic constraints features video pointcloud scale uci sweep rings gp trajectories gmpr_links faces gmpr_step anytime; do $(PY) benchmarks/bench_$$b.py || exit 1; done
