@@ -473,7 +473,7 @@ def run_dk(client, args, d: int, k: int) -> dict:
             prof[name] = task_stream_summary(ts.data, wall, n_threads=2)
         out["profile"] = prof
 
-    del X_mem
+    X_mem = None  # the in-memory copy is freed before (g) (the timed lambdas above hold it)
     gc.collect()
 
     # (g) peak worker memory, N vs N-large -------------------------------------------------------------------------

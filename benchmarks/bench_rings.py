@@ -34,8 +34,8 @@ import os
 for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # small dense eigh: threads only contend
     os.environ.setdefault(_v, "1")
 import sys  # noqa: E402
-import time
-from pathlib import Path
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 

@@ -175,7 +175,10 @@ def flicker_decomposition(path: str, records: list[dict], max_frames: int | None
                 content.append(float(np.abs(Qc.astype(np.int64) - prevQ).sum()) / do)
                 palette.append(float(np.abs(Q.astype(np.int64) - Qc).sum()) / do)
         prevO, prevQ, prev_pal = O.astype(np.int64), Q.astype(np.int64), pal
-    med = (lambda v: float(np.median(v)) if v else math.nan)
+
+    def med(v: list[float]) -> float:
+        return float(np.median(v)) if v else math.nan
+
     return {"flicker_content_frozen_palette": med(content), "flicker_palette_update": med(palette)}
 
 

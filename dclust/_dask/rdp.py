@@ -374,7 +374,10 @@ def rdp_pass(X, tiles, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_prop
         stats = stats.merge(ClusterStats.identity(C.shape[0], X.shape[1]))
     record = RDPPassRecord(KeyedPass(0 if prefix is None else start, epochs), np.asarray(rule.snapshots, dtype=np.int64),
                            np.concatenate(linked_order) if linked_order else np.zeros(0, np.int64))
-    cat = (lambda a: np.concatenate(a) if a else np.zeros(0, np.int64))
+
+    def cat(a: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(a) if a else np.zeros(0, np.int64)
+
     return PassResult(stats, C, record, cat(rule.driver_rows), cat(rule.driver_labels))
 
 
