@@ -230,8 +230,8 @@ def combine_rounds(rounds: list[list[dict]]) -> list[dict]:
         row["seconds_per_iteration"] = float(np.median([rnd[k]["seconds_per_iteration"] for rnd in rounds]))
         row["peak_worker_memory"] = max(rnd[k]["peak_worker_memory"] for rnd in rounds)
         for key, ref in (("per_iteration_vs_dpmeans", "DPMeans"), ("per_iteration_vs_kmeans", "KMeans")):
-            ratios = [rnd[k]["seconds_per_iteration"] / next(r for r in rnd if r["name"] == ref)["seconds_per_iteration"]
-                      for rnd in rounds]
+            ratios = [rnd[k]["seconds_per_iteration"]
+                      / next(r for r in rnd if r["name"] == ref)["seconds_per_iteration"] for rnd in rounds]
             row[key] = float(np.median(ratios))
             row[key + "_rounds"] = ratios
         out.append(row)
@@ -249,8 +249,8 @@ def report(res: dict) -> str:
              f"{r['per_iteration_vs_kmeans']:.2f}x",
              f"{r['first_iteration_seconds']:.3f}", r.get("n_colors", "-"), r["n_clusters"],
              fmt_bytes(r["peak_worker_memory"]), f"{r['ari']:.3f}" if "ari" in r else "-"] for r in res["runs"]]
-    texts = [print_table(rows, ["method", "iters", "s/iter", "vs DPMeans", "vs KMeans", "1st iter s", "colour phases", "K",
-                                "peak worker mem", "ARI"],
+    texts = [print_table(rows, ["method", "iters", "s/iter", "vs DPMeans", "vs KMeans", "1st iter s", "colour phases",
+                                "K", "peak worker mem", "ARI"],
                          f"{res['n']:,} x {res['d']} float32 in Zarr, {g['n_links']:,} links "
                          f"({g['n_must']:,} must / {g['n_cannot']:,} cannot, {g['block_pairs']} block pairs)")]
     texts.append(f"  graph: {fmt_bytes(g['nbytes'])} for {g['n_links']:,} links ({g['bytes_per_link']:.1f} B/link); "

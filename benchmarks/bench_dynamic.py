@@ -233,7 +233,8 @@ def report(res: dict) -> str:
                              f"{100 * r['relative_to_dpmeans']:+.3f}% vs DPMeans ({r['seconds']:.1f} s)")
         ok = a["objective_gap_after_one_pass"] <= T_OBJECTIVE_GAP
         texts.append(f"  objective after one pass vs batch DPMeans: {100 * a['objective_gap_after_one_pass']:+.3f}% "
-                     f"(target at most +{100 * T_OBJECTIVE_GAP:.0f}%; below batch is better): {'MET' if ok else 'NOT MET'}")
+                     f"(target at most +{100 * T_OBJECTIVE_GAP:.0f}%; below batch is better): "
+                     f"{'MET' if ok else 'NOT MET'}")
     text = "\n".join(texts)
     print("\n".join(t for t in texts if t.startswith("  ")))
     return text

@@ -139,12 +139,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--link-fraction", type=float, default=0.01, help="links per row for RDP-means/GM-PR")
     p.add_argument("--mem-factor", type=int, default=4, help="peak memory at N and this x N (0 skips; default 4)")
     p.add_argument("--mem-iter", type=int, default=3, help="max_iter of the peak-memory fits (default 3)")
-    p.add_argument("--skip", nargs="*", default=[], choices=["faiss", "daskml", "memory", "bpmeans", "gmpr", "rdpmeans"],
+    p.add_argument("--skip", nargs="*", default=[],
+                   choices=["faiss", "daskml", "memory", "bpmeans", "gmpr", "rdpmeans"],
                    help="measurements to leave out (reported as skipped)")
     p.add_argument("--data-dir", type=Path, default=None,
                    help="keep the stores here and reuse them (default: a temporary directory, removed at the end)")
     p.add_argument("--out", type=Path, default=None,
-                   help="JSON output (default benchmarks/results/bench_engine.json; bench_engine_quick.json with --quick)")
+                   help="JSON output (default benchmarks/results/bench_engine.json; "
+                        "bench_engine_quick.json with --quick)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true",
                    help="1000000x8x16 and 250000x64x64 in 125,000-row chunks, 1 repeat, max_iter 6/2 (2-3 minutes)")
@@ -547,7 +549,8 @@ def build_rows(res: dict) -> list[dict]:
     rows.append(row("floor", "FLOOR = zarr read + scikit-learn iteration", "memory", floor))
     f = m.get("faiss") or {}
     rows.append(row("faiss", "faiss Kmeans (marginal, all rows)", "memory", _per_iter(f),
-                    note=f"{fmt_ratio(ratio(_per_iter(f), sk))} of scikit-learn; {marg_note(f)}" if _per_iter(f) else ""))
+                    note=(f"{fmt_ratio(ratio(_per_iter(f), sk))} of scikit-learn; {marg_note(f)}"
+                          if _per_iter(f) else "")))
 
     rows.append(row("kmeans_default", "dclust KMeans, Zarr every pass", "default", km["default"],
                     target="<= 1.3x floor", measured=ratio(km["default"], floor), limit=T_FLOOR,
@@ -594,8 +597,8 @@ def build_rows(res: dict) -> list[dict]:
     rows.append(row("anytime", "dclust AnytimeDPMeans, one read (whole fit)", "processes", x,
                     target="<= 4x one plain zarr read", measured=ratio(x, floor_read), limit=T_ANYTIME,
                     note=(f"{a['n_batches']} batches, K={a['n_clusters']}; vs plain read of the same store "
-                          f"{fmt_s(floor_read)} (the lower of the table's read and the reads interleaved with the fits, "
-                          f"{fmt_s(a['read_seconds'])}); "
+                          f"{fmt_s(floor_read)} (the lower of the table's read and the reads interleaved with the "
+                          f"fits, {fmt_s(a['read_seconds'])}); "
                           f"Dask read on (ii) "
                           f"{fmt_s(a['dask_read_seconds_path_ii'])}" if x is not None else "")))
     for est in ("kmeans", "dpmeans"):

@@ -179,7 +179,8 @@ def main(argv=None) -> dict:
     result = {
         "machine": machine_info(), "args": {k: str(v) for k, v in vars(a).items()},
         "stand_in": f"scikit-image lfw_subset: the first {n} images (faces), {shape[0]}x{shape[1]}, "
-                    f"{a.components} principal components; the paper's FEI set (400 faces, 100 PCs) has no offline copy",
+                    f"{a.components} principal components; the paper's FEI set (400 faces, 100 PCs) has no "
+                    "offline copy",
         "paper": {**PAPER, "kmeans_counts": {str(k): v for k, v in PAPER["kmeans_counts"].items()}},
         "lam": lam, "lam_search": tried, "search_seconds": search_seconds,
         "features": int(model.n_latent_features_), "objective": float(model.objective_),

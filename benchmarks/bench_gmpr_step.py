@@ -159,7 +159,8 @@ def run(args) -> dict:
                     one = per_iter(make, X, client, **kw)
                     runs[name].append(one)
                     print(f"  round {r + 1}/{args.repeats} {name:10s} {fmt_s(one['per_iter'])}/iter, CPU "
-                          f"{fmt_s(one['cpu_per_iter'])}/iter (passes: {', '.join(fmt_s(v) for v in one['iter_seconds'])})",
+                          f"{fmt_s(one['cpu_per_iter'])}/iter "
+                          f"(passes: {', '.join(fmt_s(v) for v in one['iter_seconds'])})",
                           flush=True)
     finally:
         if not args.data_dir:

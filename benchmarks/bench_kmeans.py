@@ -379,8 +379,8 @@ def run_dk(client, args, d: int, k: int) -> dict:
         return km.n_iter_, {"inertia": km.inertia_, "iter_seconds": iter_seconds(ev, "KMeans")}
 
     out["dclust_kmeans_zarr"] = c = marginal(fit_c, args.repeats)
-    print(f"  (c) dclust KMeans (Zarr every pass): {fmt_s(c['per_iter'])}/iter  n_iter {c['n_iter_hi']}/{c['n_iter_lo']}",
-          flush=True)
+    print(f"  (c) dclust KMeans (Zarr every pass): {fmt_s(c['per_iter'])}/iter  "
+          f"n_iter {c['n_iter_hi']}/{c['n_iter_lo']}", flush=True)
 
     # (d) persisted ---------------------------------------------------------------------------------------------
     logs: list[str] = []
@@ -531,7 +531,8 @@ def report(res: dict) -> tuple[list, str]:
     for cdc in CODECS:
         st = res["stores"][cdc]
         rows.append([f"(a) I/O floor, codec {cdc}" + ("  <- used below" if cdc == best else ""),
-                     fmt_s(io[cdc]["best"]), f"{fmt_bytes(st['bytes'])} on disk; {fmt_ratio(io[cdc]['best'] / io_best)} of best"])
+                     fmt_s(io[cdc]["best"]),
+                     f"{fmt_bytes(st['bytes'])} on disk; {fmt_ratio(io[cdc]['best'] / io_best)} of best"])
     rows.append(["(b) numpy Lloyd step (GEMM tiles, bincount)", fmt_s(comp["numpy_step"]["per_iter"]), "in memory"])
     sk = comp["sklearn"]
     rows.append(["(b) scikit-learn KMeans lloyd, marginal", fmt_s(sk["per_iter"]),
@@ -561,7 +562,8 @@ def report(res: dict) -> tuple[list, str]:
             m = mem.get(f"{est}_{lab}")
             if m:
                 rows.append([f"(g) peak worker RSS, {'(c) KMeans' if est == 'kmeans' else '(f) DPMeans'}, "
-                             f"N={m['n'] / 1e6:g}M", fmt_bytes(m["peak"]), f"worker RSS at start {fmt_bytes(m['baseline'])}"])
+                             f"N={m['n'] / 1e6:g}M", fmt_bytes(m["peak"]),
+                             f"worker RSS at start {fmt_bytes(m['baseline'])}"])
     text = print_table(rows, ["measurement", "value", "notes"],
                        title=f"\nD = {d}, K = {k}, N = {N:,} ({res['chunk_rows']:,}-row chunks, 2 workers x 1 thread)")
 
@@ -595,15 +597,16 @@ def report(res: dict) -> tuple[list, str]:
     t.append([f"codec: fastest I/O floor = {best}; zarr-default zstd costs",
               f"{fmt_s(io['zstd']['best'])} / {fmt_s(io_best)}", fmt_ratio(io["zstd"]["best"] / io_best),
               f"auto writes {auto!r}", verdict(None if auto is None else auto == best)])
-    text += "\n" + print_table(t, ["target", "measured", "ratio", "limit", "verdict"], title=f"Targets, D = {d}, K = {k}")
+    text += "\n" + print_table(t, ["target", "measured", "ratio", "limit", "verdict"],
+                              title=f"Targets, D = {d}, K = {k}")
     if "profile" in res:
         prow = []
         for name, p in res["profile"].items():
             top = sorted(p["by_prefix"].items(), key=lambda kv: -kv[1].get("compute", 0.0))[:4]
             prow.append([name, fmt_s(p["wall_s"]), f"{p['thread_busy_fraction'] * 100:.0f}%",
                          "; ".join(f"{pf} x{int(v['count'])} {fmt_s(v.get('compute', 0.0))}" for pf, v in top)])
-        text += "\n" + print_table(prow, ["profiled run (3 iterations)", "wall", "busy", "top task prefixes (count, compute)"],
-                                   title=f"Task-stream profile, D = {d}, K = {k}")
+        header = ["profiled run (3 iterations)", "wall", "busy", "top task prefixes (count, compute)"]
+        text += "\n" + print_table(prow, header, title=f"Task-stream profile, D = {d}, K = {k}")
     return t, text
 
 

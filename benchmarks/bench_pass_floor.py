@@ -42,7 +42,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import HERE, add_int_options, fmt_ratio, fmt_s, machine_info, median, print_table, timed, write_json, zarr_read  # noqa: E402
+from _common import (  # noqa: E402
+    HERE, add_int_options, fmt_ratio, fmt_s, machine_info, median, print_table, timed, write_json, zarr_read,
+)
 from bench_kmeans import _warm_worker, choose_init, sklearn_fit  # noqa: E402
 
 TARGETS = {"threads": 1.3, "processes": 1.3, "persisted": 1.5}

@@ -335,8 +335,9 @@ def main(argv=None) -> int:
                   f"{c['ratio_to_transcode']:.2f}x transcode); flicker below both per-frame baselines at equal or "
                   f"better PSNR: {c['flicker_target_met']}")
     print(f"load average at the end: {os.getloadavg()}")
-    write_json({"benchmark": "bench_video", "args": vars(a), "load_average_end": os.getloadavg(), "targets": {"fps": T_FPS, "ratio_to_decode":
-                T_DECODE_RATIO}, "results": results, "checks": checks, "machine": machine_info()}, a.out)
+    write_json({"benchmark": "bench_video", "args": vars(a), "load_average_end": os.getloadavg(),
+                "targets": {"fps": T_FPS, "ratio_to_decode": T_DECODE_RATIO}, "results": results, "checks": checks,
+                "machine": machine_info()}, a.out)
     print(f"wrote {a.out}")
     return 0
 
