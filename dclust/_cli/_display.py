@@ -301,7 +301,9 @@ class Display:
                 f"{fmt_number(round(rate))} points/s"
             )
             if total:
-                status += f"  ETA {fmt_duration((total - event.iteration) * (time.perf_counter() - state['t0']) / max(event.iteration - done_batches, 1))}"
+                eta = ((total - event.iteration) * (time.perf_counter() - state["t0"])
+                       / max(event.iteration - done_batches, 1))
+                status += f"  ETA {fmt_duration(eta)}"
             state["batch"] = event.iteration
             if progress is not None:
                 progress.update(task, completed=event.iteration, status=status)

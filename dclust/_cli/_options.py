@@ -306,8 +306,9 @@ def shared_options(*, component: bool = True, cluster: bool = True, tls: bool = 
     """Make ``body(s, <own options>)`` a command taking its own options, then the input options ``--component
     --columns --sample-dim --storage-option`` (with ``component``), ``--overwrite``, ``--scheduler``, ``--tls-*``
     (with ``tls``) and ``--memory-limit`` (with ``cluster``), ``--json``, ``--quiet``, ``--verbose`` and
-    ``--debug``. The body runs inside :func:`_command`; ``s`` is the session, which holds the shared values (``s.overwrite``, ``s.component``, ``s.scheduler``, ...). The TLS
-    values reach the cluster through the click context (:func:`dclust._cli._cluster.tls_from_context`)."""
+    ``--debug``. The body runs inside :func:`_command`; ``s`` is the session, which holds the shared values
+    (``s.overwrite``, ``s.component``, ``s.scheduler``, ...). The TLS values reach the cluster through the click
+    context (:func:`dclust._cli._cluster.tls_from_context`)."""
     shared = ((_COMPONENT if component else []) + _OVERWRITE
               + ((_SCHEDULER + (_TLS if tls else []) + _MEMORY_LIMIT) if cluster else []) + _OUTPUT)
 

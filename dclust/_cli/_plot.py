@@ -35,7 +35,9 @@ __all__ = ["plot_app"]
 plot_app = sub_app("Figures: clusters, fit history, lam sweep, video palette, stream tracks, links.")
 
 OutOpt = Annotated[str, typer.Option("--out", metavar="PNG", help="The image to write (.png, .svg or .pdf).")]
-ModelArg = Annotated[str, typer.Argument(metavar="MODEL.zarr", help="A model saved by 'dclust fit' or 'dclust stream'.")]
+ModelArg = Annotated[
+    str, typer.Argument(metavar="MODEL.zarr", help="A model saved by 'dclust fit' or 'dclust stream'.")
+]
 LabelsArg = Annotated[str, typer.Argument(metavar="LABELS.zarr", help="Labels written by 'dclust fit' or 'stream'.")]
 
 

@@ -117,7 +117,8 @@ def stream_dmeans(
     labels: LabelsOpt,
     T_Q: Annotated[
         Optional[float],
-        typer.Option("--T-Q", callback=_bounded(1.0, False), help="Steps a cluster may go unseen and be revived (> 1)."),
+        typer.Option("--T-Q", callback=_bounded(1.0, False),
+                     help="Steps a cluster may go unseen and be revived (> 1)."),
     ] = None,
     k_tau: Annotated[
         Optional[float],

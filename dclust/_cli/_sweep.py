@@ -74,7 +74,8 @@ def sweep_dpmeans(
     ] = None,
     n_lams: Annotated[int, typer.Option("--n-lams", min=2, help="Number of default candidates.")] = 24,
     max_clusters: Annotated[
-        int, typer.Option("--max-clusters", min=2, help="The smallest default candidate gives about this many clusters.")
+        int,
+        typer.Option("--max-clusters", min=2, help="The smallest default candidate gives about this many clusters."),
     ] = 20,
     sample_size: Annotated[int, typer.Option("--sample-size", min=3, help="Rows the candidates are fitted on.")] = 5000,
     silhouette_sample_size: Annotated[

@@ -27,8 +27,8 @@ from .occ import (
 )
 from .passes import block_offsets
 
-__all__ = ["RDPPassRecord", "RDPRule", "PassResult", "init_pass", "extract_linked", "rdp_pass", "final_labels", "records_state",
-           "records_from"]
+__all__ = ["RDPPassRecord", "RDPRule", "PassResult", "init_pass", "extract_linked", "rdp_pass", "final_labels",
+           "records_state", "records_from"]
 
 
 @dataclass
@@ -339,9 +339,9 @@ def rdp_pass(X, tiles, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_prop
 
     ``prefix`` is ``(prefix_end, index, rows)`` of the serial prefix (first pass; processed first, on the driver,
     against ``C``); phase 0 then runs keyed OCC epochs over the unlinked rows from key ``prefix_end`` (the first
-    sized by the prefix's opening rate), then the colour phases of the linked rows. Phase 0's first epoch, its validation and all colour
-    phases go to the scheduler as one graph (:func:`_first_epoch_and_colors`). Returns the statistics of every
-    row (labels indexing the returned centres), the centres, and the pass record.
+    sized by the prefix's opening rate), then the colour phases of the linked rows. Phase 0's first epoch, its
+    validation and all colour phases go to the scheduler as one graph (:func:`_first_epoch_and_colors`). Returns the
+    statistics of every row (labels indexing the returned centres), the centres, and the pass record.
     """
     rule = RDPRule(layout, C, lam, kind)
     start, rate = 0, 0.0
@@ -372,7 +372,8 @@ def rdp_pass(X, tiles, layout: LinkLayout, C, z, *, lam, xi, kind, mix, max_prop
     stats = ClusterStats.merge_all(rule.total) if rule.total else ClusterStats.identity(C.shape[0], X.shape[1])
     if stats.n_clusters < C.shape[0]:
         stats = stats.merge(ClusterStats.identity(C.shape[0], X.shape[1]))
-    record = RDPPassRecord(KeyedPass(0 if prefix is None else start, epochs), np.asarray(rule.snapshots, dtype=np.int64),
+    record = RDPPassRecord(KeyedPass(0 if prefix is None else start, epochs),
+                           np.asarray(rule.snapshots, dtype=np.int64),
                            np.concatenate(linked_order) if linked_order else np.zeros(0, np.int64))
 
     def cat(a: list[np.ndarray]) -> np.ndarray:

@@ -99,7 +99,8 @@ def merge_nodes(nodes: dict[tuple[int, int], Any], merge: Callable[[Sequence[Any
     return merge([node(depth - 1, j) for j in range(-(-n // s ** (depth - 1)))])
 
 
-def merge_tree(partials: Sequence[Any], merge: Callable[[Sequence[Any]], Any], *, split_every: int | None = None) -> Any:
+def merge_tree(partials: Sequence[Any], merge: Callable[[Sequence[Any]], Any], *,
+               split_every: int | None = None) -> Any:
     """The merge of :func:`tree_reduce`, in one process, over a list of partials: the same tree (levels of
     ``split_every`` consecutive partials, then one merge of the rest), so the same result bit for bit.
 

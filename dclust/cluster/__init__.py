@@ -1,5 +1,6 @@
 """Batch estimators with scikit-learn conventions, and the in-memory k-means pieces they share
-(:func:`kmeans_plusplus`, :func:`lloyd`, :func:`nearest`) and the parameter check of every estimator (:func:`validate_params`)."""
+(:func:`kmeans_plusplus`, :func:`lloyd`, :func:`nearest`) and the parameter check of every estimator
+(:func:`validate_params`)."""
 
 from .._validation import validate_params
 from ..kernels.distances import nearest

@@ -45,7 +45,8 @@ __all__ = [
     "BaseEstimator", "CentroidMixin", "ClusterMixin", "TransformerMixin", "clone", "raise_if_bad_block", "CHECKPOINT",
 ]
 
-#: Constraint of the ``checkpoint`` parameter: a path or fsspec URL, an fsspec mapper (it carries the storage options), or None.
+#: Constraint of the ``checkpoint`` parameter: a path or fsspec URL, an fsspec mapper (it carries the storage options),
+#: or None.
 CHECKPOINT = _Kind("None, a path or fsspec URL (str or os.PathLike), or an fsspec mapper (fsspec.get_mapper(url, "
                    "**storage_options)) of a checkpoint store",
                    lambda v: v is None or isinstance(v, (str, os.PathLike))

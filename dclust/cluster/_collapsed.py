@@ -318,9 +318,9 @@ class CappedDPMeans(CentroidMixin, _InMemory):
     max_samples : int, default 100000
         Largest number of rows accepted (the data are computed into memory).
     checkpoint : str or os.PathLike, optional
-        As in :class:`~dclust.cluster.KMeans`: the state after every pass (the labels and centres, the processing order and the
-        history) is saved atomically; an interrupted fit resumes at the next pass with the identical result, and
-        a finished fit's checkpoint holds the model (a rerun returns it at once).
+        As in :class:`~dclust.cluster.KMeans`: the state after every pass (the labels and centres, the processing
+        order and the history) is saved atomically; an interrupted fit resumes at the next pass with the identical
+        result, and a finished fit's checkpoint holds the model (a rerun returns it at once).
 
     Attributes
     ----------
@@ -409,8 +409,8 @@ class CollapsedBPMeans(FeatureMixin, _InMemory):
     max_samples : int, default 5000
         Largest number of rows accepted.
     checkpoint : str or os.PathLike, optional
-        As in :class:`~dclust.cluster.KMeans`: the state after every pass (the allocation Z, the processing order and the
-        history) is saved atomically; an interrupted fit resumes at the next pass with the identical result, and
+        As in :class:`~dclust.cluster.KMeans`: the state after every pass (the allocation Z, the processing order and
+        the history) is saved atomically; an interrupted fit resumes at the next pass with the identical result, and
         a finished fit's checkpoint holds the model (a rerun returns it at once).
 
     Attributes

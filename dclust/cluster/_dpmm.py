@@ -1,4 +1,5 @@
-"""Collapsed Gibbs for the DP mixture (docs/algorithms.md 7, 10.1): the slow, exact reference for DP-means, in memory, seeded.
+"""Collapsed Gibbs for the DP mixture (docs/algorithms.md 7, 10.1): the slow, exact reference for DP-means, in memory,
+seeded.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""GM-PR: a Gaussian mixture (of mixtures) fitted by EM with must-link and cannot-link relations (docs/algorithms.md 6)."""
+"""GM-PR: a Gaussian mixture (of mixtures) fitted by EM with must-link and cannot-link relations
+(docs/algorithms.md 6)."""
 
 from __future__ import annotations
 

@@ -270,10 +270,10 @@ class StepwiseKFeatures(FeatureMixin, BaseEstimator):
         As in :class:`KFeatures` (per K).
     checkpoint : str or os.PathLike, optional
         As in :class:`KMeans`: after every pass the state (restart, features, the allocation Z as a Zarr array,
-        histories, the best run so far, the K reached and the objectives by K and the generator's exact state) is saved atomically; an interrupted fit
-        runs the first pass again (it checks that the data are those of the interrupted fit) and resumes at the
-        next pass with the identical result. A finished fit's checkpoint holds the model (and Z): a rerun returns
-        it at once.
+        histories, the best run so far, the K reached and the objectives by K and the generator's exact state) is
+        saved atomically; an interrupted fit runs the first pass again (it checks that the data are those of the
+        interrupted fit) and resumes at the next pass with the identical result. A finished fit's checkpoint holds
+        the model (and Z): a rerun returns it at once.
 
     Attributes
     ----------

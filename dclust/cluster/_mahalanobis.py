@@ -186,7 +186,8 @@ class MahalanobisKMeans(BaseEstimator):
         self._check_fitted()
         arr, info = check_array(X, n_features=self.cluster_centers_.shape[1])
         whiten = np.array([np.linalg.inv(np.linalg.cholesky(c)) for c in self.covariances_])
-        labels = map_labels(_labels, finite_rows(arr, "predict"), means=np.asarray(self.cluster_centers_), whiten=whiten)
+        labels = map_labels(_labels, finite_rows(arr, "predict"), means=np.asarray(self.cluster_centers_),
+                            whiten=whiten)
         return wrap_output(labels, info, "labels")
 
     def fit_predict(self, X: ArrayLike, y: Ignored = None) -> ArrayLike:

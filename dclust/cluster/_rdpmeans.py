@@ -1,4 +1,5 @@
-"""RDP-means on Dask: DP-means with soft must-link / cannot-link side information ([TV] Alg. 1, docs/algorithms.md 5)."""
+"""RDP-means on Dask: DP-means with soft must-link / cannot-link side information ([TV] Alg. 1,
+docs/algorithms.md 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The ``constraints=`` argument of ``fit``, checked beside the class it must be (the estimators import it from here)."""
+"""The ``constraints=`` argument of ``fit``, checked beside the class it must be (the estimators import it from
+here)."""
 
 from __future__ import annotations
 

@@ -480,7 +480,8 @@ def _pick_variable(ds: Any, component: str | None, where: str) -> Any:
     if component not in ds.data_vars:
         raise InvalidParameterError(
             message(f"open_array on {where}", "component= naming a data variable: "
-                    + (", ".join(repr(n) for n in names) or "none"), repr(component), "Pick one of the listed variables.")
+                    + (", ".join(repr(n) for n in names) or "none"), repr(component),
+                    "Pick one of the listed variables.")
         )
     return ds[component]
 

@@ -273,7 +273,8 @@ class FrameSource:
                 f = self.frames[missing[0]]
                 raise _bad_frame(
                     f.name, missing[0],
-                    f"the attribute {feat!r} ({'red, green, blue' if feat == 'rgb' else 'nx, ny, nz'}) in every frame", f"a frame without it ({len(missing)} of {len(self)} frames lack it)",
+                    f"the attribute {feat!r} ({'red, green, blue' if feat == 'rgb' else 'nx, ny, nz'}) in every frame",
+                    f"a frame without it ({len(missing)} of {len(self)} frames lack it)",
                     f"Drop {feat!r} from the features, or give frames that carry it.")
 
     def read(self, index: int) -> PointFrame:
@@ -301,7 +302,8 @@ class FrameSource:
         bad = ~np.isfinite(frame.xyz).all(axis=1)
         if bad.any():
             raise _bad_frame(info.name, index, "finite x, y, z",
-                             f"NaN or infinity in point {int(np.flatnonzero(bad)[0])}", "Drop those points from the frame.")
+                             f"NaN or infinity in point {int(np.flatnonzero(bad)[0])}",
+                             "Drop those points from the frame.")
         return frame
 
 

@@ -94,7 +94,8 @@ class FrameSource:
     >>> import os, tempfile, numpy as np
     >>> from dclust.io.video import open_frames, write_video
     >>> with tempfile.TemporaryDirectory() as d:
-    ...     src = open_frames(write_video([np.full((2, 3, 3), t, np.uint8) for t in range(4)], os.path.join(d, "c.zarr")))
+    ...     src = open_frames(write_video([np.full((2, 3, 3), t, np.uint8) for t in range(4)],
+    ...                                   os.path.join(d, "c.zarr")))
     ...     print([int(f[0, 0, 0]) for f in src.frames(1, 3)], int(src.frame(3)[0, 0, 0]))
     [1, 2] 3
     """

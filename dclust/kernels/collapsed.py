@@ -244,7 +244,8 @@ def capped_dpmeans_reference(X, lam, order, max_clusters, *, init="mean", max_it
 
 
 def collapsed_bp_objective(G: np.ndarray, B: np.ndarray, sq_norm: float, lam: float) -> float:
-    """``J_CBP = ||X||^2 - tr(B' pinv(G) B) + lam * K`` ([MB] eq. 10, docs/algorithms.md 2.3) from ``(G, B, ||X||^2)``."""
+    """``J_CBP = ||X||^2 - tr(B' pinv(G) B) + lam * K`` ([MB] eq. 10, docs/algorithms.md 2.3) from
+    ``(G, B, ||X||^2)``."""
     from .bpmeans import collapsed_objective
 
     return collapsed_objective(G, B, sq_norm, lam)

@@ -238,7 +238,8 @@ def _fold_kept(X, labels, keys, k):
     return weight, mean, fp, m
 
 
-def color_phase(X, keys, *, indptr, cols, vals, z, centers, lam, xi, kind) -> tuple[np.ndarray, ClusterStats, np.ndarray]:
+def color_phase(X, keys, *,
+                indptr, cols, vals, z, centers, lam, xi, kind) -> tuple[np.ndarray, ClusterStats, np.ndarray]:
     """One colour phase over its rows ``X`` (float64, (m, D), in processing order; ``keys`` their
     :func:`~dclust.kernels.stats.point_keys`) against the state ``(centers, z)``.
 

@@ -3,9 +3,9 @@
 A stream estimator's state is its learned attributes (ids, centres, weights, ages, counters, the base seed and the
 history), which already make a saved model resume exactly; :func:`save_state` writes them after every
 ``partial_fit`` batch with :class:`dclust._store._checkpoint.Checkpointer` (atomic replace, Zarr + JSON, no
-pickle; the checkpoint is also a model ``dclust.load`` reads), and :func:`resume_state` restores them into an estimator that has no state yet (validated: format,
-estimator, parameters, and for ``fit``/``iter_fit`` over one array its fingerprint). Each estimator checks the
-shapes of what it got back in ``_check_restored(ck)``.
+pickle; the checkpoint is also a model ``dclust.load`` reads), and :func:`resume_state` restores them into an
+estimator that has no state yet (validated: format, estimator, parameters, and for ``fit``/``iter_fit`` over one
+array its fingerprint). Each estimator checks the shapes of what it got back in ``_check_restored(ck)``.
 """
 
 from __future__ import annotations
