@@ -33,7 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chunk-rows", type=int, default=250_000, help="Rows per Zarr chunk (default: %(default)s).")
     p.add_argument("--seed", type=int, default=0, help="Seed of the data and of both fits (default: %(default)s).")
     p.add_argument("--workers", type=int, default=None, help="Worker processes (default: one per core).")
-    p.add_argument("--plot-points", type=int, default=50_000, help="Points in the scatter plots (default: %(default)s).")
+    p.add_argument("--plot-points", type=int, default=50_000,
+                   help="Points in the scatter plots (default: %(default)s).")
     args = p.parse_args(argv)
     for name in ("n", "d", "k", "chunk_rows", "plot_points"):
         if getattr(args, name) < 1:

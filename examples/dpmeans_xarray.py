@@ -1,9 +1,10 @@
 """DP-means on an xarray DataArray with a named sample dimension: the labels come back with its coordinates.
 
 The data are minute-by-minute readings of a few sensor channels, ``readings(channel, time)``; every reading comes
-from one of a handful of operating regimes (Gaussian blobs). ``time`` is the sample dimension (not the first one: ``open_array(...,
-sample_dim="time")`` puts it first and stacks the rest into ``feature``). DP-means finds the regimes without being
-told how many there are: a new cluster opens whenever a reading is further than ``sqrt(lam)`` from every centre.
+from one of a handful of operating regimes (Gaussian blobs). ``time`` is the sample dimension (not the first one:
+``open_array(..., sample_dim="time")`` puts it first and stacks the rest into ``feature``). DP-means finds the regimes
+without being told how many there are: a new cluster opens whenever a reading is further than ``sqrt(lam)`` from
+every centre.
 ``predict`` returns a DataArray indexed by ``time``, so the usual xarray tools (selection by date, resampling)
 work on the labels.
 

@@ -6,8 +6,9 @@ classes agree (a cannot-link otherwise), flip each with probability 1 - p, set l
 with the true k, and fit RDP-means (xi0 = 0.001, xi_rate = 2, 20 iterations) and DP-means (same lam, no links).
 Raw features by default (the protocol); ``--standardize`` z-scores them
 (E-TV9). With raw wine features the squared distances (~1e4, driven by proline) dwarf the link weight the xi
-schedule reaches (0.001 * 2**19 ~ 524 per link), so links barely change the result there. Prints pairwise F / ARI / NMI averaged over the seeds beside the paper's RDP-means
-figures (Table 1 averages over r and p; the target cell is r = 0.05, p = 1).
+schedule reaches (0.001 * 2**19 ~ 524 per link), so links barely change the result there. Prints pairwise F / ARI /
+NMI averaged over the seeds beside the paper's RDP-means figures (Table 1 averages over r and p; the target cell is
+r = 0.05, p = 1).
 
 Run: ``.venv/bin/python examples/uci_rdpmeans.py`` (10 seeds, a few minutes per dataset on 2 cores);
 quick look: ``--seeds 1 --r 0.05 --p 1``.
@@ -79,7 +80,8 @@ def main(argv=None) -> list[dict]:
         mine = np.mean([row["rdp"] for row in rows if row["dataset"] == name], axis=0)
         paper = PAPER.get(name)
         ref = "paper RDP-means " + "/".join(f"{v:.2f}" for v in paper) if paper else "no paper figure"
-        print(f"{name:14s} mean over (r, p): RDP-means {mine[0]:.2f}/{mine[1]:.2f}/{mine[2]:.2f}  ({ref})\n", flush=True)
+        print(f"{name:14s} mean over (r, p): RDP-means {mine[0]:.2f}/{mine[1]:.2f}/{mine[2]:.2f}  ({ref})\n",
+              flush=True)
     return rows
 
 

@@ -177,7 +177,8 @@ def run_grid(datasets, rs, ps, trials, methods=METHODS, standardize=False, tv_sw
                                  "seconds": float(a[:, 3].sum()) if m not in LINK_FREE else float(a[:, 3].sum()) /
                                  (len(rs) * len(ps)), "n_trials": len(per[m])})
                 log(f"  {name:8s} r={r:<5g} p={p:<5g} " + "  ".join(
-                    f"{row['method']} {row['F']:.2f}/{row['ARI']:.2f}/{row['NMI']:.2f}" for row in rows[-len(methods):]))
+                    f"{row['method']} {row['F']:.2f}/{row['ARI']:.2f}/{row['NMI']:.2f}"
+                    for row in rows[-len(methods):]))
     return rows
 
 
