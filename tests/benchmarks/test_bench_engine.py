@@ -54,7 +54,8 @@ def test_toy_run_writes_every_row(tmp_path):
             assert row["value"] is None and row["note"].startswith("skipped")
             continue
         assert row["value"] is not None and math.isfinite(row["value"]), row
-        if rid.startswith(("read_", "memory_", "anytime", "dpmeans", "rdpmeans", "bpmeans", "gmpr", "kmeans_processes_")):
+        if rid.startswith(("read_", "memory_", "anytime", "dpmeans", "rdpmeans", "bpmeans", "gmpr",
+                           "kmeans_processes_")):
             assert row["value"] > 0, row  # wall times and byte counts (marginal costs can dip below 0 at toy size)
     # the stores differ only in codec: the same data, and every one of them on disk
     assert by_id["read_none"]["note"].endswith("1.00x of uncompressed read")

@@ -17,7 +17,8 @@ def _fit(X, chunks=None, **kw):
 
 @pytest.mark.parametrize(
     "rows,prefix_size,max_proposals,init",
-    [(3000, 1000, 3, "mean"), (700, 0, 5, "empty"), (700, 50, 4096, "mean"), (256, 1000, 3, "empty"), (256, 0, 5, "mean")],
+    [(3000, 1000, 3, "mean"), (700, 0, 5, "empty"), (700, 50, 4096, "mean"), (256, 1000, 3, "empty"),
+     (256, 0, 5, "mean")],
 )
 def test_dp8_occ_equals_serial_dpmeans_on_serial_order(blobs, rows, prefix_size, max_proposals, init):
     X, _ = blobs

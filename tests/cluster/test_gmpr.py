@@ -115,7 +115,8 @@ def test_fit_on_one_chunk_equals_fit_on_many_chunks():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         one = GMPR(**kw).fit(da.from_array(X, chunks=(n, -1)), constraints=G)
-        many = GMPR(**kw, split_every=2).fit(da.from_array(X, chunks=(160, -1)), constraints=G.rechunk((160,) * 3 + (120,)))
+        many = GMPR(**kw, split_every=2).fit(da.from_array(X, chunks=(160, -1)),
+                                             constraints=G.rechunk((160,) * 3 + (120,)))
     np.testing.assert_allclose(many.objective_history_, one.objective_history_, rtol=1e-10)
     for attr in ("weights_", "sub_weights_", "means_", "covariances_"):
         np.testing.assert_allclose(getattr(many, attr), getattr(one, attr), rtol=1e-8, atol=1e-12)
@@ -247,7 +248,8 @@ def test_newton_class_weights_reach_the_slsqp_optimum():
         new, ref = _newton_alpha(c, n_cl), _slsqp_alpha(c, n_cl)
         np.testing.assert_allclose(new.sum(), 1.0, rtol=1e-14)
         np.testing.assert_allclose(new, ref, rtol=1e-5)
-        assert alpha_objective(new, c, n_cl) >= alpha_objective(ref, c, n_cl) - 1e-12 * abs(alpha_objective(ref, c, n_cl))
+        assert (alpha_objective(new, c, n_cl)
+                >= alpha_objective(ref, c, n_cl) - 1e-12 * abs(alpha_objective(ref, c, n_cl)))
         s = 2.0 * n_cl / (1.0 - (new * new).sum())
         lam = c / new + s * new
         np.testing.assert_allclose(lam, lam.mean(), rtol=1e-9)  # stationary: one multiplier for every class
@@ -484,7 +486,8 @@ def test_diag_kernel_path_matches_the_full_path():
         np.testing.assert_allclose(b.scatter[:, np.arange(D), np.arange(D)], a.scatter, rtol=1e-11,
                                    atol=1e-12 * np.abs(a.scatter).max())
         for f in ("weight", "mean", "class_counts"):
-            np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-11, atol=1e-12 * np.abs(getattr(b, f)).max())
+            np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-11,
+                                       atol=1e-12 * np.abs(getattr(b, f)).max())
         assert a.loglik == pytest.approx(b.loglik, rel=1e-12) and a.n_rows == b.n_rows == n - linked.size
         bad = arr.copy()
         keep = np.setdiff1d(np.arange(n), linked)

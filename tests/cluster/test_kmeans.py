@@ -43,7 +43,8 @@ def test_integer_weights_equal_repeated_rows(blobs):
 @pytest.mark.parametrize("init", ["k-means||", "k-means++", "random"])
 def test_seedings_find_the_blobs(blobs, init):
     X, y = blobs
-    km = dclust.KMeans(n_clusters=5, init=init, n_init=10 if init == "random" else 3, random_state=0).fit(da.from_array(X, chunks=(700, -1)))
+    km = dclust.KMeans(n_clusters=5, init=init, n_init=10 if init == "random" else 3,
+                       random_state=0).fit(da.from_array(X, chunks=(700, -1)))
     assert dclust.metrics.adjusted_rand_score(y, km.predict(X)) > 0.95
     hist = km.objective_history_
     assert all(b <= a * (1 + 1e-12) for a, b in zip(hist, hist[1:]))

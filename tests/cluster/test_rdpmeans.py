@@ -223,7 +223,8 @@ def test_bad_input_is_rejected_with_the_fix(three):
 
 def test_n_clusters_sets_lam_by_the_furthest_first_heuristic(three):
     X, y = three
-    m = RDPMeans(n_clusters=3, random_state=0, max_iter=3).fit(X, constraints=ConstraintGraph.from_labels_sample(y, 0.02, rng=0))
+    m = RDPMeans(n_clusters=3, random_state=0, max_iter=3).fit(
+        X, constraints=ConstraintGraph.from_labels_sample(y, 0.02, rng=0))
     assert m.lam_ > 0 and m.n_clusters_ >= 2
 
 
@@ -235,7 +236,8 @@ def test_color_phases_of_a_pass_run_as_one_task_graph(three):
     X, y = three
     n = X.shape[0]
     ring = np.arange(n)  # a long odd cycle of must-links plus chords: >= 3 colours
-    G = ConstraintGraph.from_pairs(np.concatenate([ring, ring[::7]]), np.concatenate([(ring + 1) % n, (ring[::7] + 3) % n]),
+    G = ConstraintGraph.from_pairs(np.concatenate([ring, ring[::7]]),
+                                   np.concatenate([(ring + 1) % n, (ring[::7] + 3) % n]),
                                    True, n_samples=n, check_feasible=False)
     Xd = da.from_array(X, chunks=(60, -1))
     G = G.rechunk(Xd.chunks[0])

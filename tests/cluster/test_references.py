@@ -220,7 +220,8 @@ def test_ibp_log_joint_ratio_is_the_predictive_ratio():
 
     assert loglik(Z1) - loglik(Z0) == pytest.approx(pred(Z1[n].astype(float)) - pred(Z0[n].astype(float)), rel=1e-9)
     # and ibp_log_joint's likelihood part is the same marginal likelihood (the prior part cancels in differences)
-    lj = [ibp_kernels.ibp_log_joint(Zc, Zc.T.astype(float) @ Zc, Zc.T.astype(float) @ X, float((X * X).sum()), 1.0, sx, sa)
+    lj = [ibp_kernels.ibp_log_joint(Zc, Zc.T.astype(float) @ Zc, Zc.T.astype(float) @ X, float((X * X).sum()), 1.0,
+                                    sx, sa)
           for Zc in (Z1, Z0)]
     prior = []
     for Zc in (Z1, Z0):

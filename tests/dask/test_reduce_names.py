@@ -1,4 +1,5 @@
-"""tree_reduce's graph names: deterministic, and different for a different merge (its steps tokenize as the merge does)."""
+"""tree_reduce's graph names: deterministic, and different for a different merge (its steps tokenize as the merge
+does)."""
 
 import dask.array as da
 

@@ -208,7 +208,8 @@ def test_every_manifest_runs_real_commands():
             _check_dask(words)
             continue
         assert words[0] == "dclust", words
-        assert re.search(rf"^\W*{re.escape(words[1])}\s", listed.stdout, flags=re.M), f"`dclust --help` lists no {words[1]}"
+        assert re.search(rf"^\W*{re.escape(words[1])}\s", listed.stdout, flags=re.M), (
+            f"`dclust --help` lists no {words[1]}")
         _check_cli(words[1:])
         ran_dclust += 1
     assert ran_dclust >= 1 and any(w[:2] == ["dask", "worker"] for w in commands)

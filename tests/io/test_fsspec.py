@@ -1,8 +1,8 @@
 """Storage beyond local disk: every path dclust reads or writes is an fsspec URL opened through zarr's store layer.
 
 ``file://`` URLs go through the local atomic rename; ``memory://`` (an in-process object store without rename)
-goes through the object-store commit (temporary prefix, commit record, copies with the root ``zarr.json`` last). ``memory://`` lives in this
-process, so these tests use dask's threaded scheduler.
+goes through the object-store commit (temporary prefix, commit record, copies with the root ``zarr.json`` last).
+``memory://`` lives in this process, so these tests use dask's threaded scheduler.
 """
 
 from __future__ import annotations

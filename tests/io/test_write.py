@@ -310,7 +310,7 @@ def test_consolidated_group_is_reconsolidated(tmp_path):
     assert sorted(g.array_keys()) == ["a", "b"]
 
 
-# ------------------------------------------------------------------------------------------------------ fsspec, distributed
+# -------------------------------------------------------------------------------------------------- fsspec, distributed
 
 
 def test_memory_url_writes_directly():

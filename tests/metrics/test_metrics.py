@@ -363,7 +363,8 @@ def test_flicker_errors():
 
 @pytest.mark.parametrize("fn", LABEL_SCORES + [dm.contingency_table])
 def test_invalid_labels(fn):
-    with pytest.raises(InvalidDataError, match=r"labels: expected arrays of the same length.*y_true has 3, y_pred has 2"):
+    with pytest.raises(InvalidDataError,
+                       match=r"labels: expected arrays of the same length.*y_true has 3, y_pred has 2"):
         fn([0, 1, 2], [0, 1])
     with pytest.raises(InvalidDataError, match=r"y_true: expected a 1-D array.*received shape \(3, 1\).*ravel"):
         fn(np.zeros((3, 1), int), [0, 1, 2])

@@ -91,7 +91,8 @@ def test_model_store(tmp_path, kind):
 def test_checkpoint_store(tmp_path, kind):
     X = _points()
     ck = tmp_path / "ck"
-    km = dclust.KMeans(n_clusters=3, random_state=0, checkpoint=ck).fit(X)  # a finished fit: the checkpoint holds the model
+    # a finished fit: the checkpoint holds the model
+    km = dclust.KMeans(n_clusters=3, random_state=0, checkpoint=ck).fit(X)
     BREAK[kind][0](os.path.join(ck, "attributes", "cluster_centers_", "c", "0", "0"))
     with pytest.raises(CorruptStoreError, match="cluster_centers_.*chunk c/0/0"):
         dclust.KMeans(n_clusters=3, random_state=0, checkpoint=ck).fit(X)

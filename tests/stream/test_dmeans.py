@@ -1,4 +1,5 @@
-"""D-Means: docs/algorithms.md 3.7 (DM1-DM7), OCC within a batch == serial D-Means, persistent ids, resume, bad input."""
+"""D-Means: docs/algorithms.md 3.7 (DM1-DM7), OCC within a batch == serial D-Means, persistent ids, resume, bad
+input."""
 
 import dask.array as da
 import numpy as np

@@ -1,4 +1,5 @@
-"""KD-Means ([DM] 5.1-5.2): docs/algorithms.md 3.7 (DM1-DM3, DM5) in feature space, the shared SD-Means state, save/load."""
+"""KD-Means ([DM] 5.1-5.2): docs/algorithms.md 3.7 (DM1-DM3, DM5) in feature space, the shared SD-Means state,
+save/load."""
 
 import numpy as np
 import pytest
