@@ -204,9 +204,10 @@ def run(args, client) -> dict:
         if "gmpr" not in args.skip:
             with warnings.catch_warnings():  # warm-up: numba and imports on the workers
                 warnings.simplefilter("ignore")
+                head = X[:200_000]  # (or all of X, when smaller)
                 dclust.GMPR(n_classes=args.centers, covariance_type="diag", max_iter=2, tol=0.0, **common).fit(
-                    X[:200_000], constraints=ConstraintGraph.from_pairs([0], [1], [True], n_samples=200_000,
-                                                                        chunks=X[:200_000].chunks[0]))
+                    head, constraints=ConstraintGraph.from_pairs([0], [1], [True], n_samples=head.shape[0],
+                                                                 chunks=head.chunks[0]))
             client.run(_warm_gmpr_kernels)  # that fit ran on one worker: load the kernels in every worker
             model, r = fit_timed(client, "GMPR (diag)", lambda: dclust.GMPR(
                 n_classes=args.centers, covariance_type="diag", max_iter=it, tol=0.0, **common), X, constraints=G)
