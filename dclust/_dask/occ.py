@@ -11,11 +11,10 @@ that order nor the model depends on the chunking, the grouping of blocks into ta
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Callable
 
-import dask
 import dask.array as da
 import numpy as np
 
@@ -25,8 +24,7 @@ from ..kernels.dpmeans import serial_assign
 from ..kernels.dynmeans import dm_assign, dm_propose, label_pass
 from ..kernels.stats import ClusterStats
 from .features import FeatureOverflow, Gram
-from .passes import block_offsets, map_partials, map_reduce
-from .reduce import tree_reduce
+from .passes import Held, block_offsets, map_groups, map_held, map_reduce, persist_and_compute
 
 __all__ = [
     "KEY_END", "KeyedEpoch", "KeyedPass", "OCCRule", "DPRule", "DMRule", "BPRule", "keyed_pass", "keyed_prefix",
@@ -369,9 +367,10 @@ def keyed_records_from(state: dict) -> list[KeyedPass]:
 
 # ------------------------------------------------------------------------------------------------------------------
 # BP-means (docs/algorithms.md 8.3): the bits Z stay on the workers, inside the persisted results of the last epoch's
-# tasks (one per block). An epoch is one graph: every block task takes its block's bits from the last epoch's result,
-# applies the driver's pending decisions (small *patches*) and the pass's pruning, sweeps, and returns its bits with
-# its partial; a tree reduction of the partials comes back to the driver in the same submission.
+# tasks (one per group of blocks: :func:`dclust._dask.passes.map_groups`). An epoch is one graph: every group task
+# takes its blocks' bits from its own last result, applies the driver's pending decisions (small *patches*) and the
+# pass's pruning, sweeps, keeps its bits and merges its blocks' partials; one small task per group takes the merged
+# subtrees and one finishes the tree, whose root comes back to the driver in the same submission.
 # ------------------------------------------------------------------------------------------------------------------
 
 
@@ -393,24 +392,21 @@ def patch_bits(index: np.ndarray, col0: int, bits: np.ndarray, chunks) -> dict:
     return out
 
 
-def _merge_patches(into: dict, new: dict) -> None:
-    for b, items in new.items():
-        into.setdefault(b, []).extend(items)
-
-
 @dataclass
 class BPBits:
     """Where the bits Z of a BP-means fit are: ``source``, a uint8 dask array (N, ``width``) with X's row chunks,
-    or the persisted results of an epoch's block tasks (a 1-D object array, one ``(Z_block, ...)`` per block,
-    ``width`` columns); then the driver's ``pending`` patches ``{block: [(local, col0, bits)]}`` (columns below
-    ``width`` or beyond it, which are first added as zeros), then the columns ``keep`` (None: all) and zero columns
-    up to ``k``. :meth:`array` is the (N, k) uint8 dask array; a BP-means epoch takes the blocks themselves."""
+    or, with ``groups``, the persisted results of an epoch's group tasks (the ``parts`` of
+    :func:`dclust._dask.passes.map_groups`: block ``b`` of group ``g`` kept ``(Z_block, pattern keys)``, ``width``
+    columns); then the driver's ``pending`` patches ``{block: [(local, col0, bits)]}`` (columns below ``width`` or
+    beyond it, which are first added as zeros), then the columns ``keep`` (None: all) and zero columns up to ``k``.
+    :meth:`array` is the (N, k) uint8 dask array; a BP-means epoch takes the blocks themselves."""
 
     source: da.Array
     width: int
     k: int
     pending: dict = field(default_factory=dict)
     keep: np.ndarray | None = None
+    groups: tuple | None = None  # the blocks of each task of the epoch whose results ``source`` holds
 
     @staticmethod
     def of(Z: da.Array) -> "BPBits":
@@ -423,30 +419,44 @@ class BPBits:
         if keep.size == self.k and np.array_equal(keep, np.arange(self.k)):
             return self
         cols = keep if self.keep is None else self.keep[keep]
-        return BPBits(self.source, self.width, int(keep.size), self.pending, cols)
+        return replace(self, k=int(keep.size), keep=cols)
+
+    def patched(self, k: int, patches: dict) -> "BPBits":
+        """These bits with ``k`` columns and the ``patches`` ``{block: [(local, col0, bits)]}`` applied after the
+        pending ones (in the columns of :attr:`k`'s space, as the pending ones)."""
+        pending = {b: list(items) for b, items in self.pending.items()}
+        for b, items in patches.items():
+            pending.setdefault(b, []).extend(items)
+        return replace(self, k=int(k), pending=pending)
 
     def array(self, chunks: tuple[int, ...]) -> da.Array:
         """The bits as a lazy (N, k) uint8 dask array with the row chunks ``chunks`` (X's)."""
-        if self.source.dtype != object and not self.pending and self.keep is None and self.k == self.width:
+        if self.groups is None and not self.pending and self.keep is None and self.k == self.width:
             return self.source
-        kw = {"pending": self.pending, "keep": self.keep, "k": self.k, "chunks": (tuple(chunks), (self.k,)),
-              "dtype": np.uint8, "meta": np.empty((0, 0), np.uint8)}
-        if self.source.dtype == object:
-            return self.source.map_blocks(_bits_block, new_axis=1, **kw)
-        return self.source.map_blocks(_bits_block, **kw)
+        kw = {"keep": self.keep, "k": self.k}
+        out = (tuple(chunks), (self.k,))
+        if self.groups is not None:  # one task per block, on the worker holding its group's result
+            patches = [self.pending.get(b, ()) for b in range(len(chunks))]
+            return map_held(_held_bits, Held(self.source), self.groups, out, dtype=np.uint8, block_args=patches,
+                            **kw)
+        return self.source.map_blocks(_bits_block, pending=self.pending, chunks=out, dtype=np.uint8,
+                                      meta=np.empty((0, 0), np.uint8), **kw)
 
 
-def _bits_block(Zsrc, pending, keep, k, block_info=None):
-    """(map_blocks over :attr:`BPBits.source`) the block's bits."""
+def _bits_block(Zb, pending, keep, k, block_info=None):
+    """(map_blocks over a uint8 :attr:`BPBits.source`) the block's bits."""
     b = block_info[None]["chunk-location"][0]
-    return _prepared_bits(Zsrc, pending.get(b, ()), keep, k, copy=False)
+    return _prepared_bits(Zb, pending.get(b, ()), keep, k, copy=False)
 
 
-def _prepared_bits(Zsrc, patches, keep, k, *, copy: bool) -> np.ndarray:
-    """A block's bits from its source (a uint8 block, or an epoch result boxed in a 1-element object array): the
-    patches applied, the columns ``keep`` taken, zero columns up to ``k``. A new array when ``copy`` or when
-    anything changes; else the source's own."""
-    Zb = Zsrc[0][0] if Zsrc.dtype == object else Zsrc
+def _held_bits(kept, patches, *, keep, k):
+    """(:func:`~dclust._dask.passes.map_held` over an epoch's results) a block's bits from what its task kept."""
+    return _prepared_bits(kept[0], patches, keep, k, copy=False)
+
+
+def _prepared_bits(Zb, patches, keep, k, *, copy: bool) -> np.ndarray:
+    """A block's bits from its source ``Zb`` (uint8): the patches applied, the columns ``keep`` taken, zero columns
+    up to ``k``. A new array when ``copy`` or when anything changes; else ``Zb`` itself."""
     if patches:
         width = max([Zb.shape[1]] + [c + bits.shape[1] for _, c, bits in patches])
         Z = np.zeros((Zb.shape[0], width), np.uint8)
@@ -463,23 +473,22 @@ def _prepared_bits(Zsrc, patches, keep, k, *, copy: bool) -> np.ndarray:
     return np.array(Zb, dtype=np.uint8, order="C", copy=True) if copy else Zb
 
 
-def _bp_propose(Xb, Zsrc, patches, *, offset, block_index, features, lam, mix, lo, hi, keep):
-    Z = _prepared_bits(Zsrc, patches, keep, features.shape[0], copy=True)
+def _bp_propose(Xb, src, patches, *, offset, block_index, features, lam, mix, lo, hi, keep):
+    """(:func:`~dclust._dask.passes.map_groups`) one block of a BP-means epoch: ``(kept, partial)``.
+
+    ``src`` is the block of a uint8 source (copied: other tasks may read it) or ``(Z, pattern keys)``, what the
+    block's task kept in the last epoch. Only this block's task of this epoch reads those (the next epoch takes
+    what this one keeps), so its bits, unless patched or selected into a new array, are swept in place."""
+    held = isinstance(src, tuple)
+    Zb = src[0] if held else src
+    Z = _prepared_bits(Zb, patches, keep, features.shape[0], copy=not held)
     # the last epoch's pattern keys of these bits, when they are its bits unchanged
-    same = Zsrc.dtype == object and not patches and keep is None and Zsrc[0][0].shape == Z.shape
     res = bp_block(Xb, Z, offset=offset, features=features, lam=lam, mix=mix, lo=lo, hi=hi, copy=False,
-                   keys=Zsrc[0][3] if same else None)
+                   keys=src[1] if held and Z is Zb else None)
     index = res.local + offset
     rows = np.asarray(Xb[res.local], dtype=np.float64).reshape(-1, Xb.shape[1])
     props = (order_keys(mix, index), index, rows, res.resid, res.zbits, res.n_rows)
-    return res.Z, Gram(res.G, res.B, res.sse, res.flips), props, res.keys
-
-
-def _summary_of(parts):
-    """(On the worker holding a block's result.) Its partial and proposals, without its bits."""
-    out = np.empty(len(parts), dtype=object)
-    out[:] = [(p[1], p[2]) for p in parts]
-    return out
+    return (res.Z, res.keys), (Gram(res.G, res.B, res.sse, res.flips), props)
 
 
 def _merge_summaries(parts):
@@ -517,12 +526,12 @@ class BPRule(OCCRule):
         K, bits = self.features.shape[0], self.bits
         lam = np.inf if self.capped and K >= self.max_features else self.lam
         patches = [bits.pending.get(b, ()) for b in range(len(self.chunks))]
-        parts = map_partials(_bp_propose, X, bits.source, grouped=False, block_args=patches,
-                             features=self.features, lam=lam, mix=mix, lo=lo, hi=hi, keep=bits.keep)
-        summary = tree_reduce(parts.map_blocks(_summary_of, dtype=object), _merge_summaries, split_every=split_every)
-        parts, summary = dask.persist(parts, summary)  # one submission: the bits stay, the summary comes back
-        gram, (keys, index, rows, resid, zbits, n_rows) = summary.compute()[()]
-        self.bits = BPBits(parts, K, K)
+        run = map_groups(_bp_propose, _merge_summaries, X, bits.source if bits.groups is None else Held(bits.source),
+                         groups=bits.groups, block_args=patches, split_every=split_every, features=self.features,
+                         lam=lam, mix=mix, lo=lo, hi=hi, keep=bits.keep)
+        # one submission: the bits stay where their tasks ran, the merged summary comes back
+        parts, (gram, (keys, index, rows, resid, zbits, n_rows)) = persist_and_compute(run.parts, run.merged)
+        self.bits = BPBits(parts, K, K, groups=run.groups)
         d = X.shape[1]
         extra = (resid.reshape(index.size, d), zbits.reshape(index.size, K))
         return gram, int(n_rows), keys, index, rows.reshape(index.size, d), np.ones(index.size), extra
@@ -542,10 +551,7 @@ class BPRule(OCCRule):
         self.grams.append(Gram(*gram_partial(rows, Zv), float(q.sum()), int(flips)))
         self.features = np.vstack([self.features, new])
         if new.shape[0]:
-            k_new = self.features.shape[0]
-            pending = {b: list(items) for b, items in self.bits.pending.items()}
-            _merge_patches(pending, patch_bits(index, K, Zv[:, K:], self.chunks))
-            self.bits = BPBits(self.bits.source, self.bits.width, k_new, pending, self.bits.keep)
+            self.bits = self.bits.patched(self.features.shape[0], patch_bits(index, K, Zv[:, K:], self.chunks))
         return int(new.shape[0])
 
     def result(self) -> tuple[BPBits, Gram]:

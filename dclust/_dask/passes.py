@@ -30,7 +30,7 @@ import os
 import types
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import dask
 import dask.array as da
@@ -47,6 +47,11 @@ __all__ = [
     "map_reduce",
     "map_partials",
     "persist_aligned",
+    "map_groups",
+    "Grouped",
+    "Held",
+    "map_held",
+    "persist_and_compute",
     "map_labels",
     "block_offsets",
     "block_groups",
@@ -360,6 +365,7 @@ class _Tree:
     n: int
     split_every: int | None
     starts: dict
+    keep: bool = False  # map_groups: every block's output is (kept, partial); the kept stay with the subtrees
 
 
 def _run_group(params, blocks, source, data, extra, *aligned):
@@ -384,6 +390,10 @@ def _run_group(params, blocks, source, data, extra, *aligned):
         out.append(fn(Xb, *others, offset=off, block_index=b, **kwargs))
     _report_chunks_done(len(blocks))
     tree = params.tree
+    if tree is not None and tree.keep:  # (map_groups) the blocks' kept outputs, then the subtrees of the partials
+        nodes = merge_subtrees([o[1] for o in out], tree.merge, first=tree.starts[blocks[0]], n=tree.n,
+                               split_every=tree.split_every)
+        return [o[0] for o in out] + [nodes]
     if tree is not None:
         return merge_subtrees(out, tree.merge, first=tree.starts[blocks[0]], n=tree.n, split_every=tree.split_every)
     if merge is None:
@@ -420,9 +430,10 @@ def _aligned_index(a: da.Array, X: da.Array, todo: list[int]) -> dict[int, int] 
 
 def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, block_args=None, tree=None):
     """The tasks of a pass over ``groups``; returns ``(graph, name)``, task ``(name, g)`` for group g."""
-    aligned = [a if a is None or a.ndim < 2 or a.numblocks[1] == 1 else a.rechunk({1: -1}) for a in aligned]
+    aligned = [a if a is None or isinstance(a, Held) or a.ndim < 2 or a.numblocks[1] == 1 else a.rechunk({1: -1})
+               for a in aligned]
     todo = [b for g in groups for b in g]
-    where = [None if a is None else _aligned_index(a, X, todo) for a in aligned]
+    where = [None if a is None or isinstance(a, Held) else _aligned_index(a, X, todo) for a in aligned]
     token = uuid.uuid4().hex  # a pass is built once; hashing its parameters (centres) would only cost time
     name, params_key = f"dclust-{kind}-{token}", f"dclust-params-{token}"
     reader = _reader_of(X)
@@ -440,14 +451,15 @@ def _pass_graph(fn, merge, X: da.Array, aligned, groups, kwargs, kind: str, bloc
         else:
             source = src.value if inline else reader.source
             data = None if reader.canonical else [reader.index[b] for b in blocks]
-        others = [None if a is None else List(*[TaskRef(_block_key(a, b if m is None else m[b])) for b in blocks])
+        others = [None if a is None else TaskRef((a.array.name, g)) if isinstance(a, Held)
+                  else List(*[TaskRef(_block_key(a, b if m is None else m[b])) for b in blocks])
                   for a, m in zip(aligned, where)]
         extra = None if block_args is None else [block_args[b] for b in blocks]
         layer[(name, g)] = Task(
             (name, g), _run_group, params if inline else TaskRef(params_key), _compact(blocks), source, data, extra,
             *others,
         )
-    deps = [a for a in aligned if a is not None]
+    deps = [a.array if isinstance(a, Held) else a for a in aligned if a is not None]
     if reader is None:
         deps.insert(0, X)
     elif not inline:  # only the source object is needed: not X's layer of one getter task per chunk, which the
@@ -556,6 +568,87 @@ def map_partials(fn: Callable[..., Any], X: da.Array, *aligned: da.Array | None,
         where = {b: i for i, b in enumerate(done)}
         parts = parts[np.array([where[b] for b in todo])]
     return parts
+
+
+@dataclass(frozen=True)
+class Held:
+    """An aligned input of :func:`map_groups` that is the ``parts`` of an earlier :func:`map_groups` over the same
+    groups: block ``i`` of group ``g`` takes the ``kept`` its block gave there, from the task's own result (one
+    dependency per task, on the worker that made it: nothing moves)."""
+
+    array: da.Array
+
+
+class Grouped(NamedTuple):
+    """What :func:`map_groups` returns."""
+
+    parts: da.Array
+    merged: da.Array
+    groups: tuple
+
+
+def map_groups(fn: Callable[..., Any], merge: Callable[[Sequence[Any]], Any], X: da.Array, *aligned: Any,
+               groups: Sequence[Sequence[int]] | None = None, block_args=None, split_every: int | None = None,
+               **kwargs: Any) -> Grouped:
+    """One pass whose tasks keep a result per block where they made it and merge the rest: for state that stays
+    on the workers from pass to pass (BP-means' bits).
+
+    ``fn(X_block, *aligned_blocks[, block_args[b]], offset=, block_index=, **kwargs) -> (kept, partial)`` on
+    every row block; one task per group of consecutive blocks (``groups``, default as :func:`map_reduce` groups
+    them). Each task returns ``[kept_0, ..., kept_m-1, nodes]``: its blocks' ``kept`` and the subtrees of
+    :func:`dclust._dask.reduce.merge_tree`'s tree over every block's ``partial`` that it holds whole. ``aligned``
+    are as in :func:`map_reduce`, or :class:`Held` (the ``parts`` of an earlier call over the same ``groups``).
+
+    Returns :class:`Grouped` ``(parts, merged, groups)``: ``parts`` the tasks (a 1-D object array, one chunk per
+    group: persist it and use it as :class:`Held`, never compute it as an array); ``merged`` a 0-d object array,
+    the root of the tree: ``merge`` of the partials as :func:`dclust._dask.reduce.tree_reduce` merges them, bit
+    for bit, however the blocks are grouped or placed (a small task per group takes its subtrees where they are,
+    and one task finishes the tree); ``groups`` the groups, a tuple of tuples of block indices.
+    """
+    groups = _groups_for(X, None, grouped=True) if groups is None else [list(g) for g in groups]
+    starts = np.cumsum([0] + [len(g) for g in groups])
+    n = int(starts[-1])
+    if [b for g in groups for b in g] != list(range(X.numblocks[0])):
+        raise ValueError(f"groups {groups} that are not the {X.numblocks[0]} blocks in order")
+    tree = _Tree(merge, n, split_every, {g[0]: int(a) for g, a in zip(groups, starts)}, keep=True)
+    graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "groups", block_args, tree)
+    parts = da.Array(graph, name, chunks=(tuple(len(g) for g in groups),), dtype=object,
+                     meta=np.empty(0, dtype=object))
+    token = name[len("dclust-groups-"):]
+    sub, out = f"dclust-subtrees-{token}", f"dclust-merge-{token}"
+    layer: dict = {(sub, g): Task((sub, g), _last, TaskRef((name, g))) for g in range(len(groups))}
+    layer[(out,)] = Task((out,), _merge_held, merge, n, split_every, List(*[TaskRef((sub, g))
+                                                                            for g in range(len(groups))]))
+    merged = da.Array(HighLevelGraph.from_collections(out, layer, dependencies=[parts]), out, chunks=(),
+                      dtype=object, meta=np.empty((), dtype=object))
+    return Grouped(parts, merged, tuple(tuple(int(b) for b in g) for g in groups))
+
+
+def map_held(fn: Callable[..., Any], held: Held, groups: Sequence[Sequence[int]], chunks: tuple, *, dtype: Any,
+             block_args=None, **kwargs: Any) -> da.Array:
+    """A lazy array with one row block per block of ``groups``: block ``b`` is ``fn(kept_b[, block_args[b]],
+    **kwargs)`` of the ``kept`` it gave in the :func:`map_groups` whose ``parts`` are ``held``, made where that
+    is held. ``chunks`` are the array's dask chunks (one row block per block)."""
+    token = uuid.uuid4().hex
+    name = f"dclust-held-{token}"
+    run = functools.partial(fn, **kwargs)
+    layer: dict = {}
+    for g, blocks in enumerate(groups):
+        for i, b in enumerate(blocks):
+            key = (name, int(b)) + (0,) * (len(chunks) - 1)
+            args = () if block_args is None else (block_args[b],)
+            layer[key] = Task(key, _held_block, run, TaskRef((held.array.name, g)), i, *args)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[held.array])
+    return da.Array(graph, name, chunks=chunks, dtype=dtype, meta=np.empty((0,) * len(chunks), dtype=dtype))
+
+
+def _held_block(fn: Callable[..., Any], items: list, i: int, *args: Any) -> Any:
+    return fn(items[i], *args)
+
+
+def _last(items: list) -> Any:
+    """(On the worker holding a :func:`map_groups` task's result.) Its subtrees, without the kept outputs."""
+    return items[-1]
 
 
 def _first(parts: np.ndarray) -> np.ndarray:
@@ -807,6 +900,18 @@ def _persisted(Xp: da.Array) -> da.Array:
             if f.status == "error":
                 f.result()  # raises the task's exception
     return Xp
+
+
+def persist_and_compute(kept: da.Array, value: da.Array) -> tuple[da.Array, Any]:
+    """``kept`` persisted (in cluster memory) and the element of the 0-d object array ``value``, computed in the same
+    submission (its result is fetched as it is, without the finalize task of a second ``compute``)."""
+    kept, value = dask.persist(kept, value)
+    try:
+        from distributed import futures_of
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        futures_of = None
+    futures = [] if futures_of is None else futures_of(value)
+    return kept, (futures[0].result() if futures else value.compute())[()]
 
 
 def _memory_budget() -> float | None:

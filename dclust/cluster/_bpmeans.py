@@ -115,7 +115,7 @@ class _Passes(HistoryStep):
             G_pre, B_pre = gram_partial(p_rows, Zp)
             pre = Gram(G_pre, B_pre, float(q.sum()), int(flips))
             A, n_new = np.vstack([A, new]), new.shape[0]
-            bits = BPBits(bits.source, bits.width, A.shape[0], patch_bits(p_index, 0, Zp, tuple(X.chunks[0])))
+            bits = bits.patched(A.shape[0], patch_bits(p_index, 0, Zp, tuple(X.chunks[0])))
             rate = n_new / p_index.size
         if first:  # after the prefix, epochs sized by its opening rate (1 when it is too short to tell)
             start, rate = p_end, (rate if p_index.size >= 16 else 1.0)
