@@ -478,3 +478,59 @@ def test_bp_bits_apply_patches_then_selection_then_zero_columns():
     wider = BPBits(bits.source, bits.width, 5, bits.pending, bits.keep)  # a feature opened after the selection
     np.testing.assert_array_equal(wider.array(src.chunks[0]).compute(), np.c_[want, np.zeros(10, np.uint8)])
     np.testing.assert_array_equal(bits.select(np.arange(4)).array(src.chunks[0]).compute(), want)
+
+
+def _kill_worker_after_pass(client, after: int):
+    """A progress callback that kills one worker process (its nanny starts a new one) once pass ``after`` is done,
+    and waits until the scheduler has seen it go: the bits its tasks held are lost."""
+    import os
+    import signal
+    import time
+
+    killed: list[str] = []
+
+    def on_event(event):
+        if event.phase != "iter" or event.iteration != after:
+            return
+        victim = sorted(client.scheduler_info()["workers"])[0]
+        os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while victim in client.scheduler_info()["workers"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        killed.append(victim)
+
+    return on_event, killed
+
+
+def test_a_lost_worker_costs_bp_means_only_time(tmp_path):
+    """BP-means' bits live on the workers between epochs, one task per group of blocks keeping its blocks' bits:
+    on two worker processes an epoch is one task per group, one small task per group and one merge; when a
+    worker process dies after a pass, the next pass makes the bits it held again and the fit ends with the model
+    of the undisturbed fit, bit for bit."""
+    from distributed import Client, LocalCluster, get_task_stream
+
+    X = _latent(n=4_000, seed=3)[0]
+    path = dclust.write_array(X, tmp_path / "x.zarr", chunks=(250, 6))  # 16 blocks
+    params = dict(lam=2.0, init="empty", max_iter=4, prefix_size=50, max_proposals=32, random_state=0,
+                  persist=False)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=":0",
+                      memory_limit="2GiB") as cluster, Client(cluster) as client:
+        Xs = dclust.open_array(path)
+        with get_task_stream() as stream:
+            ref = BPMeans(**params).fit(Xs)
+        ref_Z = np.asarray(ref.allocation_)
+        epochs = sum(len(p) for p in ref.proposals_per_epoch_)
+        keys = [str(t["key"]) for t in stream.data]
+        assert sum("dclust-groups-" in k for k in keys) == 8 * epochs  # 4 tasks per thread, as a store pass
+        assert sum("dclust-subtrees-" in k for k in keys) == 8 * epochs
+        assert sum("dclust-merge-" in k for k in keys) == epochs and not any("partials" in k for k in keys)
+        on_event, killed = _kill_worker_after_pass(client, after=1)
+        with dclust.on_progress(on_event):
+            lost = BPMeans(**params).fit(Xs)
+        assert killed and killed[0] not in client.scheduler_info()["workers"]
+        lost_Z = np.asarray(lost.allocation_)
+    assert ref.n_iter_ == lost.n_iter_ >= 3 and ref.n_latent_features_ >= 3
+    np.testing.assert_array_equal(ref_Z, lost_Z)
+    np.testing.assert_array_equal(ref.features_, lost.features_)
+    assert ref.objective_history_ == lost.objective_history_
+    assert ref.proposals_per_epoch_ == lost.proposals_per_epoch_
