@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from .._dask.features import FeatureOverflow, Gram, greedy_init, init_bits, transform_bits
 from .._fit import finish, fit_loop, persisted, restore_finished, warn_unconverged
-from .._dask.passes import persist
+from .._dask.passes import persist_aligned
 from .._dask.occ import (
     BPBits, BPRule, KeyedPass, keyed_pass, keyed_records_from, keyed_records_state, patch_bits,
 )
@@ -93,10 +93,9 @@ class _Passes(HistoryStep):
                 raise FeatureOverflow(est.max_features + 1, float(q.max()), "initialisation sample") from None
         else:
             A = np.zeros((0, X.shape[1]))
-        if greedy or A.shape[0] == 0:
-            Z = persist(init_bits(X, A, greedy))
-        else:  # lazy: computed by the first epoch's tasks, from the same reads of X
-            Z = transform_bits(X, A)
+        # in memory where the tasks of the passes over X will run (on a cluster: their groups of blocks dealt to
+        # the threads in turn): the first epoch's tasks go where their bits are, and every later one follows them
+        Z = persist_aligned(init_bits(X, A, greedy) if greedy or A.shape[0] == 0 else transform_bits(X, A), X)
         return {"seed": seed, "features": A, "init_features": A.copy(), "bits": BPBits.of(Z), "history": [],
                 "assign_history": [], "records": [], "proposals": []}
 

@@ -504,7 +504,8 @@ def _kill_worker_after_pass(client, after: int):
 
 def test_a_lost_worker_costs_bp_means_only_time(tmp_path):
     """BP-means' bits live on the workers between epochs, one task per group of blocks keeping its blocks' bits:
-    on two worker processes an epoch is one task per group, one small task per group and one merge; when a
+    on two worker processes an epoch is one task per group, one small task per group and one merge, every group
+    on the worker its initial bits were dealt to (in turn, as the groups of a store pass), always; when a
     worker process dies after a pass, the next pass makes the bits it held again and the fit ends with the model
     of the undisturbed fit, bit for bit."""
     from distributed import Client, LocalCluster, get_task_stream
@@ -524,6 +525,13 @@ def test_a_lost_worker_costs_bp_means_only_time(tmp_path):
         assert sum("dclust-groups-" in k for k in keys) == 8 * epochs  # 4 tasks per thread, as a store pass
         assert sum("dclust-subtrees-" in k for k in keys) == 8 * epochs
         assert sum("dclust-merge-" in k for k in keys) == epochs and not any("partials" in k for k in keys)
+        where = {}  # group -> the workers its tasks ran on, over every epoch
+        for t in stream.data:
+            if "dclust-groups-" in str(t["key"]):
+                where.setdefault(t["key"][1], set()).add(t["worker"])
+        assert all(len(w) == 1 for w in where.values())  # the bits never move
+        workers = sorted(client.nthreads())
+        assert {g: w.pop() for g, w in where.items()} == {g: workers[g % 2] for g in range(8)}  # dealt in turn
         on_event, killed = _kill_worker_after_pass(client, after=1)
         with dclust.on_progress(on_event):
             lost = BPMeans(**params).fit(Xs)
