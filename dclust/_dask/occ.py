@@ -422,8 +422,8 @@ class BPBits:
         return replace(self, k=int(keep.size), keep=cols)
 
     def patched(self, k: int, patches: dict) -> "BPBits":
-        """These bits with ``k`` columns and the ``patches`` ``{block: [(local, col0, bits)]}`` applied after the
-        pending ones (in the columns of :attr:`k`'s space, as the pending ones)."""
+        """These bits with ``k`` columns and the ``patches`` ``{block: [(local, col0, bits)]}`` (columns as the
+        pending ones') applied after the pending ones."""
         pending = {b: list(items) for b, items in self.pending.items()}
         for b, items in patches.items():
             pending.setdefault(b, []).extend(items)

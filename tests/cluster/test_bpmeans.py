@@ -459,6 +459,7 @@ def test_bp_bits_apply_patches_then_selection_then_zero_columns():
     """BPBits, the bits of a BP-means fit between epochs: pending driver decisions (in the source's column space,
     possibly beyond its width), then the kept columns, then zero columns up to k, block by block."""
     from dclust._dask.occ import BPBits, patch_bits
+    from dclust._dask.passes import map_groups
 
     rng = np.random.default_rng(2)
     Z = rng.integers(0, 2, size=(10, 3)).astype(np.uint8)
@@ -478,6 +479,15 @@ def test_bp_bits_apply_patches_then_selection_then_zero_columns():
     wider = BPBits(bits.source, bits.width, 5, bits.pending, bits.keep)  # a feature opened after the selection
     np.testing.assert_array_equal(wider.array(src.chunks[0]).compute(), np.c_[want, np.zeros(10, np.uint8)])
     np.testing.assert_array_equal(bits.select(np.arange(4)).array(src.chunks[0]).compute(), want)
+    # the same bits kept by an epoch's group tasks (one group of both blocks, as an epoch's result holds them)
+    run = map_groups(_keep_bits, sum, da.zeros((10, 1), chunks=((4, 6), (1,))), src, groups=((0, 1),))
+    held = BPBits(run.parts.persist(), 3, 5, pending, groups=run.groups).select(np.array([0, 2, 3, 4]))
+    np.testing.assert_array_equal(held.array(src.chunks[0]).compute(), want)
+    assert held.array(src.chunks[0]).chunks == ((4, 6), (4,))
+
+
+def _keep_bits(Xb, Zb, *, offset, block_index):
+    return (np.array(Zb), None), 0.0
 
 
 def _kill_worker_after_pass(client, after: int):
