@@ -5,7 +5,6 @@ the grouping; a later pass over the same groups takes each block's kept result f
 from __future__ import annotations
 
 import dask
-import dask.array as da
 import numpy as np
 import pytest
 
