@@ -35,6 +35,7 @@ __all__ = [
     "WorkerPeakMemory",
     "LogCapture",
     "task_stream_summary",
+    "pass_timeline",
     "machine_info",
     "print_table",
     "write_json",
@@ -256,6 +257,32 @@ def task_stream_summary(records: Sequence[dict], wall: float, n_threads: int) ->
         "thread_busy_fraction": busy / max(wall * n_threads, 1e-12),
         "by_prefix": prefixes,
     }
+
+
+def pass_timeline(records: Sequence[dict], *, marker: str = "dclust-pass", gap: float = 0.03) -> list[dict]:
+    """The passes in ``client.get_task_stream()`` records: the compute intervals of the tasks whose key holds
+    ``marker``, cut into passes wherever no such task runs for ``gap`` seconds. Per pass: its tasks and busy
+    seconds per worker, its span (first start to last stop) and the gap before it (the driver and the scheduler
+    between two passes; None for the first)."""
+    rows = sorted((float(s["start"]), float(s["stop"]), str(rec["worker"]))
+                  for rec in records if marker in str(rec["key"])
+                  for s in rec.get("startstops", ()) if s["action"] == "compute")
+    passes: list[list[tuple[float, float, str]]] = []
+    for row in rows:
+        if passes and row[0] - max(r[1] for r in passes[-1]) <= gap:
+            passes[-1].append(row)
+        else:
+            passes.append([row])
+    out = []
+    for i, p in enumerate(passes):
+        tasks: dict[str, int] = defaultdict(int)
+        busy: dict[str, float] = defaultdict(float)
+        for start, stop, worker in p:
+            tasks[worker] += 1
+            busy[worker] += stop - start
+        out.append({"tasks": dict(tasks), "busy_s": dict(busy), "span_s": max(r[1] for r in p) - p[0][0],
+                    "gap_s": None if i == 0 else p[0][0] - max(r[1] for r in passes[i - 1])})
+    return out
 
 
 # ------------------------------------------------------------------------------------------- machine info
