@@ -1070,7 +1070,7 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
     bound is then recomputed in float64 with its error term, so the row's ``ml`` is a rigorous lower bound of
     ``t_c*(x_j)``, hence of the row's largest ``t`` (float32 rounding only chooses ``c*``). Second sweep, also in
     float32 (sixteen pairs per SIMD step), component by component: its upper bounds ``W − L max(s, 0)`` compared
-    with ``ml32`` (flags in ``flag[0]``), tightened for a component with spread precision ratios (:func:`_refine`),
+    with ``ml32`` (flags in ``flag``), tightened for a component with spread precision ratios (:func:`_refine`),
     then its flagged rows listed from 64-bit masks of the flags (:func:`_flag_bits`, :func:`_low_bit`; eight
     branch-free steps per mask, a loop only past eight: the per-group row lists this replaced cost a serial pass
     over the tile per group, 7 of the screen's ~17 Mcycles in the 64-D bench block).
@@ -1087,7 +1087,7 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
     ``|ml|`` from ``_F32_BIG``, or a ``wmax`` of inf) or holds NaN gets ``ml32 = −inf``: every component listed
     (``W − L s + inf`` is inf or NaN, and a NaN bound lists its pair). :func:`_refine` only unflags a pair whose
     tighter bound is proven below the cut. Scratch: ``yf`` (4, T) float32, ``arg`` (T,) int32, ``best`` (T,)
-    float32, ``flag`` (at least 1, T) uint8 (its first row used); ``VC``, ``RI``, ``RE``, ``RM``, ``RL``: the
+    float32, ``flag`` (T,) uint8; ``VC``, ``RI``, ``RE``, ``RM``, ``RL``: the
     refinement's columns (:func:`_screen_rows`) and constants (:func:`_screen_consts`). Returns the count of
     listed pairs; one above ``len(lj) − _GROUP · T`` stops the listing (a dense tile)."""
     wide_vectors()
@@ -1127,7 +1127,7 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
         h[j] = (1.0 - kappa - 16.0 * _U32) * ny2[j]
     Q, R, W, L = KU[0], KU[1], KU[2], KU[3]
     k2 = kappa + 16.0 * _U32
-    fl = flag[0]
+    fl = flag
     for j in range(m, fl.shape[0]):  # the flags past the tile's rows stay 0
         fl[j] = 0
     q = _U(0)
@@ -1218,7 +1218,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     nv = np.sqrt(nv2)
     V, yf = np.empty((T, D)), np.empty((4, T), np.float32)
     arg, best, cs = np.empty(T, np.int32), np.empty(T, np.float32), np.empty(C + 1, np.intp)
-    flag, order = np.empty((_GROUP + 1, T), np.uint8), _screen_order(Nv, _GROUP)
+    flag, order = np.empty(T, np.uint8), _screen_order(Nv, _GROUP)
     K32, KU = np.empty((4, C), np.float32), np.empty((4, C), np.float32)
     wmax, RF, VC, RI, RE, RM, RL = _screen_consts(base, lo_c, hi_c, nv, nv2, kappa, K32, KU, mu, p, sc)
     loglik = 0.0
