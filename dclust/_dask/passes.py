@@ -526,14 +526,26 @@ def _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, split_every)
     whole, and one task finishes the tree -- the tree of one task per block, so the result is the same bit for bit
     however the blocks are grouped or placed (a fit that loses a worker gives the same centres), and no task
     receives more than a few partials per level of the tree from each group."""
-    starts = np.cumsum([0] + [len(g) for g in groups])
-    n = int(starts[-1])
-    tree = _Tree(merge, n, split_every, {g[0]: int(a) for g, a in zip(groups, starts)})
+    tree = _group_tree(merge, groups, split_every)
     graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "pass", block_args, tree)
     parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
-    out = f"dclust-merge-{name[len('dclust-pass-'):]}"
-    task = Task((out,), _merge_held, merge, n, split_every, List(*[TaskRef((name, g)) for g in range(len(groups))]))
-    graph = HighLevelGraph.from_collections(out, {(out,): task}, dependencies=[parts])
+    return _tree_root(tree, name[len("dclust-pass-"):], [TaskRef((name, g)) for g in range(len(groups))], parts)
+
+
+def _group_tree(merge, groups, split_every, keep: bool = False) -> _Tree:
+    """The tree of :func:`dclust._dask.reduce.merge_tree` over the blocks of ``groups`` (in order), with the
+    position of each group's first block."""
+    starts = np.cumsum([0] + [len(g) for g in groups])
+    return _Tree(merge, int(starts[-1]), split_every, {g[0]: int(a) for g, a in zip(groups, starts)}, keep)
+
+
+def _tree_root(tree: _Tree, token: str, subtrees: list, parts: da.Array, layer: dict | None = None) -> da.Array:
+    """0-d object array: the task that finishes ``tree`` from the tasks ``subtrees`` (refs to the groups' merged
+    subtrees) over ``parts``, with the further tasks ``layer`` in its graph layer."""
+    out = f"dclust-merge-{token}"
+    layer = dict(layer or {})
+    layer[(out,)] = Task((out,), _merge_held, tree.merge, tree.n, tree.split_every, List(*subtrees))
+    graph = HighLevelGraph.from_collections(out, layer, dependencies=[parts])
     return da.Array(graph, out, chunks=(), dtype=object, meta=np.empty((), dtype=object))
 
 
@@ -606,21 +618,16 @@ def map_groups(fn: Callable[..., Any], merge: Callable[[Sequence[Any]], Any], X:
     and one task finishes the tree); ``groups`` the groups, a tuple of tuples of block indices.
     """
     groups = _groups_for(X, None, grouped=True) if groups is None else [list(g) for g in groups]
-    starts = np.cumsum([0] + [len(g) for g in groups])
-    n = int(starts[-1])
     if [b for g in groups for b in g] != list(range(X.numblocks[0])):
         raise ValueError(f"groups {groups} that are not the {X.numblocks[0]} blocks in order")
-    tree = _Tree(merge, n, split_every, {g[0]: int(a) for g, a in zip(groups, starts)}, keep=True)
+    tree = _group_tree(merge, groups, split_every, keep=True)
     graph, name = _pass_graph(fn, None, X, aligned, groups, kwargs, "groups", block_args, tree)
     parts = da.Array(graph, name, chunks=(tuple(len(g) for g in groups),), dtype=object,
                      meta=np.empty(0, dtype=object))
     token = name[len("dclust-groups-"):]
-    sub, out = f"dclust-subtrees-{token}", f"dclust-merge-{token}"
-    layer: dict = {(sub, g): Task((sub, g), _last, TaskRef((name, g))) for g in range(len(groups))}
-    layer[(out,)] = Task((out,), _merge_held, merge, n, split_every, List(*[TaskRef((sub, g))
-                                                                            for g in range(len(groups))]))
-    merged = da.Array(HighLevelGraph.from_collections(out, layer, dependencies=[parts]), out, chunks=(),
-                      dtype=object, meta=np.empty((), dtype=object))
+    sub = f"dclust-subtrees-{token}"
+    layer = {(sub, g): Task((sub, g), _last, TaskRef((name, g))) for g in range(len(groups))}
+    merged = _tree_root(tree, token, [TaskRef(key) for key in layer], parts, layer)
     return Grouped(parts, merged, tuple(tuple(int(b) for b in g) for g in groups))
 
 
