@@ -282,7 +282,7 @@ def _run_task(fn, *args, deps, **kwargs):
 
 def _colors_guess(tiles, C, z, *, lam, xi, kind):
     """One task, :func:`_guessed_colors`, ahead of the block tasks queued on its worker, so that the colour phases
-    (which would run alone after phase 0's epoch) run beside them. Returns ``(the task as a collection, its key)``."""
+    (which would run alone after phase 0's epoch) run beside them. Returns the task as a collection."""
     import dask
     from dask._task_spec import DataNode, Task, TaskRef
     from dask.delayed import Delayed
@@ -293,7 +293,7 @@ def _colors_guess(tiles, C, z, *, lam, xi, kind):
                 lam=lam, xi=xi, kind=kind)
     with dask.annotate(priority=1):
         graph = HighLevelGraph.from_collections(key[0], {key: task}, dependencies=[tiles])
-    return Delayed(key, graph, layer=key[0]), key
+    return Delayed(key, graph, layer=key[0])
 
 
 def _color_phases_fused(tiles, layout, C, z, *, lam, xi, kind, total, order_out):
@@ -322,8 +322,8 @@ def _first_epoch_and_colors(X, tiles, layout, rule: RDPRule, z, *, lo, hi, xi, m
     colors = last and tiles is not None
     deps, guess = [epoch], None
     if colors:
-        guessed, gkey = _colors_guess(tiles, rule.centers, z, lam=rule.lam, xi=xi, kind=rule.kind)
-        deps, guess = [epoch, tiles, guessed], TaskRef(gkey)
+        guessed = _colors_guess(tiles, rule.centers, z, lam=rule.lam, xi=xi, kind=rule.kind)
+        deps, guess = [epoch, tiles, guessed], TaskRef(guessed.key)
     v, out = _run_task(_epoch_task, TaskRef(ekey), DataNode(None, rule.centers),
                        TaskRef(tiles.key) if colors else None, guess, deps=deps, lam=rule.lam, xi=xi, kind=rule.kind)
     n_rows, index = v[1], v[2]
