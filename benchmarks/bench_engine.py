@@ -9,6 +9,9 @@ in ``--chunk-rows``-row chunks, one run measures:
   Lloyd iteration in memory (``KMeans(algorithm="lloyd", init=C0, n_init=1, tol=0)``,
   ``(t(max_iter=12) - t(max_iter=2)) / 10``);
 - faiss' ``Kmeans`` (every row used, 2 OpenMP threads) the same way, when faiss is installed;
+- scikit-learn's ``GaussianMixture(covariance_type="diag")``, the in-memory peer of the GM-PR step: its marginal
+  iteration (``max_iter=iter_lo + 2`` against ``iter_lo``, one run each, ``means_init=C0``) on the first
+  ``GMM_SAMPLE_ROWS`` rows, scaled to N (its cost is linear in the rows; all of them would take minutes);
 - the read cost and size of the codecs: zstd, blosc-lz4 with byte shuffle (both written by
   ``dclust.write_array``), blosc-lz4 with bit shuffle and no compression, and no compression plus a
   ``zarr.codecs.Crc32cCodec`` checksum;
@@ -88,7 +91,7 @@ CODECS = ("none", "zstd", "lz4_shuffle", "lz4_bitshuffle", "none_crc32c")
 #: Every row of the table (per configuration), in order; ``tests/benchmarks`` checks the JSON has them all.
 ROWS = (
     ["read_" + c for c in CODECS]
-    + ["sklearn", "floor", "faiss", "kmeans_default", "kmeans_default_crc32c", "kmeans_processes",
+    + ["sklearn", "floor", "faiss", "sklearn_gmm", "kmeans_default", "kmeans_default_crc32c", "kmeans_processes",
        "kmeans_threads_cluster", "kmeans_persisted", "kmeans_processes_events", "dpmeans", "rdpmeans", "bpmeans",
        "gmpr", "daskml", "anytime", "memory_kmeans_N", "memory_kmeans_mN", "memory_dpmeans_N", "memory_dpmeans_mN"]
 )
@@ -140,7 +143,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--mem-factor", type=int, default=4, help="peak memory at N and this x N (0 skips; default 4)")
     p.add_argument("--mem-iter", type=int, default=3, help="max_iter of the peak-memory fits (default 3)")
     p.add_argument("--skip", nargs="*", default=[],
-                   choices=["faiss", "daskml", "memory", "bpmeans", "gmpr", "rdpmeans"],
+                   choices=["faiss", "sklearn_gmm", "daskml", "memory", "bpmeans", "gmpr", "rdpmeans"],
                    help="measurements to leave out (reported as skipped)")
     p.add_argument("--data-dir", type=Path, default=None,
                    help="keep the stores here and reuse them (default: a temporary directory, removed at the end)")
@@ -240,6 +243,31 @@ def faiss_fit(X: np.ndarray, K: int, C0: np.ndarray, m: int):
     return len(km.obj), {"objective": float(km.obj[-1])}
 
 
+#: Rows of scikit-learn's GaussianMixture measurement (the first rows of the store; its figure is scaled to N).
+GMM_SAMPLE_ROWS = 500_000
+
+
+def sklearn_gmm_fit(X: np.ndarray, K: int, C0: np.ndarray, m: int):
+    """scikit-learn's diagonal Gaussian mixture, ``m`` EM iterations from the means ``C0`` (``tol=0``)."""
+    from sklearn.mixture import GaussianMixture
+
+    gm = GaussianMixture(n_components=K, covariance_type="diag", max_iter=m, tol=0.0, means_init=C0.astype(X.dtype),
+                         init_params="random_from_data", random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gm.fit(X)
+    return gm.n_iter_, {}
+
+
+def sklearn_gmm_marginal(X: np.ndarray, K: int, C0: np.ndarray, args) -> dict:
+    """scikit-learn's GaussianMixture per iteration (marginal, ``iter_lo + 2`` against ``iter_lo`` iterations, one
+    run each) on the first :data:`GMM_SAMPLE_ROWS` rows, scaled to all rows in ``per_iter``."""
+    S = min(len(X), GMM_SAMPLE_ROWS)
+    v = marginal(lambda it: sklearn_gmm_fit(X[:S], K, C0, it), 1, hi=args.iter_lo + 2, lo=args.iter_lo)
+    v.update(sample_rows=S, per_iter_sample=v["per_iter"], per_iter=v["per_iter"] * len(X) / S)
+    return v
+
+
 def kmeans_fit(X, K: int, C0: np.ndarray, m: int, persist=False):
     """dclust KMeans from ``C0`` with ``tol=0``; ``(n_iter_, extra)`` with the per-pass event seconds."""
     import dclust
@@ -318,6 +346,12 @@ def in_memory_peers(args, path: str, k: int, m: dict, errors: dict) -> tuple[np.
     m["sklearn"] = marginal_per_iter(lambda it: (sklearn_fit(X_mem, k, C0, it).n_iter_, {}), args.repeats, args)
     m["floor"] = {"per_iter": m["read_none"]["seconds"] + m["sklearn"]["per_iter"]}
     say(f"scikit-learn: {fmt_s(m['sklearn']['per_iter'])}/iter; floor {fmt_s(m['floor']['per_iter'])}")
+    if "sklearn_gmm" in args.skip:
+        m["sklearn_gmm"] = {"skipped": "--skip sklearn_gmm"}
+    else:
+        m["sklearn_gmm"] = _guard("sklearn_gmm", lambda: sklearn_gmm_marginal(X_mem, k, C0, args), errors)
+        if m["sklearn_gmm"]:
+            say(f"scikit-learn GaussianMixture diag: {fmt_s(m['sklearn_gmm']['per_iter'])}/iter (scaled to N)")
     if "faiss" in args.skip:
         m["faiss"] = {"skipped": "--skip faiss"}
     else:
@@ -552,6 +586,13 @@ def build_rows(res: dict) -> list[dict]:
                     note=(f"{fmt_ratio(ratio(_per_iter(f), sk))} of scikit-learn; {marg_note(f)}"
                           if _per_iter(f) else "")))
 
+    g = m.get("sklearn_gmm") or {}
+    sk_gmm = _per_iter(g)
+    rows.append(row("sklearn_gmm", "scikit-learn GaussianMixture diag (marginal)", "memory", sk_gmm,
+                    note=(f"{g['sample_rows']:,}-row sample x {res['n'] / g['sample_rows']:.3g} (linear in rows); "
+                          f"{fmt_ratio(ratio(sk_gmm, sk))} of scikit-learn KMeans; {marg_note(g)}"
+                          if sk_gmm is not None else "")))
+
     rows.append(row("kmeans_default", "dclust KMeans, Zarr every pass", "default", km["default"],
                     target="<= 1.3x floor", measured=ratio(km["default"], floor), limit=T_FLOOR,
                     note=marg_note(m["kmeans_default"])))
@@ -584,6 +625,10 @@ def build_rows(res: dict) -> list[dict]:
                    T_RDP))
     rows.append(ev("bpmeans", "dclust BPMeans, event median", dp, "DP-means", T_BP))
     rows.append(ev("gmpr", "dclust GMPR diag (same links), event median", km_ev, "KMeans", T_GMPR))
+    gm = rows[-1]["value"]
+    if gm is not None and sk_gmm is not None:
+        rows[-1]["note"] += (f"; scikit-learn GaussianMixture in memory is {fmt_ratio(ratio(sk_gmm, gm))} of it, "
+                             f"{fmt_ratio(ratio(sk_gmm, sk))} of its own KMeans")
     e = m.get("daskml") or {}
     x = _per_iter(e)
     rows.append(row("daskml", "dask-ml KMeans (marginal)", "processes", x, vs_kmeans=ratio(x, km["processes"]),
