@@ -388,6 +388,7 @@ def _run_group(params, blocks, source, data, extra, *aligned):
         if extra is not None:
             others.append(extra[i])
         out.append(fn(Xb, *others, offset=off, block_index=b, **kwargs))
+        del Xb, others  # freed before the next block is read: a task holds one chunk at a time, not two
     _report_chunks_done(len(blocks))
     tree = params.tree
     if tree is not None and tree.keep:  # (map_groups) the blocks' kept outputs, then the subtrees of the partials

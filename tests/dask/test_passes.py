@@ -3,6 +3,8 @@ with the number of chunks it reads."""
 
 from __future__ import annotations
 
+import weakref
+
 import cloudpickle
 import dask
 import dask.array as da
@@ -221,6 +223,31 @@ def test_map_partials_gives_one_element_per_block_when_its_tasks_read_several(tm
     assert X.numblocks[0] == 40 and parts.shape == (40,) and all(p.shape == (2,) for p in parts)
     np.testing.assert_array_equal(np.stack(list(parts)), data.reshape(40, 5, 2).sum(axis=1))
     assert any(len(g) > 1 for g in _groups_for(X, None, grouped=True))  # the case: several blocks in one task
+
+
+def _row_count(Xb, *, offset, block_index):
+    return np.array([len(Xb)])
+
+
+def test_a_task_holds_one_chunk_at_a_time(tmp_path, monkeypatch):
+    """A task that reads several chunks lets go of each before it reads the next: a worker's peak memory is one
+    chunk per thread (plus the kernel's buffers), not two."""
+    from dclust._dask import passes
+
+    X = dclust.open_array(dclust.write_array(np.ones((200, 2)), tmp_path / "x.zarr", chunks=(5, 2)))
+    assert any(len(g) > 1 for g in _groups_for(X, None, grouped=True))  # the case: several blocks in one task
+    read, seen, alive_at_read = passes._read, [], []
+
+    def watched_read(*args):
+        alive_at_read.append(sum(ref() is not None for ref in seen))
+        block = read(*args)
+        seen.append(weakref.ref(block))
+        return block
+
+    monkeypatch.setattr(passes, "_read", watched_read)
+    parts = map_partials(_row_count, X).compute(scheduler="sync")
+    assert [int(p[0]) for p in parts] == [5] * 40 and len(seen) == 40
+    assert alive_at_read == [0] * 40
 
 
 def test_a_store_read_is_grouped_after_a_persisted_copy_of_the_same_store(store):
