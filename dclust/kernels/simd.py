@@ -2,7 +2,7 @@
 
 LLVM tunes for 256-bit vectors on Intel's CPUs with AVX-512 (``prefer-256-bit``; AMD's Zen 4 prefers 512 bits
 already): its loop vectorizer then leaves half of every 512-bit register unused, even in a loop that only multiplies
-and adds float64 values, while the BLAS that scikit- learn and a k-means pass call does use them.
+and adds float64 values, while the BLAS that scikit-learn and a k-means pass call does use them.
 :func:`wide_vectors`, called first in a jitted function, lets LLVM vectorize that function's loops at 512 bits (the
 function attribute ``"prefer-vector-width"="512"``, clang's ``-mprefer-vector-width=512``). It changes nothing else:
 on a CPU without AVX-512 the widest legal vectors stay 256 bits, other functions keep the default, and no
