@@ -1127,9 +1127,8 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
         h[j] = (1.0 - kappa - 16.0 * _U32) * ny2[j]
     Q, R, W, L = KU[0], KU[1], KU[2], KU[3]
     k2 = kappa + 16.0 * _U32
-    fl = flag
-    for j in range(m, fl.shape[0]):  # the flags past the tile's rows stay 0
-        fl[j] = 0
+    for j in range(m, flag.shape[0]):  # the flags past the tile's rows stay 0
+        flag[j] = 0
     q = _U(0)
     for i in range(C):
         c = order[i]
@@ -1141,16 +1140,16 @@ def _screen(G32, ny2, ny, m, base, hi_c, nv, nv2, kappa, K32, KU, wmax, yf, arg,
         for j in range(m):  # SIMD
             s = h[j] + qc + np.float32(2.0) * g32[j] - rc * nyf[j]
             s = s if s > np.float32(0.0) else np.float32(0.0)
-            fl[j] = 0 if wc - lc * s - ml32[j] < np.float32(0.0) else 1  # NaN lists the pair
+            flag[j] = 0 if wc - lc * s - ml32[j] < np.float32(0.0) else 1  # NaN lists the pair
         if RL[c] > 0.0:
-            _refine(G32, ny2, ny, m, c, nv, nv2, k2, base, ml32, fl, VC, RI, RE, RM, RL)
+            _refine(G32, ny2, ny, m, c, nv, nv2, k2, base, ml32, flag, VC, RI, RE, RM, RL)
         for j0 in range(0, m, 64):  # the flagged rows, 64 at a time from a bit mask
-            if j0 + 64 <= fl.shape[0]:
-                b = _flag_bits(fl, j0)
+            if j0 + 64 <= flag.shape[0]:
+                b = _flag_bits(flag, j0)
             else:  # a tile not a multiple of 64 rows long: its last flags one by one
                 b = _U(0)
-                for k in range(fl.shape[0] - j0):
-                    b |= _U(fl[j0 + k]) << _U(k)
+                for k in range(flag.shape[0] - j0):
+                    b |= _U(flag[j0 + k]) << _U(k)
             for _ in range(8):  # branch-free: a row's bit is cleared once listed, an empty mask lists nothing
                 lj[q] = j0 + _low_bit(b)
                 q += _U(1) if b != _U(0) else _U(0)
