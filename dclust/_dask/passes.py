@@ -832,7 +832,7 @@ def _persist_spread(X: da.Array) -> da.Array:
                                         int(offsets[b]), int(X.chunks[0][b])) for b in range(X.numblocks[0])}
         X = da.Array(HighLevelGraph.from_collections(X.name, layer, dependencies=[]), X.name, X.chunks, X.dtype,
                      meta=X._meta)
-    return _persist_placed(client, X, zip(slots, block_groups(X.numblocks[0], None, len(slots))))
+    return _persist_placed(client, X, zip(slots, block_groups(X.numblocks[0], None, len(slots))), sorted(threads))
 
 
 def persist_aligned(A: da.Array, X: da.Array) -> da.Array:
@@ -855,7 +855,8 @@ def persist_aligned(A: da.Array, X: da.Array) -> da.Array:
         return client.persist(A)
     slots = _thread_slots(threads, dealt=True)
     groups = _groups_for(X, None, grouped=True)
-    return _persist_placed(client, A, ((slots[g % len(slots)], blocks) for g, blocks in enumerate(groups)))
+    where = ((slots[g % len(slots)], blocks) for g, blocks in enumerate(groups))
+    return _persist_placed(client, A, where, sorted(threads))
 
 
 def _thread_slots(threads: dict, dealt: bool = False) -> list:
@@ -867,13 +868,14 @@ def _thread_slots(threads: dict, dealt: bool = False) -> list:
     return [w for i in range(max(counts.values(), default=0)) for w, c in counts.items() if c > i]
 
 
-def _persist_placed(client: Any, X: da.Array, where) -> da.Array:
+def _persist_placed(client: Any, X: da.Array, where, workers: list) -> da.Array:
     """``client.persist(X)`` with the row blocks of every ``(worker, blocks)`` of ``where`` bound to that worker
-    until they are in memory, then loosely (see :func:`_persist_spread`)."""
+    until they are in memory, then loosely (see :func:`_persist_spread`); ``workers``: every worker of the cluster,
+    sorted (read once by the caller)."""
     place: dict = {}
     for worker, blocks in where:
         place.update({_block_key(X, b): [worker] for b in blocks})
-    with dask.annotate(workers=functools.partial(_placement, place, sorted(client.nthreads()))):
+    with dask.annotate(workers=functools.partial(_placement, place, workers)):
         Xp = client.persist(X)
     try:
         _persisted(Xp)
