@@ -107,8 +107,11 @@ def _warm_gmpr_kernels() -> None:
     from dclust.kernels.gmpr import MixtureParams, link_partial, unlinked_partial
 
     X = np.random.default_rng(0).normal(size=(64, 8)).astype(np.float32)
-    p = MixtureParams.build(np.full(2, 0.5), np.ones((2, 1)), np.zeros((2, 1, 8)), np.ones((2, 1, 8)))
-    unlinked_partial(X, p, np.array([0, 1]))
+    for gap in (0.0, 1e3):  # overlapping components (the float32 E-step on float32 rows), then separated ones
+        means = np.zeros((2, 1, 8))
+        means[1] += gap
+        p = MixtureParams.build(np.full(2, 0.5), np.ones((2, 1)), means, np.ones((2, 1, 8)))
+        unlinked_partial(X, p, np.array([0, 1]))
     rows = X[:4].astype(np.float64)
     link_partial(rows[:2], rows[2:], np.array([True, False]), p)
 

@@ -335,12 +335,14 @@ def test_fused_unlinked_kernel_equals_the_numpy_twin(diag):
     p = MixtureParams.build(p.alpha, np.array([[0.4, 0.6], [1.0, 0.0], [0.5, 0.5]]), p.means, p.covariances)
     X = np.concatenate([rng.normal(size=(600, D)) * 3, rng.normal(size=(5, D)) + 40.0]).astype(np.float32)
     linked = rng.choice(605, 50, replace=False)
-    a, b = unlinked_partial(X, p, linked), unlinked_partial_numpy(X, p, linked)
-    np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-9, atol=1e-8)
-    np.testing.assert_allclose(a.class_counts, b.class_counts, rtol=1e-10)
-    assert a.loglik == pytest.approx(b.loglik, rel=1e-12) and a.n_rows == b.n_rows == 555
+    for arr in (X, X.astype(np.float64)):  # float32 rows of overlapping diagonal components: the float32 E-step
+        tol = 2e-6 if diag and arr.dtype == np.float32 else 1e-9
+        a, b = unlinked_partial(arr, p, linked), unlinked_partial_numpy(arr, p, linked)
+        np.testing.assert_allclose(a.weight, b.weight, rtol=tol, atol=1e-12)
+        np.testing.assert_allclose(a.mean, b.mean, rtol=tol, atol=tol)
+        np.testing.assert_allclose(a.scatter, b.scatter, rtol=tol, atol=10 * tol)
+        np.testing.assert_allclose(a.class_counts, b.class_counts, rtol=tol)
+        assert a.loglik == pytest.approx(b.loglik, rel=tol / 100) and a.n_rows == b.n_rows == 555
     assert a.weight[3] == 0.0  # pi = 0
     bad = X.copy()
     bad[7, 0] = np.nan
@@ -482,13 +484,14 @@ def test_diag_kernel_path_matches_the_full_path():
     X = np.concatenate([rng.normal(size=(n - 100, D)) * 4, means.reshape(M * K, D)[rng.integers(0, M * K, 100)] * 10])
     linked = np.flatnonzero(rng.random(n) > 0.9)
     for arr in (X, X.astype(np.float32)):
+        tol = 1e-11 if arr.dtype == np.float64 else 2e-6  # float32 rows: the diagonal path's float32 E-step
         a, b = unlinked_partial(arr, diag, linked), unlinked_partial(arr, full, linked)
-        np.testing.assert_allclose(b.scatter[:, np.arange(D), np.arange(D)], a.scatter, rtol=1e-11,
-                                   atol=1e-12 * np.abs(a.scatter).max())
+        np.testing.assert_allclose(b.scatter[:, np.arange(D), np.arange(D)], a.scatter, rtol=tol,
+                                   atol=tol / 10 * np.abs(a.scatter).max())
         for f in ("weight", "mean", "class_counts"):
-            np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=1e-11,
-                                       atol=1e-12 * np.abs(getattr(b, f)).max())
-        assert a.loglik == pytest.approx(b.loglik, rel=1e-12) and a.n_rows == b.n_rows == n - linked.size
+            np.testing.assert_allclose(getattr(a, f), getattr(b, f), rtol=tol,
+                                       atol=tol / 10 * np.abs(getattr(b, f)).max())
+        assert a.loglik == pytest.approx(b.loglik, rel=tol / 10) and a.n_rows == b.n_rows == n - linked.size
         bad = arr.copy()
         keep = np.setdiff1d(np.arange(n), linked)
         bad[keep[[3, -5]], 1] = [np.nan, np.inf]

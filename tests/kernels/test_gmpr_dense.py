@@ -22,6 +22,8 @@ from dclust.kernels.gmpr import (
     unlinked_partial_numpy,
 )
 
+from _support.gmpr import assert_close_to_twin, overlapping as _overlapping
+
 
 @numba.njit(**{**_FAST, "cache": False})  # not cached: a cached caller keeps an inlined function's old code
 def _exp(x):
@@ -82,12 +84,6 @@ def test_dense_tiles_exp_is_accurate_to_a_few_ulps_and_cuts_exactly():
     assert abs(edge[0, 4] / np.exp(-59.999) - 1) < 3e-16
 
 
-def _overlapping(rng, n, D=6, M=4, K=2):
-    means = rng.normal(size=(M, K, D))
-    p = MixtureParams.build(np.full(M, 1 / M), np.full((M, K), 1 / K), means, rng.uniform(1.0, 2.0, (M, K, D)))
-    return rng.normal(size=(n, D)) * 2, p
-
-
 def test_nan_and_inf_in_tiles_that_skip_the_screen_are_counted_value_by_value():
     """Overlapping components: every tile is dense, and after the first the screen backs off, so later tiles count
     their NaN and inf values from the rows whose sum of exps is not >= 1. Each NaN or inf value counts once; a
@@ -121,10 +117,7 @@ def test_dense_tiles_equal_the_numpy_twin_for_every_feature_count():
         X, p = _overlapping(rng, 2 * _DIAG_TILE + 29, D=D)
         for arr in (X, X.astype(np.float32)):
             a, b = unlinked_partial(arr, p), unlinked_partial_numpy(arr, p)
-            np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10)
-            np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
-            np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10)
-            assert a.loglik == np.float64(b.loglik) or abs(a.loglik / b.loglik - 1) < 1e-12
+            assert_close_to_twin(a, b, arr.dtype)
 
 
 
@@ -169,10 +162,7 @@ def test_dense_tiles_with_scattered_kept_rows_equal_the_numpy_twin():
         linked = np.sort(rng.choice(X.shape[0], X.shape[0] // 3, replace=False))
         for arr in (X, X.astype(np.float32)):
             a, b = unlinked_partial(arr, p, linked), unlinked_partial_numpy(arr, p, linked)
-            np.testing.assert_allclose(a.weight, b.weight, rtol=1e-10)
-            np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
-            np.testing.assert_allclose(a.scatter, b.scatter, rtol=1e-10)
-            assert abs(a.loglik / b.loglik - 1) < 1e-12
+            assert_close_to_twin(a, b, arr.dtype)
 
 
 def test_a_dense_tile_looks_sparse_when_few_of_its_first_rows_exps_count():
