@@ -330,9 +330,6 @@ def _fold_rows(X, lo, ks, idx, rs, means, weight, sums, scat, diff, y):
 #: log-densities stay in cache, and the BLAS products per tile amortise their call (256: at 64 components the
 #: (C, rows) products and log-densities stay in L2; equal to 512 or a few % faster at 64-D, K = 64, same at 8-D).
 _DIAG_TILE = 256
-#: Rows per tile of :func:`_diag_kernel32` (its float32 log-densities take half the room: 512 is about 5 % faster
-#: than 256 at 8-D, K = 16).
-_DIAG_TILE32 = 512
 _EXP_FLOOR = -708.0  # exp below this is taken as 0 (exp(-708) ~ 3e-308, the smallest normal double)
 
 
@@ -1346,7 +1343,7 @@ def _diag_kernel32(X, keep, o, sq, sm, base, sq32, sm32, base32):
     wide_vectors()
     n, D = X.shape
     C = sq.shape[0]
-    T = _DIAG_TILE32
+    T = _DIAG_TILE
     idx = np.empty(T, np.intp)
     U = np.zeros((sq.shape[1], T))  # the padding rows stay 0
     U32 = np.zeros((sq.shape[1], T), np.float32)
@@ -1704,8 +1701,9 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
                      block_index: int = 0, keep: np.ndarray | None = None) -> GaussianStats:
     """E-step partial of the rows of a block that are in no link (the set U of E-GP1).
 
-    One fused numba pass over the block (:func:`_diag_kernel` for diagonal covariances, the fast path;
-    :func:`_full_kernel` otherwise); equal to :func:`unlinked_partial_numpy` up to rounding.
+    One fused numba pass over the block (:func:`_diag_kernel` for diagonal covariances, the fast path, or
+    :func:`_diag_kernel32` for float32 rows of overlapping components; :func:`_full_kernel` otherwise); equal to
+    :func:`unlinked_partial_numpy` up to rounding (float64's, or float32's on the float32 path: about 1e-6).
 
     Parameters
     ----------
