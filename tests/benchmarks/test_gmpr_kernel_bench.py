@@ -15,7 +15,8 @@ def test_toy_run(tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(out.read_text())
     for key in ("best_cpu", "best_wall", "ns_per_row_cpu"):
-        assert set(res[key]) == {"kmeans", "gmpr"} and all(v > 0 for v in res[key].values())
+        assert set(res[key]) == {"kmeans", "gmpr", "gmpr_f64"} and all(v > 0 for v in res[key].values())
     assert res["cpu_ratio"] == res["best_cpu"]["gmpr"] / res["best_cpu"]["kmeans"]
-    assert all(len(v) == 2 for v in res["runs"]["cpu"].values())
+    assert res["cpu_ratio_f64"] == res["best_cpu"]["gmpr_f64"] / res["best_cpu"]["kmeans"]
+    assert all(len(v) == 2 for v in res["runs"]["cpu"].values()) and len(res["runs"]["cpu"]) == 3
     assert "GM-PR / KMeans:" in r.stdout
