@@ -100,7 +100,8 @@ def main(argv=None) -> int:
     out = {"args": vars(args), "machine": machine_info(), **res,
            "method": "one block, both kernels on one thread (BLAS limited to one by the kernels), interleaved "
                      "rounds; per kernel the minimum over the rounds of thread CPU and of wall seconds; "
-                     "ratio = GM-PR / KMeans (cpu_ratio_f64: GM-PR on float64 rows / KMeans)", "total_seconds": time.perf_counter() - t0}
+                     "ratio = GM-PR / KMeans (cpu_ratio_f64: GM-PR on float64 rows / KMeans)",
+           "total_seconds": time.perf_counter() - t0}
     print(f"\nwrote {write_json(out, args.out)}")
     return 0
 
