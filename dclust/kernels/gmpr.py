@@ -1178,6 +1178,18 @@ def _looks_sparse(G, m):
     return nz * _SPARSE <= G.shape[0] * s
 
 
+@numba.njit(inline="always", **_FAST)
+def _next_tile(keep, i, idx):
+    """The kept rows of the next tile, from row ``i`` on: their indices in ``idx[:m]`` (``m`` at most ``len(idx)``);
+    returns ``(i, m)``, ``i`` past the last row looked at."""
+    m = 0
+    while m < idx.shape[0] and i < keep.shape[0]:
+        idx[m] = i
+        m += 1 if keep[i] else 0
+        i += 1
+    return i, m
+
+
 @numba.njit(**_FAST)
 def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     """The E-step of the kept rows of a block for diagonal covariances, tile by tile in one read: the
@@ -1226,11 +1238,7 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
     skip = 0
     i = 0
     while i < n:
-        m = 0
-        while m < T and i < n:
-            idx[m] = i
-            m += 1 if keep[i] else 0
-            i += 1
+        i, m = _next_tile(keep, i, idx)
         if m == 0:
             break
         sparse = False
@@ -1357,11 +1365,7 @@ def _diag_kernel32(X, keep, o, sq, sm, base, sq32, sm32, base32):
     n_bad = 0
     i = 0
     while i < n:
-        m = 0
-        while m < T and i < n:
-            idx[m] = i
-            m += 1 if keep[i] else 0
-            i += 1
+        i, m = _next_tile(keep, i, idx)
         if m == 0:
             break
         _dense_rows(X, idx, m, o, U)
