@@ -1401,11 +1401,16 @@ def _diag_kernel32(X, keep, o, sq, sm, base, sq32, sm32, base32):
 
 
 def _dense_in_float32(mu: np.ndarray, p: np.ndarray, base: np.ndarray) -> bool:
-    """Whether the components overlap: at the component means, on average more than 1 / ``_SPARSE`` of the
-    components lie within ``_NEGLIGIBLE`` of the best. Decided from the parameters alone (every block of a pass
-    takes the same path); then float32 rows take :func:`_diag_kernel32`, whose every tile is dense (a screen
-    would list almost every pair anyway), and otherwise :func:`_diag_kernel`."""
-    C = mu.shape[0]
+    """Whether float32 rows take :func:`_diag_kernel32` (every tile dense, in float32) rather than
+    :func:`_diag_kernel`: the components overlap (at the component means, on average more than 1 / ``_SPARSE``
+    of the components lie within ``_NEGLIGIBLE`` of the best: a screen would list almost every pair anyway), and
+    a typical row's best log-density, ``base_c − D/2``, is above ``_FAR32 / 2`` for every component that has
+    weight (with many features every row would fall below ``_FAR32`` and be done twice). Decided from the
+    parameters alone: every block of a pass takes the same path."""
+    C, D = mu.shape
+    live = base > -np.inf
+    if not live.any() or (base[live] - 0.5 * D).min() < _FAR32 / 2:
+        return False
     t = np.empty((C, C))
     for c in range(C):  # t[c, c'] = t_c'(μ_c)
         t[c] = base - 0.5 * (((mu[c] - mu) ** 2) * p).sum(axis=1)

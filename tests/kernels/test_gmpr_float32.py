@@ -66,13 +66,18 @@ def _separated(rng, n, D=8, C=16):
 
 def test_the_path_is_chosen_from_the_parameters_alone():
     """Overlapping components (most lie within 60 nats of each other's means) take the float32 E-step on float32
-    rows; separated ones keep the float64 kernel with its float32 screen, whose statistics equal the float64 twin's
+    rows, unless their typical row's best log-density is below ``_FAR32 / 2`` (many features); separated ones keep the float64 kernel with its float32 screen, whose statistics equal the float64 twin's
     to rounding even for float32 rows; float64 rows always take the float64 kernel."""
     rng = np.random.default_rng(1)
     X, p = _overlapping(rng, 1000)
     assert _dense_in_float32(*_diag_screen_weights(p)[1:4])
     Xs, ps = _separated(rng, 1000)
     assert not _dense_in_float32(*_diag_screen_weights(ps)[1:4])
+    wide, pw = _overlapping(rng, 10, D=1500)  # overlapping, but a typical row's best log-density is about -2100
+    assert not _dense_in_float32(*_diag_screen_weights(pw)[1:4])
+    dead = MixtureParams.build(np.full(2, 0.5), np.array([[1.0, 0.0], [1.0, 0.0]]), np.zeros((2, 2, 3)),
+                               np.ones((2, 2, 3)))  # sub-clusters of weight 0: base -inf, not counted
+    assert _dense_in_float32(*_diag_screen_weights(dead)[1:4])
     a, b = unlinked_partial(Xs, ps), unlinked_partial_numpy(Xs, ps)
     assert_close_to_twin(a, b, np.float64)
     a, b = unlinked_partial(X, p), unlinked_partial_numpy(X, p)  # float64 rows
