@@ -66,8 +66,9 @@ def _separated(rng, n, D=8, C=16):
 
 def test_the_path_is_chosen_from_the_parameters_alone():
     """Overlapping components (most lie within 60 nats of each other's means) take the float32 E-step on float32
-    rows, unless their typical row's best log-density is below ``_FAR32 / 2`` (many features); separated ones keep the float64 kernel with its float32 screen, whose statistics equal the float64 twin's
-    to rounding even for float32 rows; float64 rows always take the float64 kernel."""
+    rows, unless their typical row's best log-density is below ``_FAR32 / 2`` (many features); separated ones
+    keep the float64 kernel with its float32 screen, whose statistics equal the float64 twin's to rounding even
+    for float32 rows; float64 rows always take the float64 kernel."""
     rng = np.random.default_rng(1)
     X, p = _overlapping(rng, 1000)
     assert _dense_in_float32(*_diag_screen_weights(p)[1:4])
