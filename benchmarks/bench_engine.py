@@ -22,7 +22,8 @@ in ``--chunk-rows``-row chunks, one run measures:
 - on path (ii): ``DPMeans``, ``RDPMeans`` (with ``--link-fraction * N`` links, 90 % inside a true cluster),
   ``BPMeans`` and ``GMPR`` (diagonal covariances, the same links) per iteration, as the median of the per-pass
   seconds of the progress events (``dclust.on_progress``) of the passes after the first of one fit with
-  ``max_iter=12``; KMeans' figure of the same kind on the same path is their reference;
+  ``max_iter=12``, the fastest of ``--repeats`` rounds in which every estimator is fitted once in turn (so the
+  machine's drift reaches them alike); KMeans' figure of the same kind on the same path is their reference;
 - dask-ml's ``KMeans`` (marginal, same init, path (ii));
 - ``AnytimeDPMeans`` over the store (one read, one chunk per batch) against the plain Zarr read of the same
   (uncompressed) store: the fastest of ``--repeats`` fits, each right after a read, against the lower of the
@@ -283,10 +284,9 @@ def _iter_seconds(events) -> list[float]:
     return [e.seconds for e in events if e.phase == "iter"]
 
 
-def events_fit(make, X, repeats: int, warm, **fit_kw) -> dict:
-    """Fit ``make()`` ``repeats`` times; s/iter = median of the per-pass event seconds after the first pass (the
-    fastest run's). A first fit on ``warm`` (a small array; two links when the fit takes constraints) loads the
-    estimator's kernels in every worker."""
+def _warm_fit(make, warm, fit_kw: dict) -> bool:
+    """A first fit of ``make()`` on ``warm`` (a small array; two links when the fit takes constraints): loads the
+    estimator's kernels in every worker. True once done."""
     import dclust
 
     warm_kw = dict(fit_kw)
@@ -299,19 +299,47 @@ def events_fit(make, X, repeats: int, warm, **fit_kw) -> dict:
         est = make()
         est.set_params(max_iter=2)
         est.fit(warm, **warm_kw)
-    runs = []
+    return True
+
+
+def _events_run(make, X, fit_kw: dict) -> dict:
+    """One fit of ``make()``; s/iter = median of the per-pass event seconds after the first pass."""
+    import dclust
+
+    gc.collect()
+    events: list = []
+    with dclust.on_progress(events.append), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConvergenceWarning at max_iter is expected
+        model, wall = timed(lambda: make().fit(X, **fit_kw))
+    secs = _iter_seconds(events)
+    later = secs[1:] if len(secs) > 1 else secs
+    return {"seconds": wall, "iter_seconds": secs, "per_iter": median(later),
+            "n_iter": int(getattr(model, "n_iter_", len(secs))), "n_clusters": _size(model)}
+
+
+def events_fits(specs: dict, X, repeats: int, warm, errors: dict) -> dict:
+    """Every estimator of ``specs`` (name -> ``(make, fit_kw)``) warmed (:func:`_warm_fit`), then fitted in
+    ``repeats`` rounds, each round fitting every estimator once in turn: the machine's drift over the minutes of
+    the fits then reaches every estimator alike, not the later ones only. Per estimator the fastest run is kept
+    (s/iter of :func:`_events_run`); an estimator that raises is recorded in ``errors`` and gets None."""
+    out: dict = {name: [] for name in specs}
+    for name, (make, fit_kw) in specs.items():
+        if not _guard(name, lambda: _warm_fit(make, warm, fit_kw), errors):
+            out[name] = None
     for _ in range(repeats):
-        gc.collect()
-        events: list = []
-        with dclust.on_progress(events.append), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # ConvergenceWarning at max_iter is expected
-            model, wall = timed(lambda: make().fit(X, **fit_kw))
-        secs = _iter_seconds(events)
-        later = secs[1:] if len(secs) > 1 else secs
-        runs.append({"seconds": wall, "iter_seconds": secs, "per_iter": median(later),
-                     "n_iter": int(getattr(model, "n_iter_", len(secs))), "n_clusters": _size(model)})
-    best = min(runs, key=lambda r: r["per_iter"] if math.isfinite(r["per_iter"]) else math.inf)
-    return {**best, "runs": runs, "method": "median of the progress-event seconds of the passes after the first"}
+        for name, (make, fit_kw) in specs.items():
+            if out[name] is not None:
+                run = _guard(name, lambda: _events_run(make, X, fit_kw), errors)
+                out[name] = None if run is None else out[name] + [run]
+    result = {}
+    for name, runs in out.items():
+        if not runs:
+            result[name] = None
+            continue
+        best = min(runs, key=lambda r: r["per_iter"] if math.isfinite(r["per_iter"]) else math.inf)
+        result[name] = {**best, "runs": runs, "method": "median of the progress-event seconds of the passes after "
+                        "the first; fits interleaved across the estimators, the fastest of the rounds"}
+    return result
 
 
 def _size(model) -> int:
@@ -439,30 +467,23 @@ def run_config(args, n: int, d: int, k: int, data_dir: Path) -> dict:
 
         it = args.iter_hi
         seed = {"random_state": args.seed}
-        m["kmeans_processes_events"] = events_fit(
-            lambda: dclust.KMeans(n_clusters=k, init=C0, n_init=1, max_iter=it, tol=0.0, persist=False), X,
-            args.repeats, warm)
-        m["dpmeans"] = _guard("dpmeans", lambda: events_fit(
-            lambda: dclust.DPMeans(lam=lam, max_iter=it, persist=False, **seed), X, args.repeats, warm), errors)
-        if "rdpmeans" in args.skip:
-            m["rdpmeans"] = {"skipped": "--skip rdpmeans"}
-        else:
-            m["rdpmeans"] = _guard("rdpmeans", lambda: events_fit(
-                lambda: dclust.RDPMeans(lam=lam, xi0=1.0, xi_rate=2.0, max_iter=it, persist=False, **seed), X,
-                args.repeats, warm, constraints=graph), errors)
-        if "bpmeans" in args.skip:
-            m["bpmeans"] = {"skipped": "--skip bpmeans"}
-        else:
-            m["bpmeans"] = _guard("bpmeans", lambda: events_fit(
-                lambda: dclust.BPMeans(lam=lam, n_init=1, max_iter=it, persist=False, **seed), X, args.repeats, warm),
-                errors)
-        if "gmpr" in args.skip:
-            m["gmpr"] = {"skipped": "--skip gmpr"}
-        else:
+        specs = {
+            "kmeans_processes_events": (
+                lambda: dclust.KMeans(n_clusters=k, init=C0, n_init=1, max_iter=it, tol=0.0, persist=False), {}),
+            "dpmeans": (lambda: dclust.DPMeans(lam=lam, max_iter=it, persist=False, **seed), {}),
+            "rdpmeans": (lambda: dclust.RDPMeans(lam=lam, xi0=1.0, xi_rate=2.0, max_iter=it, persist=False, **seed),
+                         {"constraints": graph}),
+            "bpmeans": (lambda: dclust.BPMeans(lam=lam, n_init=1, max_iter=it, persist=False, **seed), {}),
+            "gmpr": (lambda: dclust.GMPR(n_classes=k, covariance_type="diag", max_iter=it, tol=0.0, persist=False,
+                                         **seed), {"constraints": graph}),
+        }
+        for name in ("rdpmeans", "bpmeans", "gmpr"):
+            if name in args.skip:
+                del specs[name]
+                m[name] = {"skipped": f"--skip {name}"}
+        if "gmpr" in specs:
             client.run(_warm_gmpr_kernels)
-            m["gmpr"] = _guard("gmpr", lambda: events_fit(
-                lambda: dclust.GMPR(n_classes=k, covariance_type="diag", max_iter=it, tol=0.0, persist=False, **seed),
-                X, args.repeats, warm, constraints=graph), errors)
+        m.update(events_fits(specs, X, args.repeats, warm, errors))
         for name in ("kmeans_processes_events", "dpmeans", "rdpmeans", "bpmeans", "gmpr"):
             v = m[name]
             if v and "per_iter" in v:
