@@ -183,3 +183,44 @@ def test_gmpr_on_float32_data_is_the_same_model_for_every_chunking_and_close_to_
     np.testing.assert_allclose(f64.means_, ref.means_, rtol=1e-4, atol=1e-4 * np.abs(ref.means_).max())
     assert np.array_equal(np.asarray(f64.labels_), np.asarray(ref.labels_))
     assert F32_RTOL < 1e-5
+
+
+_STATS_F32 = """
+import json
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from _support.gmpr import overlapping
+from dclust.kernels import gmpr
+rng = np.random.default_rng(5)
+X, p = overlapping(rng, 3001, D=7)
+s = gmpr.unlinked_partial(X.astype(np.float32), p)
+values = np.concatenate([s.weight, s.mean.ravel(), s.scatter.ravel(), [s.loglik]])
+print(json.dumps([int(gmpr._AVX512), values.tolist()]))
+"""
+
+
+def test_float32_values_do_not_depend_on_the_vector_width(tmp_path):
+    """Numba compiling for a CPU without AVX-512 (``NUMBA_CPU_NAME=haswell``, its own cache) gives the float32
+    E-step's statistics of this host to float64 rounding (rtol 1e-12, where a float32 rounding would show at 1e-8):
+    a row's float32 values do not depend on the vector width, so the model does not depend on which worker reads
+    which chunk."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    support = str(Path(__file__).resolve().parents[1])
+    runs = {}
+    for cpu in ("host", "haswell"):
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / cpu))
+        if cpu == "haswell":
+            env["NUMBA_CPU_NAME"] = "haswell"
+        out = subprocess.run([sys.executable, "-c", _STATS_F32, support], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        avx512, values = json.loads(out.stdout)
+        runs[cpu] = (avx512, np.array(values))
+    assert runs["haswell"][0] == 0
+    np.testing.assert_allclose(runs["haswell"][1], runs["host"][1], rtol=1e-12, atol=0)
