@@ -74,7 +74,7 @@ def test_the_path_is_chosen_from_the_parameters_alone():
     assert _dense_in_float32(*_diag_screen_weights(p)[1:4])
     Xs, ps = _separated(rng, 1000)
     assert not _dense_in_float32(*_diag_screen_weights(ps)[1:4])
-    wide, pw = _overlapping(rng, 10, D=1500)  # overlapping, but a typical row's best log-density is about -2100
+    _, pw = _overlapping(rng, 10, D=1500)  # overlapping, but a typical row's best log-density is about -2100
     assert not _dense_in_float32(*_diag_screen_weights(pw)[1:4])
     dead = MixtureParams.build(np.full(2, 0.5), np.array([[1.0, 0.0], [1.0, 0.0]]), np.zeros((2, 2, 3)),
                                np.ones((2, 2, 3)))  # sub-clusters of weight 0: base -inf, not counted
