@@ -1337,7 +1337,7 @@ def _exp_sum32(G, mx, m, acc, cut):
 
 
 @numba.njit(**_FAST)
-def _diag_kernel32(X, keep, o, sq, sm, base, sq32, sm32, base32):
+def _diag_kernel32(X, keep, o, sq, sm, base):
     """:func:`_diag_kernel` for float32 rows of overlapping components (:func:`_dense_in_float32`): every tile
     dense, its log-densities, exps and row sums in float32 (as scikit-learn's ``GaussianMixture`` on float32
     data), the responsibilities folded into float64 sums about ``o`` (:func:`_fold_dense`, the same sums as
@@ -1346,8 +1346,7 @@ def _diag_kernel32(X, keep, o, sq, sm, base, sq32, sm32, base32):
     values, counted in ``n_bad``, or log-densities that overflow float32) or whose largest log-density is
     below ``_FAR32`` (float32 rounding too coarse there) adds nothing here and is marked in ``retry`` (the
     caller does those rows in float64 with :func:`_diag_kernel`). ``sq``, ``sm`` (:func:`_dense_weights`) and
-    ``base``; ``sq32``, ``sm32``, ``base32``: the same in float32. Returns ``(S, loglik, n_bad, retry)``, ``retry``
-    empty when no row was marked."""
+    ``base`` in float32. Returns ``(S, loglik, n_bad, retry)``, ``retry`` empty when no row was marked."""
     wide_vectors()
     n, D = X.shape
     C = sq.shape[0]
@@ -1358,6 +1357,7 @@ def _diag_kernel32(X, keep, o, sq, sm, base, sq32, sm32, base32):
     G = np.empty((C, T), np.float32)
     mx32, acc32 = np.empty(T, np.float32), np.empty(T, np.float32)
     mx, acc = np.empty(T), np.empty(T)
+    aside = np.empty(T, np.bool_)  # rows that add nothing here
     ls, lp = np.empty(_LANES), np.empty(_LANES)
     S = np.zeros((C, 2 * D + 1))
     retry = np.zeros(0, np.bool_)
@@ -1372,16 +1372,17 @@ def _diag_kernel32(X, keep, o, sq, sm, base, sq32, sm32, base32):
         for f in range(D):
             for j in range(m):
                 U32[f, j] = U[f, j]
-        _dense_densities(U32, m, sq32, sm32, base32, G, mx32)
+        _dense_densities(U32, m, sq, sm, base, G, mx32)
         _exp_sum32(G, mx32, m, acc32, np.float32(_NEGLIGIBLE))
         odd = 0
         for j in range(m):
             mx[j] = mx32[j]
             acc[j] = acc32[j]
-            odd += 0 if acc32[j] >= 1.0 and mx32[j] >= _FAR32 else 1
+            aside[j] = not (acc32[j] >= 1.0 and mx32[j] >= _FAR32)
+            odd += aside[j]
         if odd:
             for j in range(m):
-                if not (acc[j] >= 1.0 and mx[j] >= _FAR32):
+                if aside[j]:
                     bad = 0
                     for f in range(D):
                         bad += 0 if np.isfinite(X[idx[j], f]) else 1
@@ -1394,7 +1395,7 @@ def _diag_kernel32(X, keep, o, sq, sm, base, sq32, sm32, base32):
         loglik += _tile_loglik(mx, acc, m, ls, lp)[0]
         if odd:
             for j in range(m):
-                if not (acc32[j] >= 1.0 and mx32[j] >= _FAR32):
+                if aside[j]:
                     acc[j] = 0.0  # folds exactly 0
         _fold_dense(G, U, m, acc, S)
     return S, loglik, n_bad, retry
@@ -1744,8 +1745,7 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
             if Xb.dtype == np.float32 and _dense_in_float32(mu, p, base):
                 sq, sm = _dense_weights(mu, p)
                 f32 = np.float32
-                S, loglik, n_bad, retry = _diag_kernel32(Xb, keep, o, sq, sm, base, sq.astype(f32), sm.astype(f32),
-                                                         base.astype(f32))
+                S, loglik, n_bad, retry = _diag_kernel32(Xb, keep, o, sq.astype(f32), sm.astype(f32), base.astype(f32))
                 if len(retry) and not n_bad:
                     S64, loglik64, n_bad = _diag_kernel(Xb, retry, *weights)
                     S += S64

@@ -110,8 +110,7 @@ def _kernel32(X, p, keep=None):
     o, mu, prec, base = _diag_screen_weights(p)[:4]
     sq, sm = _dense_weights(mu, prec)
     keep = np.ones(len(X), bool) if keep is None else keep
-    return _diag_kernel32(X, keep, o, sq, sm, base, sq.astype(np.float32), sm.astype(np.float32),
-                          base.astype(np.float32))
+    return _diag_kernel32(X, keep, o, sq.astype(np.float32), sm.astype(np.float32), base.astype(np.float32))
 
 
 def test_far_rows_and_float32_overflow_are_done_in_float64():
