@@ -16,7 +16,7 @@ import numpy as np
 
 from ..kernels.distances import nearest
 from ..kernels.gmpr import (
-    GaussianStats, MixtureParams, class_posteriors, link_partial, pair_posteriors, sub_log_density,
+    GaussianStats, MixtureParams, _estep_weights, class_posteriors, link_partial, pair_posteriors, sub_log_density,
     unlinked_mask, unlinked_partial,
 )
 from .passes import map_partials, map_reduce, persist_aligned
@@ -228,6 +228,8 @@ def estep(X: da.Array, plan: LinkPlan, params: MixtureParams, split_every=None, 
     """
     if links is None and plan.n_links:
         links = link_payload(X, plan)
+    if params.diag:
+        _estep_weights(params)  # once, on the driver: kept on params, they travel with it to every task
     return map_reduce(_estep_kernel, GaussianStats.merge_all, X, links, split_every=split_every,
                       params=params).compute()[()]
 

@@ -840,14 +840,30 @@ def _add_pair(S, c, C, f, D, a0, a1, b0, b1):
 
 
 @numba.njit(**_RFAST)
-def _fold_dense(G, U, m, acc, S):
-    """``S[c] += Σ_j r_cj [u_j², u_j, 1]`` with ``r_cj = G[c, j] · acc[j]`` over the first ``m`` rows of ``U`` (D,
-    T, zero-padded to a multiple of ``_SWEEP``, which is even), as ``Σ_j G[c, j] [v_j u_j, v_j, acc[j]]`` with
-    each row scaled by its ``acc``, ``v_j = acc[j] u_j``: two fused multiply-adds per feature and pair, no
-    per-pair multiply (a row whose ``acc`` is 0 adds exactly 0 even where ``u²`` overflows). A sweep takes four
-    components and two features (16 vector accumulators): ``v`` and ``v u`` are formed once per row for the four,
-    7 loads and 4 multiplies per 16 multiply-adds (stored scaled rows and squares cost more in stores than the
-    multiplies they save); the sums of ``r`` come with the first sweep."""
+def _to_responsibilities(G, U, m, acc, any_zero):
+    """``G[c, j] ← G[c, j] · acc[j]`` for the first ``m`` rows (their exps times their rows' inverse sums: the
+    responsibilities, rounded once to ``G``'s dtype); if ``any_zero``, the column of ``U`` of a row whose ``acc``
+    is 0 (set aside) is zeroed too, so that the row folds exactly 0 even where its ``u²`` would overflow."""
+    wide_vectors()
+    for c in range(G.shape[0]):
+        g = G[c]
+        for j in range(m):
+            g[j] = g[j] * acc[j]
+    if any_zero:
+        for j in range(m):
+            if acc[j] == 0.0:
+                for f in range(U.shape[0]):
+                    U[f, j] = 0.0
+
+
+@numba.njit(**_RFAST)
+def _fold_dense(G, U, m, S):
+    """``S[c] += Σ_j r_cj [u_j², u_j, 1]`` with the responsibilities ``r_cj = G[c, j]`` over the first ``m`` rows
+    of ``U`` (D, T, zero-padded to a multiple of ``_SWEEP``, which is even), summed in float64 whatever the dtype
+    of ``G`` and ``U``: two fused multiply-adds per feature and pair. A sweep takes four components and two
+    features (16 vector accumulators): ``u²`` is formed once per row for the four, 8 loads and 2 multiplies per
+    16 multiply-adds (stored squares cost more in stores than the multiplies they save); the sums of ``r`` come
+    with the first sweep."""
     wide_vectors()
     C = G.shape[0]
     D = (S.shape[1] - 1) // 2
@@ -860,15 +876,14 @@ def _fold_dense(G, U, m, acc, S):
             a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = 0.0
             b00 = b01 = b10 = b11 = b20 = b21 = b30 = b31 = 0.0
             for j in range(m):
-                r0, r1, r2, r3 = g0[j], g1[j], g2[j], g3[j]
-                e = acc[j]
+                r0, r1, r2, r3 = np.float64(g0[j]), np.float64(g1[j]), np.float64(g2[j]), np.float64(g3[j])
                 if first:
-                    s0 += r0 * e
-                    s1 += r1 * e
-                    s2 += r2 * e
-                    s3 += r3 * e
-                x0, x1 = u0[j] * e, u1[j] * e
-                y0, y1 = x0 * u0[j], x1 * u1[j]
+                    s0 += r0
+                    s1 += r1
+                    s2 += r2
+                    s3 += r3
+                x0, x1 = np.float64(u0[j]), np.float64(u1[j])
+                y0, y1 = x0 * x0, x1 * x1
                 a00 += r0 * x0
                 a01 += r0 * x1
                 a10 += r1 * x0
@@ -1275,7 +1290,8 @@ def _diag_kernel(X, keep, o, mu, p, base, sc, Nv, nv2, lo_c, hi_c, kappa):
                     if acc[j] == 0.0:
                         for f in range(D):
                             n_bad += 0 if np.isfinite(X[idx[j], f]) else 1
-            _fold_dense(G, U, m, acc, S)
+            _to_responsibilities(G, U, m, acc, nz > 0)
+            _fold_dense(G, U, m, S)
             if wait > 0 and _looks_sparse(G, m):
                 wait = 0
     return S, loglik, n_bad
@@ -1339,21 +1355,21 @@ def _exp_sum32(G, mx, m, acc, cut):
 @numba.njit(**_FAST)
 def _diag_kernel32(X, keep, o, sq, sm, base):
     """:func:`_diag_kernel` for float32 rows of overlapping components (:func:`_dense_in_float32`): every tile
-    dense, its log-densities, exps and row sums in float32 (as scikit-learn's ``GaussianMixture`` on float32
-    data), the responsibilities folded into float64 sums about ``o`` (:func:`_fold_dense`, the same sums as
-    :func:`_diag_kernel`). Each row's values depend on the row alone, not on its tile, so the statistics do
-    not depend on the chunking (to the float64 rounding of the sums). A row whose exps all vanish (NaN or inf
-    values, counted in ``n_bad``, or log-densities that overflow float32) or whose largest log-density is
-    below ``_FAR32`` (float32 rounding too coarse there) adds nothing here and is marked in ``retry`` (the
-    caller does those rows in float64 with :func:`_diag_kernel`). ``sq``, ``sm`` (:func:`_dense_weights`) and
-    ``base`` in float32. Returns ``(S, loglik, n_bad, retry)``, ``retry`` empty when no row was marked."""
+    dense, the rows centred on ``o`` (float32), their log-densities, exps, row sums and responsibilities in
+    float32 (as scikit-learn's ``GaussianMixture`` on float32 data), folded into float64 sums about ``o``
+    (:func:`_fold_dense`, the same sums as :func:`_diag_kernel`). Each row's values depend on the row alone, not
+    on its tile, so the statistics do not depend on the chunking (to the float64 rounding of the sums). A row
+    whose exps all vanish (NaN or inf values, counted in ``n_bad``, or log-densities that overflow float32) or
+    whose largest log-density is below ``_FAR32`` (float32 rounding too coarse there) adds nothing here and is
+    marked in ``retry`` (the caller does those rows in float64 with :func:`_diag_kernel`). ``sq``, ``sm``
+    (:func:`_dense_weights`) and ``base`` in float32. Returns ``(S, loglik, n_bad, retry)``, ``retry`` empty
+    when no row was marked."""
     wide_vectors()
     n, D = X.shape
     C = sq.shape[0]
     T = _DIAG_TILE
     idx = np.empty(T, np.intp)
-    U = np.zeros((sq.shape[1], T))  # the padding rows stay 0
-    U32 = np.zeros((sq.shape[1], T), np.float32)
+    U = np.zeros((sq.shape[1], T), np.float32)  # the padding rows stay 0
     G = np.empty((C, T), np.float32)
     mx32, acc32 = np.empty(T, np.float32), np.empty(T, np.float32)
     mx, acc = np.empty(T), np.empty(T)
@@ -1369,10 +1385,7 @@ def _diag_kernel32(X, keep, o, sq, sm, base):
         if m == 0:
             break
         _dense_rows(X, idx, m, o, U)
-        for f in range(D):
-            for j in range(m):
-                U32[f, j] = U[f, j]
-        _dense_densities(U32, m, sq, sm, base, G, mx32)
+        _dense_densities(U, m, sq, sm, base, G, mx32)
         _exp_sum32(G, mx32, m, acc32, np.float32(_NEGLIGIBLE))
         odd = 0
         for j in range(m):
@@ -1397,17 +1410,22 @@ def _diag_kernel32(X, keep, o, sq, sm, base):
             for j in range(m):
                 if aside[j]:
                     acc[j] = 0.0  # folds exactly 0
-        _fold_dense(G, U, m, acc, S)
+        _to_responsibilities(G, U, m, acc, odd > 0)
+        _fold_dense(G, U, m, S)
     return S, loglik, n_bad, retry
 
 
-def _dense_in_float32(mu: np.ndarray, p: np.ndarray, base: np.ndarray) -> bool:
+def _dense_in_float32(o: np.ndarray, mu: np.ndarray, p: np.ndarray, base: np.ndarray) -> bool:
     """Whether float32 rows take :func:`_diag_kernel32` (every tile dense, in float32) rather than
     :func:`_diag_kernel`: the components overlap (at the component means, on average more than 1 / ``_SPARSE``
     of the components lie within ``_NEGLIGIBLE`` of the best: a screen would list almost every pair anyway), and
     a typical row's best log-density, ``base_c − D/2``, is above ``_FAR32 / 2`` for every component that has
-    weight (with many features every row would fall below ``_FAR32`` and be done twice). Decided from the
-    parameters alone: every block of a pass takes the same path."""
+    weight (with many features every row would fall below ``_FAR32`` and be done twice), and the centre ``o`` is
+    a float32 value (:func:`_diag_screen_weights` rounds it, unless the means lie beyond float32's range).
+    Decided from the parameters alone: every block of a pass takes the same path."""
+    with np.errstate(over="ignore"):
+        if not (o.astype(np.float32) == o).all():
+            return False
     C, D = mu.shape
     live = base > -np.inf
     if not live.any() or (base[live] - 0.5 * D).min() < _FAR32 / 2:
@@ -1428,6 +1446,10 @@ def _diag_screen_weights(params: MixtureParams):
     M, K, D = params.n_classes, params.n_sub, params.means.shape[2]
     C = M * K
     o, _, bsub = _diag_design_weights(params)
+    with np.errstate(over="ignore"):
+        o32 = o.astype(np.float32)
+    if np.isfinite(o32).all():
+        o = o32.astype(np.float64)  # float32 rows centred on it (the float32 E-step) are rounded once
     mu = np.ascontiguousarray(params.means.reshape(C, D) - o)
     pc = params.prec_chol.reshape(C, D)
     p = np.ascontiguousarray(pc * pc)
@@ -1734,34 +1756,61 @@ def unlinked_partial(Xb: np.ndarray, params: MixtureParams, linked_local: np.nda
         keep = unlinked_mask(Xb.shape[0], linked_local)
     M, K, D = params.n_classes, params.n_sub, Xb.shape[1]
     C = M * K
+    if params.diag:
+        prep = _estep_weights(params)
+        if Xb.dtype == np.float32 and prep.dense32 is not None:
+            S, loglik, n_bad, retry = _diag_kernel32(Xb, keep, *prep.dense32)
+            if len(retry) and not n_bad:
+                with _one_blas_thread():
+                    S64, loglik64, n_bad = _diag_kernel(Xb, retry, *prep.weights)
+                S += S64
+                loglik += loglik64
+        else:
+            with _one_blas_thread():
+                S, loglik, n_bad = _diag_kernel(Xb, keep, *prep.weights)
+        if n_bad:
+            return _bad_block_stats(C, D, M, params.diag, block_index)
+        return _from_tile_sums(S, prep.weights[0], M, loglik, np.count_nonzero(keep))
     shift = np.ascontiguousarray(params.means.reshape(C, D))
     with np.errstate(divide="ignore"):
         log_pi = np.log(params.pi).reshape(C)
     log_alpha = _log_alpha(params.alpha)
-    if params.diag:
-        weights = _diag_screen_weights(params)
-        o, mu, p, base = weights[:4]
-        with _one_blas_thread():
-            if Xb.dtype == np.float32 and _dense_in_float32(mu, p, base):
-                sq, sm = _dense_weights(mu, p)
-                f32 = np.float32
-                S, loglik, n_bad, retry = _diag_kernel32(Xb, keep, o, sq.astype(f32), sm.astype(f32), base.astype(f32))
-                if len(retry) and not n_bad:
-                    S64, loglik64, n_bad = _diag_kernel(Xb, retry, *weights)
-                    S += S64
-                    loglik += loglik64
-            else:
-                S, loglik, n_bad = _diag_kernel(Xb, keep, *weights)
-        if n_bad:
-            return _bad_block_stats(C, D, M, params.diag, block_index)
-        return _from_tile_sums(S, weights[0], M, loglik, int(keep.sum()))
     U = params.prec_chol.reshape(C, D, D)
     logdet = np.log(np.diagonal(U, axis1=1, axis2=2)).sum(axis=1)
     weight, sums, scat, counts, loglik, n_bad = _full_kernel(Xb, keep, shift, np.ascontiguousarray(U.reshape(C, D * D)),
                                                              logdet, log_pi, log_alpha, K)
     if n_bad:
         return _bad_block_stats(C, D, M, params.diag, block_index)
-    return _from_shifted(weight, sums, scat, shift, counts, loglik, int(keep.sum()))
+    return _from_shifted(weight, sums, scat, shift, counts, loglik, np.count_nonzero(keep))
+
+
+@dataclass
+class _EstepWeights:
+    """The diagonal E-step's weights: ``weights`` :func:`_diag_kernel`'s arguments after ``X, keep``
+    (:func:`_diag_screen_weights`), ``dense32`` :func:`_diag_kernel32`'s (``o``, ``sq``, ``sm``, ``base`` in
+    float32) when float32 rows take it (:func:`_dense_in_float32`), else None, and ``design`` the links' ``(o,
+    WT, bsub)`` (:func:`_diag_design_weights`)."""
+
+    weights: tuple
+    dense32: tuple | None
+    design: tuple
+
+
+def _estep_weights(params: MixtureParams) -> _EstepWeights:
+    """:class:`_EstepWeights` of diagonal ``params``, computed once per parameters object and kept on it: the
+    blocks of a task share them, and the driver computes them before a pass (:func:`dclust._dask.gmpr.estep`) so
+    that they travel to the workers with the parameters."""
+    cached = params.__dict__.get("_estep_weights")
+    if cached is None:
+        weights = _diag_screen_weights(params)
+        o, mu, p, base = weights[:4]
+        dense32 = None
+        if _dense_in_float32(o, mu, p, base):
+            sq, sm = _dense_weights(mu, p)
+            f32 = np.float32
+            dense32 = (o.astype(f32), sq.astype(f32), sm.astype(f32), base.astype(f32))
+        cached = params.__dict__["_estep_weights"] = _EstepWeights(weights, dense32, _diag_design_weights(params))
+    return cached
 
 
 def unlinked_mask(n: int, linked_local: np.ndarray | None) -> np.ndarray:
@@ -2021,7 +2070,7 @@ def link_partial(Xa: np.ndarray, Xb: np.ndarray, must: np.ndarray, params: Mixtu
     f64 = lambda a, shape: np.ascontiguousarray(np.asarray(a, dtype=np.float64).reshape(shape))  # noqa: E731
     Xa, Xb = f64(Xa, (L, D)), f64(Xb, (L, D))
     if params.diag:
-        o, WT, bsub = _diag_design_weights(params)
+        o, WT, bsub = _estep_weights(params).design
         order = np.concatenate([np.flatnonzero(must), np.flatnonzero(~must)])
         with _one_blas_thread():
             S, counts, loglik = _diag_link_kernel(Xa, Xb, order, int(must.sum()), o, WT, bsub,

@@ -20,6 +20,7 @@ from dclust.kernels.gmpr import (
     _dense_weights,
     _diag_kernel32,
     _diag_screen_weights,
+    _estep_weights,
     _exp_sum32,
     unlinked_partial,
     unlinked_partial_numpy,
@@ -71,14 +72,14 @@ def test_the_path_is_chosen_from_the_parameters_alone():
     for float32 rows; float64 rows always take the float64 kernel."""
     rng = np.random.default_rng(1)
     X, p = _overlapping(rng, 1000)
-    assert _dense_in_float32(*_diag_screen_weights(p)[1:4])
+    assert _dense_in_float32(*_diag_screen_weights(p)[:4])
     Xs, ps = _separated(rng, 1000)
-    assert not _dense_in_float32(*_diag_screen_weights(ps)[1:4])
+    assert not _dense_in_float32(*_diag_screen_weights(ps)[:4])
     _, pw = _overlapping(rng, 10, D=1500)  # overlapping, but a typical row's best log-density is about -2100
-    assert not _dense_in_float32(*_diag_screen_weights(pw)[1:4])
+    assert not _dense_in_float32(*_diag_screen_weights(pw)[:4])
     dead = MixtureParams.build(np.full(2, 0.5), np.array([[1.0, 0.0], [1.0, 0.0]]), np.zeros((2, 2, 3)),
                                np.ones((2, 2, 3)))  # sub-clusters of weight 0: base -inf, not counted
-    assert _dense_in_float32(*_diag_screen_weights(dead)[1:4])
+    assert _dense_in_float32(*_diag_screen_weights(dead)[:4])
     a, b = unlinked_partial(Xs, ps), unlinked_partial_numpy(Xs, ps)
     assert_close_to_twin(a, b, np.float64)
     a, b = unlinked_partial(X, p), unlinked_partial_numpy(X, p)  # float64 rows
@@ -110,7 +111,8 @@ def _kernel32(X, p, keep=None):
     o, mu, prec, base = _diag_screen_weights(p)[:4]
     sq, sm = _dense_weights(mu, prec)
     keep = np.ones(len(X), bool) if keep is None else keep
-    return _diag_kernel32(X, keep, o, sq.astype(np.float32), sm.astype(np.float32), base.astype(np.float32))
+    f32 = np.float32
+    return _diag_kernel32(X, keep, o.astype(f32), sq.astype(f32), sm.astype(f32), base.astype(f32))
 
 
 def test_far_rows_and_float32_overflow_are_done_in_float64():
@@ -139,6 +141,45 @@ def test_far_rows_and_float32_overflow_are_done_in_float64():
                                    atol=1e-12 * np.abs(getattr(want, f)).max())
     assert got.loglik == pytest.approx(want.loglik, rel=1e-12)
     assert_close_to_twin(got, unlinked_partial_numpy(mixed, p), np.float32)
+
+
+def test_a_row_whose_centring_overflows_float32_is_done_in_float64():
+    """A finite row whose ``x − o`` overflows float32 (means near float32's limit) is handed to the float64 kernel
+    and its infinite float32 values add nothing (not ``0 · inf``): the block's statistics are finite and equal the
+    float32 row's plus the float64 kernel's of the other."""
+    means = np.full((2, 1, 3), float(np.float32(-1e38)))  # float32 values: the float32 rows at them are at 0
+    p = MixtureParams.build(np.full(2, 0.5), np.ones((2, 1)), means, np.ones((2, 1, 3)))
+    assert _estep_weights(p).dense32 is not None
+    X = np.array([[3e38, -1e38, -1e38], [-1e38, -1e38, -1e38]], np.float32)
+    S, _, n_bad, retry = _kernel32(X, p)
+    assert n_bad == 0 and retry.tolist() == [True, False] and np.isfinite(S).all()
+    got = unlinked_partial(X, p)
+    want = GaussianStats.merge_all([unlinked_partial(X[1:], p), unlinked_partial(X[:1].astype(np.float64), p)])
+    for f in ("weight", "mean", "scatter", "class_counts"):
+        np.testing.assert_allclose(getattr(got, f), getattr(want, f), rtol=1e-10)
+    assert got.weight.tolist() == [1.0, 1.0]
+
+
+def test_estep_weights_are_computed_once_and_travel_with_the_parameters():
+    """The E-step's weights are computed once per parameters object, kept on it through pickling (a pass's tasks
+    get the driver's), give the same statistics as freshly computed ones, and share the centre ``o``: a float32
+    value, so float32 rows centred on it are rounded once, both kernels summing about it."""
+    import pickle
+
+    rng = np.random.default_rng(6)
+    X, p = _overlapping(rng, 2000)
+    X = X.astype(np.float32)
+    w = _estep_weights(p)
+    assert _estep_weights(p) is w
+    q = pickle.loads(pickle.dumps(p))
+    assert "_estep_weights" in vars(q) and np.array_equal(q.__dict__["_estep_weights"].dense32[1], w.dense32[1])
+    fresh = MixtureParams.build(p.alpha, p.pi, p.means, p.covariances)
+    a, b = unlinked_partial(X, q), unlinked_partial(X, fresh)
+    assert np.array_equal(a.scatter, b.scatter) and a.loglik == b.loglik
+    o = w.weights[0]
+    assert w.dense32[0].dtype == np.float32 and np.array_equal(w.dense32[0].astype(np.float64), o)
+    far = MixtureParams.build(p.alpha, p.pi, p.means + 1e39, p.covariances)  # o beyond float32's range
+    assert _estep_weights(far).dense32 is None and not _dense_in_float32(*_estep_weights(far).weights[:4])
 
 
 def test_nan_and_inf_in_float32_rows_are_counted_value_by_value():
@@ -173,7 +214,7 @@ def test_gmpr_on_float32_data_is_the_same_model_for_every_chunking_and_close_to_
 
     ref = fit(X)
     w = _diag_screen_weights(ref._params())
-    assert _dense_in_float32(*w[1:4])
+    assert _dense_in_float32(*w[:4])
     for chunks in (1000, 777):
         other = fit(da.from_array(X, chunks=(chunks, 4)))
         np.testing.assert_allclose(other.means_, ref.means_, rtol=1e-9, atol=1e-12)
