@@ -544,17 +544,35 @@ def _exp_sum(G, lo, hi, mx, m, acc, cut):
 @numba.njit(inline="always", **_FAST)
 def _fold_tile(G, W, per, m, A, part, S):
     """``S += (G ∘ W) A``: the weights ``G[c] · W[c // per]`` (``G`` (C, T)) of the first ``m`` rows of the design
-    ``A`` (the others get weight 0) folded into the sums ``S`` (C, 2D + 1) by one BLAS product."""
-    for c in range(G.shape[0]):
+    ``A`` (the others get weight 0) folded into the sums ``S`` (C, 2D + 1) by one BLAS product, or, when at most
+    1 / ``_SPARSE`` of the weights exceed ``exp(_NEGLIGIBLE)`` (separated components: an endpoint weighs in a few
+    of them), row by row for those weights alone (``part`` unused): a weight below that adds less than rounding
+    to every sum (an endpoint's weights sum to its class posterior, at most 1), as in the unlinked rows' E-step."""
+    C = G.shape[0]
+    tiny = np.exp(_NEGLIGIBLE)
+    nz = 0
+    for c in range(C):
         g, w = G[c], W[c // per]
         for j in range(m):
             g[j] *= w[j]
+            nz += 1 if g[j] > tiny else 0
         for j in range(m, G.shape[1]):
             g[j] = 0.0
-    np.dot(G, A, part)
-    for c in range(G.shape[0]):
-        for f in range(A.shape[1]):
-            S[c, f] += part[c, f]
+    F = A.shape[1]
+    if nz * _SPARSE > C * m:
+        np.dot(G, A, part)
+        for c in range(C):
+            for f in range(F):
+                S[c, f] += part[c, f]
+        return
+    for c in range(C):
+        g, s = G[c], S[c]
+        for j in range(m):
+            r = g[j]
+            if r > tiny:
+                a = A[j]
+                for f in range(F):
+                    s[f] += r * a[f]
 
 
 #: A tile whose responsibilities that count are at most 1 / _SPARSE of all is computed and folded pair by pair.

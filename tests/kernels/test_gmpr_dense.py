@@ -5,11 +5,14 @@ a screen."""
 
 import numba
 import numpy as np
+import pytest
 
 from dclust.kernels.gmpr import (
     _DIAG_TILE,
     _EXP_FLOOR,
     _FAST,
+    _NEGLIGIBLE,
+    _SPARSE,
     MixtureParams,
     _dense_rows,
     _diag_kernel,
@@ -18,6 +21,9 @@ from dclust.kernels.gmpr import (
     _looks_sparse,
     _tile_loglik,
     _vexp,
+    link_partial,
+    link_partial_numpy,
+    sub_log_density,
     unlinked_partial,
     unlinked_partial_numpy,
 )
@@ -267,3 +273,25 @@ def test_the_kernels_compile_and_agree_on_a_cpu_without_avx512(tmp_path):
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "ok"
+
+
+def test_links_of_separated_components_are_folded_weight_by_weight_and_equal_the_numpy_twin():
+    """The links' fold (``_fold_tile``) takes the weights above ``exp(_NEGLIGIBLE)`` one by one when they are at most
+    1 / ``_SPARSE`` of a tile's (separated components), and one BLAS product otherwise (overlapping ones): both give
+    the numpy twin's statistics, must- and cannot-links, to rounding (a weight below the cut adds less than that)."""
+    rng = np.random.default_rng(11)
+    for spread, sparse in ((40.0, True), (1.0, False)):
+        C, D = 12, 16
+        p = MixtureParams.build(np.full(C, 1 / C), np.ones((C, 1)), spread * rng.normal(size=(C, 1, D)),
+                                np.full((C, 1, D), 4.0))
+        centers = p.means[:, 0]
+        X = centers[rng.integers(0, C, 1200)] + 2.0 * rng.normal(size=(1200, D))
+        t = sub_log_density(X, p)[:, :, 0]
+        near = (t > t.max(axis=1, keepdims=True) + _NEGLIGIBLE).mean()
+        assert (near * _SPARSE <= 1) == sparse  # the path this case takes
+        must = rng.random(600) < 0.6
+        got, want = link_partial(X[:600], X[600:], must, p), link_partial_numpy(X[:600], X[600:], must, p)
+        for f in ("weight", "mean", "scatter", "class_counts"):
+            np.testing.assert_allclose(getattr(got, f), getattr(want, f), rtol=1e-10,
+                                       atol=1e-12 * np.abs(getattr(want, f)).max())
+        assert got.loglik == pytest.approx(want.loglik, rel=1e-12)
