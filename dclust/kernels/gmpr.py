@@ -816,8 +816,9 @@ def _dense_weights(mu, p):
 
 @numba.njit(**_RFAST)
 def _dense_rows(X, idx, m, o, U):
-    """The rows ``X[idx[:m]]`` centered on ``o``, feature-major into the first D rows of ``U`` (float64), transposed
-    in registers (:func:`dclust.kernels.simd.transpose_rows`)."""
+    """The rows ``X[idx[:m]]`` centered on ``o``, feature-major into the first D rows of ``U`` (in ``o``'s dtype:
+    float64, or float32 for the float32 E-step), transposed in registers
+    (:func:`dclust.kernels.simd.transpose_rows`)."""
     wide_vectors()
     transpose_rows(X, idx, m, o, U)
 
