@@ -270,10 +270,13 @@ def raise_if_bad_block(stats: ClusterStats, X: da.Array, name: str = "X") -> Non
     raise non_finite_error(name, b, start, start + X.chunks[0][b] - 1, "fit")
 
 
-def non_finite_error(name: str, block: int, first: int, last: int, verb: str) -> InvalidDataError:
-    """The error for NaN/inf rows found inside a pass, naming the chunk and its rows."""
+def non_finite_error(name: str, block: int, first: int, last: int, verb: str, row: int | None = None
+                     ) -> InvalidDataError:
+    """The error for NaN/inf rows found inside a pass, naming the chunk, its rows and (when known) the first bad
+    row."""
+    at = "" if row is None else f"; first at row {row}"
     return InvalidDataError(
-        message(name, "finite values", f"NaN or infinity in chunk {block} (rows {first}..{last})",
+        message(name, "finite values", f"NaN or infinity in chunk {block} (rows {first}..{last}{at})",
                 f"Drop or impute those rows (e.g. X[da.isfinite(X).all(axis=1)]) and {verb} again.")
     )
 

@@ -17,7 +17,7 @@ from .._validation import InputInfo, _Kind, as_generator, check_array
 from ..constraints._check import check_constraints
 from ..errors import InvalidDataError, message
 from ..typing import ArrayLike, ConstraintsLike, Ignored
-from ._base import BaseEstimator, finite_rows
+from ._base import BaseEstimator, finite_rows, non_finite_error
 
 
 __all__: list[str] = []
@@ -59,10 +59,7 @@ class _InMemory(BaseEstimator):
             offsets = block_offsets(arr.chunks[0])
             b = int(np.searchsorted(offsets, row, side="right") - 1)
             start, stop = int(offsets[b]), int(offsets[b]) + arr.chunks[0][b]
-            raise InvalidDataError(
-                message("X", "finite values", f"NaN or infinity in chunk {b} (rows {start}..{stop - 1}; first at "
-                        f"row {row})", "Drop or impute those rows (e.g. X[np.isfinite(X).all(axis=1)]) and fit again.")
-            )
+            raise non_finite_error("X", b, start, stop - 1, "fit", row)
         return Xn, info, arr
 
     def _memory_checkpointer(self, X: npt.NDArray[np.float64]) -> tuple[Any, dict[str, Any] | None]:

@@ -12,13 +12,13 @@ import numpy as np
 import numpy.typing as npt
 from dask.core import get_dependencies
 
-from .._dask.passes import current_client, on_cluster, rechunk
+from .._dask.passes import block_offsets, current_client, on_cluster, rechunk
 from .._registry import register
 from .._validation import SEED, Interval, Options, check_array, check_sample_weight
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels.distances import seed_mix
 from ..kernels.kmeans import block_rng
-from ..cluster._base import CHECKPOINT, raise_if_bad_block
+from ..cluster._base import CHECKPOINT, non_finite_error, raise_if_bad_block
 from ._anytime_step import Sample, keyed_sample, sampled_step
 from ._checkpoint import fingerprint_of, resume_state, save_state
 from ._consolidate import consolidate as consolidate_summaries
@@ -312,16 +312,26 @@ class AnytimeDPMeans(DynamicBase):
             self._reset(arr.shape[1])
             self.batch_order_ = block_rng(self.seed_, _BATCH_STREAM).permutation(n_blocks).astype(np.int64)
         self._ck_fp = fp
+        at = int(self.n_batches_)  # the batch being read or processed
         try:
-            for j, batch, wb, loaded, samples in _prefetched(arr, w, self.batch_order_, int(self.n_batches_),
-                                                             self._draw_samples, check=self.sample_rows is None):
+            for j, batch, wb, loaded, samples in _prefetched(arr, w, self.batch_order_, at, self._draw_samples,
+                                                             check=self.sample_rows is None):
                 self._samples = (j, samples)
                 self._fit_batch(batch, wb, loaded)  # partial_fit with the batch in memory
                 self._samples = None
                 if j == n_blocks - 1 and self.consolidate:
                     self._set_summaries(*consolidate_summaries(self.cluster_centers_, self.weights_, self.lam_)[:2])
                     save_state(self, fp)  # a rerun after the read resumes the consolidated model
+                at = j + 1
                 yield self
+        except InvalidDataError as exc:
+            row = getattr(exc, "batch_row", None)
+            if row is None:
+                raise
+            # NaN/inf in a batch: named as a chunk and row of X (the batches done stay in the model)
+            b = int(self.batch_order_[at])
+            first = int(block_offsets(arr.chunks[0])[b])
+            raise non_finite_error("X", b, first, first + arr.chunks[0][b] - 1, "fit", first + int(row)) from None
         finally:
             self._ck_fp = None
             self._samples = None

@@ -107,6 +107,8 @@ def sampled_step(X: ArrayLike, w: ArrayLike | None, state: StepState, *, mix: in
     if sample is None:
         sample = keyed_sample(X, w, mix=mix, sample_rows=sample_rows, split_every=split_every)
     bad, total, index, rows, sw = sample
+    if bad < 0 and not np.isfinite(rows).all():  # numpy X: its sample is checked here, before it opens clusters
+        bad = 0
     check = ClusterStats.identity(0, d)
     check.bad_block = int(bad)
     if bad >= 0:

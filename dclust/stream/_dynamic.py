@@ -347,10 +347,12 @@ def _finite(Y: np.ndarray) -> np.ndarray:
         return Y
     bad = first_nonfinite_row(Y)
     if bad >= 0:
-        raise InvalidDataError(
+        err = InvalidDataError(
             message("batch", "finite values", f"NaN or infinity in row {bad}",
                     "Drop or impute those rows and pass the batch again.")
         )
+        err.batch_row = bad  # type: ignore[attr-defined]  # a fit over many batches names the row of X instead
+        raise err
     return Y
 
 

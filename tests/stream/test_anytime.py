@@ -1,5 +1,7 @@
 """Any-time DP-means: DM4 (random disjoint batches == DP-means on separated blobs), early stop, resume, Zarr."""
 
+import warnings
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -182,7 +184,7 @@ def test_the_block_reader_runs_one_blocks_tasks_with_its_weights_and_checks_the_
     R = Z.rechunk((2000, 2))  # batch_rows above the store's chunks: a batch is two chunks
     np.testing.assert_array_equal(_BlockReader(R, None)(1)[0], X[2000:])
     X[2017, 1] = np.nan
-    with pytest.raises(InvalidDataError, match="row 17"):
+    with pytest.raises(InvalidDataError, match=r"X: .* chunk 2 \(rows 2000\.\.2999; first at row 2017\)\..* fit again"):
         AnytimeDPMeans(lam=4.0, batch_rows=1000, random_state=0).fit(da.from_array(X, chunks=(1000, 2)))
 
 
@@ -217,9 +219,31 @@ def test_a_row_with_nan_outside_the_sample_of_a_large_batch_fails_the_fit_naming
     assert np.isnan(_BlockReader(arr, None, check=False)(1)[0]).any()  # read as it is: the pass checks it
     for seed in (0, 1, 2):
         for kw in ({}, {"sample_rows": None}):
-            with pytest.raises(InvalidDataError, match="row 70001"):
+            with pytest.raises(InvalidDataError, match=r"chunk 1 \(rows 140000\.\.279999; first at row 210001\)"):
                 AnytimeDPMeans(lam=4.0, sample_rows=kw.get("sample_rows", 500), random_state=seed,
                                max_iter=3).fit(arr)
+
+
+@pytest.mark.parametrize("sample_rows", [4096, None])
+@pytest.mark.parametrize("where", [0, 1, 2])
+def test_a_nan_in_the_sample_of_any_batch_fails_the_fit_before_it_opens_a_cluster(sample_rows, where):
+    """A batch whose keyed sample holds the NaN (a batch smaller than sample_rows: all of it) opens no cluster at
+    NaN (no RuntimeWarning from the pass) and fails the fit naming the chunk and the row of X, whichever batch
+    comes first; the batches before it stay in the model, which a partial_fit of clean rows continues."""
+    X, _ = _blobs(3000, seed=7)
+    row = 1000 * where + 321
+    X[row, 1] = np.inf
+    model = AnytimeDPMeans(lam=4.0, sample_rows=sample_rows, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "invalid value encountered" from a cluster opened at NaN
+        with pytest.raises(InvalidDataError, match=rf"chunk {where} \(rows {1000 * where}\.\.{1000 * where + 999}; "
+                                                   rf"first at row {row}\)"):
+            model.fit(da.from_array(X, chunks=(1000, 2)))
+    done = int(model.n_batches_)
+    assert done == list(model.batch_order_).index(where)
+    assert done == 0 or np.isfinite(model.cluster_centers_).all()
+    model.partial_fit(X[1000 * ((where + 1) % 3): 1000 * ((where + 1) % 3) + 1000])
+    assert model.n_batches_ == done + 1 and np.isfinite(model.cluster_centers_).all()
 
 
 def _read_on_a_worker(path, block):
