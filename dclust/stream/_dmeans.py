@@ -8,8 +8,9 @@ import numpy as np
 
 from .._registry import register
 from .._validation import SEED, Interval, Options, check_array, temporal_rates
-from ..errors import InvalidParameterError, message
-from ..cluster._base import CHECKPOINT
+from .._dask.passes import block_offsets
+from ..errors import InvalidDataError, InvalidParameterError, message
+from ..cluster._base import CHECKPOINT, non_finite_error
 from ._checkpoint import check_resumed_length as _check_resumed_length
 from ._checkpoint import fingerprint_of, resume_state
 from ._dynamic import DynamicBase, row_blocks
@@ -161,16 +162,18 @@ class DynamicMeans(DynamicBase):
         """
         self._validate_params()
         self._rates()
-        if isinstance(batches, np.ndarray):  # one time step
+        single = isinstance(batches, np.ndarray)
+        if single:  # one time step
             batches = [batches]
             sample_weight = None if sample_weight is None else [sample_weight]
-        fp = None
+        fp, arr = None, None
         if hasattr(batches, "chunks") and hasattr(batches, "shape") and getattr(batches, "ndim", 0) == 2:
             arr, _ = check_array(batches, name="batches", min_samples=0)
             fp = fingerprint_of(self, arr)
             batches = row_blocks(arr)
         self._clear()
         self._ck_fp = fp
+        t = 0
         try:
             done = int(self.n_batches_) if resume_state(self, fp) else 0
             weights = iter(sample_weight) if sample_weight is not None else None
@@ -181,6 +184,19 @@ class DynamicMeans(DynamicBase):
                 if t >= done:  # the batches before are in the restored state
                     self.partial_fit(batch, sample_weight=w)
             _check_resumed_length(self, done, seen)
+        except InvalidDataError as exc:
+            row = getattr(exc, "batch_row", None)
+            if row is None:
+                raise
+            if arr is not None:  # a time step is a chunk of one array: name the chunk and the row of the array
+                first = int(block_offsets(arr.chunks[0])[t])
+                raise non_finite_error("batches", t, first, first + arr.chunks[0][t] - 1, "fit", first + int(row)
+                                       ) from None
+            raise InvalidDataError(
+                message("X" if single else f"batches[{t}]", "finite values", f"NaN or infinity in row {row}",
+                        "Drop or impute those rows and fit again" + ("." if single else
+                                                                    " (the time steps before it are in the model)."))
+            ) from None
         finally:
             self._ck_fp = None
         return self
