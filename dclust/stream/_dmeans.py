@@ -8,12 +8,11 @@ import numpy as np
 
 from .._registry import register
 from .._validation import SEED, Interval, Options, check_array, temporal_rates
-from .._dask.passes import block_offsets
 from ..errors import InvalidDataError, InvalidParameterError, message
-from ..cluster._base import CHECKPOINT, non_finite_error
+from ..cluster._base import CHECKPOINT
 from ._checkpoint import check_resumed_length as _check_resumed_length
 from ._checkpoint import fingerprint_of, resume_state
-from ._dynamic import DynamicBase, row_blocks
+from ._dynamic import DynamicBase, row_blocks, time_step_error
 from ..typing import CheckpointLike, Ignored, SeedLike
 
 __all__ = ["DynamicMeans"]
@@ -185,18 +184,7 @@ class DynamicMeans(DynamicBase):
                     self.partial_fit(batch, sample_weight=w)
             _check_resumed_length(self, done, seen)
         except InvalidDataError as exc:
-            row = getattr(exc, "batch_row", None)
-            if row is None:
-                raise
-            if arr is not None:  # a time step is a chunk of one array: name the chunk and the row of the array
-                first = int(block_offsets(arr.chunks[0])[t])
-                raise non_finite_error("batches", t, first, first + arr.chunks[0][t] - 1, "fit", first + int(row)
-                                       ) from None
-            raise InvalidDataError(
-                message("X" if single else f"batches[{t}]", "finite values", f"NaN or infinity in row {row}",
-                        "Drop or impute those rows and fit again" + ("." if single else
-                                                                    " (the time steps before it are in the model)."))
-            ) from None
+            raise time_step_error(exc, t, arr, single) from None
         finally:
             self._ck_fp = None
         return self

@@ -20,7 +20,7 @@ from .._dask.passes import (
 from .._dask.occ import DMRule, KeyedPass, keyed_pass, keyed_prefix
 from .._fit import ProgressEvent, Step, Stopwatch, emit, fit_loop
 from .._validation import InputInfo, as_generator, check_array, check_sample_weight
-from ..cluster._base import BaseEstimator, finite_rows, raise_if_bad_block, wrap_output
+from ..cluster._base import BaseEstimator, finite_rows, non_finite_error, raise_if_bad_block, wrap_output
 from ..errors import ConvergenceWarning, InvalidDataError, NotFittedError, message
 from ..kernels.distances import seed_mix
 from ..kernels.dynmeans import (StepResult, StepState, assign_instantiated, carry_over, end_of_pass,
@@ -339,6 +339,23 @@ def _chunk(a: da.Array | None) -> Any:
     """``a``'s single chunk as a Delayed (no concatenation copy when computed), or ``a`` itself when it has several
     chunks (or is None)."""
     return single_chunk(a) if a is not None and all(n == 1 for n in a.numblocks) else a
+
+
+def time_step_error(exc: InvalidDataError, t: int, arr: da.Array | None, single: bool) -> InvalidDataError:
+    """The error of a fit over time steps whose step ``t`` failed with ``exc``: for NaN/inf rows (``exc.batch_row``
+    set) one that names the step and its row, or, when the steps are the row chunks of one array ``arr``, the
+    chunk and the row of the array (``single``: the fit's X was one numpy time step); ``exc`` itself otherwise."""
+    row = getattr(exc, "batch_row", None)
+    if row is None:
+        return exc
+    if arr is not None:
+        first = int(block_offsets(arr.chunks[0])[t])
+        return non_finite_error("batches", t, first, first + arr.chunks[0][t] - 1, "fit", first + int(row))
+    return InvalidDataError(
+        message("X" if single else f"batches[{t}]", "finite values", f"NaN or infinity in row {row}",
+                "Drop or impute those rows and fit again"
+                + ("." if single else " (the time steps before it are in the model)."))
+    )
 
 
 def _finite(Y: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from ..cluster._base import CHECKPOINT, BaseEstimator
 from ..errors import DclustError, InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels import sdmeans as K
 from ._checkpoint import check_resumed_length, fingerprint_of, resume_state, save_state
+from ._dynamic import time_step_error
 from ._sdstate import OldClusters
 from ..typing import CheckpointLike, SeedLike
 
@@ -256,9 +257,11 @@ class SpectralDynamicMeans(BaseEstimator):
         Y = np.asarray(compute(arr)[0] if isinstance(arr, da.Array) else arr, dtype=np.float64)
         bad = ~np.isfinite(Y).all(axis=1)
         if bad.any():
-            raise InvalidDataError(
+            err = InvalidDataError(
                 message(what, "finite values", f"NaN or infinity in row {int(np.flatnonzero(bad)[0])}",
                         "Drop or impute those rows before passing the batch."))
+            err.batch_row = int(np.flatnonzero(bad)[0])  # type: ignore[attr-defined]  # fit() names X's row
+            raise err
         return Y
 
     def _state(self) -> OldClusters:
@@ -354,18 +357,20 @@ class SpectralDynamicMeans(BaseEstimator):
         self._resolve_params()
         for name in _STATE_ATTRIBUTES:
             self.__dict__.pop(name, None)
-        fp = None
+        fp, arr = None, None
+        single = isinstance(batches, np.ndarray) and batches.ndim == 2
         if isinstance(batches, da.Array) and batches.ndim == 2:
             arr = batches
             fp = fingerprint_of(self, arr)
             batches = (arr.blocks[i] for i in range(arr.numblocks[0]))
-        elif isinstance(batches, np.ndarray) and batches.ndim == 2:
+        elif single:
             batches = [batches]
         elif not isinstance(batches, Iterable) or isinstance(batches, (str, bytes)):
             raise InvalidDataError(
                 message("fit(batches)", "an iterable of (n_t, n_features) arrays or a row-chunked dask array",
                         f"a {type(batches).__name__}", "Pass a list (or generator) of batches."))
         self._ck_fp = fp
+        t = 0
         try:
             done = int(self.n_steps_) if resume_state(self, fp) else 0
             seen = 0
@@ -374,6 +379,8 @@ class SpectralDynamicMeans(BaseEstimator):
                 if t >= done:  # the batches before are in the restored state
                     self.partial_fit(b)
             check_resumed_length(self, done, seen)
+        except InvalidDataError as exc:
+            raise time_step_error(exc, t, arr, single) from None
         finally:
             self._ck_fp = None
         return self

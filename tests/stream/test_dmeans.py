@@ -64,8 +64,13 @@ def test_bad_parameters_raise_clear_errors(kwargs):
         DynamicMeans(**kwargs).partial_fit(np.zeros((3, 2)))
 
 
-def test_a_nan_in_a_fit_over_time_steps_names_the_step_and_its_row():
-    """DynamicMeans.fit names the time step holding NaN/inf (and, for one array, its chunk and row): the steps
+@pytest.mark.parametrize("make", [
+    lambda: DynamicMeans(lam=1.0, Q=1.0, tau=1.0, random_state=0),
+    lambda: dclust.SpectralDynamicMeans(lam=1.0, Q=1.0, tau=1.0, kernel="linear"),
+    lambda: dclust.KernelDynamicMeans(lam=1.0, Q=1.0, tau=1.0, kernel="linear"),
+], ids=["DynamicMeans", "SpectralDynamicMeans", "KernelDynamicMeans"])
+def test_a_nan_in_a_fit_over_time_steps_names_the_step_and_its_row(make):
+    """fit over time steps names the step holding NaN/inf (and, for one array, its chunk and row): the steps
     before it are in the model."""
     X = np.random.default_rng(3).normal(size=(300, 2))
     X[123, 1] = np.nan
@@ -73,10 +78,10 @@ def test_a_nan_in_a_fit_over_time_steps_names_the_step_and_its_row():
              (da.from_array(X, chunks=(50, 2)), r"^batches: .*chunk 2 \(rows 100\.\.149; first at row 123\)", 2),
              ([X[:100], X[100:200], X[200:]], r"^batches\[1\]: .*row 23\. .*time steps before it are in the model", 1)]
     for batches, match, done in cases:
-        dm = DynamicMeans(lam=1.0, Q=1.0, tau=1.0, random_state=0)
+        model = make()
         with pytest.raises(InvalidDataError, match=match):
-            dm.fit(batches)
-        assert dm.n_batches_ == done
+            model.fit(batches)
+        assert getattr(model, "n_batches_", getattr(model, "n_steps_", 0)) == done
 
 
 def test_bad_batches_raise_clear_errors():
