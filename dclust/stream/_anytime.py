@@ -12,18 +12,18 @@ import numpy as np
 import numpy.typing as npt
 from dask.core import get_dependencies
 
-from .._dask.passes import block_offsets, current_client, on_cluster, rechunk
+from .._dask.passes import current_client, on_cluster, rechunk
 from .._registry import register
 from .._validation import SEED, Interval, Options, check_array, check_sample_weight
 from ..errors import InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels.distances import seed_mix
 from ..kernels.kmeans import block_rng
-from ..cluster._base import CHECKPOINT, non_finite_error, raise_if_bad_block
+from ..cluster._base import CHECKPOINT, raise_if_bad_block
 from ._anytime_step import Sample, keyed_sample, sampled_step
 from ._checkpoint import fingerprint_of, resume_state, save_state
 from ._consolidate import consolidate as consolidate_summaries
 from ._consolidate import refine_pass
-from ._dynamic import DynamicBase, LoadedBatch, _finite, load_block
+from ._dynamic import DynamicBase, LoadedBatch, _finite, load_block, time_step_error
 from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
 if TYPE_CHECKING:
@@ -324,14 +324,8 @@ class AnytimeDPMeans(DynamicBase):
                     save_state(self, fp)  # a rerun after the read resumes the consolidated model
                 at = j + 1
                 yield self
-        except InvalidDataError as exc:
-            row = getattr(exc, "batch_row", None)
-            if row is None:
-                raise
-            # NaN/inf in a batch: named as a chunk and row of X (the batches done stay in the model)
-            b = int(self.batch_order_[at])
-            first = int(block_offsets(arr.chunks[0])[b])
-            raise non_finite_error("X", b, first, first + arr.chunks[0][b] - 1, "fit", first + int(row)) from None
+        except InvalidDataError as exc:  # NaN/inf in a batch: named as a chunk and row of X (the batches done stay)
+            raise time_step_error(exc, int(self.batch_order_[at]), arr, name="X") from None
         finally:
             self._ck_fp = None
             self._samples = None

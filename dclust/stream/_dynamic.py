@@ -341,16 +341,18 @@ def _chunk(a: da.Array | None) -> Any:
     return single_chunk(a) if a is not None and all(n == 1 for n in a.numblocks) else a
 
 
-def time_step_error(exc: InvalidDataError, t: int, arr: da.Array | None, single: bool) -> InvalidDataError:
+def time_step_error(exc: InvalidDataError, t: int, arr: da.Array | None, single: bool = False,
+                    name: str = "batches") -> InvalidDataError:
     """The error of a fit over time steps whose step ``t`` failed with ``exc``: for NaN/inf rows (``exc.batch_row``
-    set) one that names the step and its row, or, when the steps are the row chunks of one array ``arr``, the
-    chunk and the row of the array (``single``: the fit's X was one numpy time step); ``exc`` itself otherwise."""
+    set) one that names the step and its row, or, when the steps are the row chunks of one array ``arr`` (called
+    ``name``; ``t`` its chunk), the chunk and the row of the array (``single``: the fit's X was one numpy time
+    step); ``exc`` itself otherwise."""
     row = getattr(exc, "batch_row", None)
     if row is None:
         return exc
     if arr is not None:
         first = int(block_offsets(arr.chunks[0])[t])
-        return non_finite_error("batches", t, first, first + arr.chunks[0][t] - 1, "fit", first + int(row))
+        return non_finite_error(name, t, first, first + arr.chunks[0][t] - 1, "fit", first + int(row))
     return InvalidDataError(
         message("X" if single else f"batches[{t}]", "finite values", f"NaN or infinity in row {row}",
                 "Drop or impute those rows and fit again"

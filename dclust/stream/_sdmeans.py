@@ -257,10 +257,10 @@ class SpectralDynamicMeans(BaseEstimator):
         Y = np.asarray(compute(arr)[0] if isinstance(arr, da.Array) else arr, dtype=np.float64)
         bad = ~np.isfinite(Y).all(axis=1)
         if bad.any():
-            err = InvalidDataError(
-                message(what, "finite values", f"NaN or infinity in row {int(np.flatnonzero(bad)[0])}",
-                        "Drop or impute those rows before passing the batch."))
-            err.batch_row = int(np.flatnonzero(bad)[0])  # type: ignore[attr-defined]  # fit() names X's row
+            row = int(np.flatnonzero(bad)[0])
+            err = InvalidDataError(message(what, "finite values", f"NaN or infinity in row {row}",
+                                           "Drop or impute those rows before passing the batch."))
+            err.batch_row = row  # type: ignore[attr-defined]  # fit() names the row of X instead
             raise err
         return Y
 
