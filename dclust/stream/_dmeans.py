@@ -8,11 +8,10 @@ import numpy as np
 
 from .._registry import register
 from .._validation import SEED, Interval, Options, check_array, temporal_rates
-from ..errors import InvalidDataError, InvalidParameterError, message
+from ..errors import InvalidParameterError, message
 from ..cluster._base import CHECKPOINT
-from ._checkpoint import check_resumed_length as _check_resumed_length
-from ._checkpoint import fingerprint_of, resume_state
-from ._dynamic import DynamicBase, row_blocks, time_step_error
+from ._checkpoint import fingerprint_of
+from ._dynamic import DynamicBase, fit_time_steps, row_blocks
 from ..typing import CheckpointLike, Ignored, SeedLike
 
 __all__ = ["DynamicMeans"]
@@ -171,20 +170,6 @@ class DynamicMeans(DynamicBase):
             fp = fingerprint_of(self, arr)
             batches = row_blocks(arr)
         self._clear()
-        self._ck_fp = fp
-        t = 0
-        try:
-            done = int(self.n_batches_) if resume_state(self, fp) else 0
-            weights = iter(sample_weight) if sample_weight is not None else None
-            seen = 0
-            for t, batch in enumerate(batches):
-                w = None if weights is None else next(weights)
-                seen = t + 1
-                if t >= done:  # the batches before are in the restored state
-                    self.partial_fit(batch, sample_weight=w)
-            _check_resumed_length(self, done, seen)
-        except InvalidDataError as exc:
-            raise time_step_error(exc, t, arr, single) from None
-        finally:
-            self._ck_fp = None
+        fit_time_steps(self, batches, lambda batch, w: self.partial_fit(batch, sample_weight=w), fp=fp,
+                       n_done="n_batches_", arr=arr, single=single, sample_weight=sample_weight)
         return self

@@ -8,7 +8,7 @@ The randomness of batch ``t``, restart ``r`` comes from ``(seed_, t, r)`` alone,
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import dask.array as da
 import numpy as np
@@ -27,7 +27,7 @@ from ..kernels.dynmeans import (StepResult, StepState, assign_instantiated, carr
                                 first_nonfinite_row, gammas)
 from ..kernels.kmeans import block_rng
 from ..kernels.stats import ClusterStats
-from ._checkpoint import resume_state, save_state
+from ._checkpoint import check_resumed_length, resume_state, save_state
 from typing import Self
 from ..typing import ArrayLike, CheckpointLike, Ignored, SeedLike
 
@@ -358,6 +358,31 @@ def time_step_error(exc: InvalidDataError, t: int, arr: da.Array | None, single:
                 "Drop or impute those rows and fit again"
                 + ("." if single else " (the time steps before it are in the model)."))
     )
+
+
+def fit_time_steps(model: Any, batches: Iterable[Any], fit_step: Callable[[Any, Any], Any], *, fp: Any,
+                   n_done: str, arr: da.Array | None, single: bool, sample_weight: Iterable[Any] | None = None
+                   ) -> None:
+    """The loop of a ``fit`` over time steps: ``fit_step(batch, weights)`` for each batch (with the matching entry of
+    ``sample_weight``, or None), after those a checkpoint at ``fp`` has done (the model's ``n_done`` attribute once
+    restored); a stream shorter than the checkpoint's raises, and NaN/inf in a step is named by
+    :func:`time_step_error`."""
+    model._ck_fp = fp
+    t = 0
+    try:
+        done = int(getattr(model, n_done)) if resume_state(model, fp) else 0
+        weights = iter(sample_weight) if sample_weight is not None else None
+        seen = 0
+        for t, batch in enumerate(batches):
+            w = None if weights is None else next(weights)
+            seen = t + 1
+            if t >= done:  # the batches before are in the restored state
+                fit_step(batch, w)
+        check_resumed_length(model, done, seen)
+    except InvalidDataError as exc:
+        raise time_step_error(exc, t, arr, single) from None
+    finally:
+        model._ck_fp = None
 
 
 def _finite(Y: np.ndarray) -> np.ndarray:

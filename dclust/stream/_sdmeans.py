@@ -20,8 +20,8 @@ from .._validation import (
 from ..cluster._base import CHECKPOINT, BaseEstimator
 from ..errors import DclustError, InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels import sdmeans as K
-from ._checkpoint import check_resumed_length, fingerprint_of, resume_state, save_state
-from ._dynamic import time_step_error
+from ._checkpoint import fingerprint_of, resume_state, save_state
+from ._dynamic import fit_time_steps
 from ._sdstate import OldClusters
 from ..typing import CheckpointLike, SeedLike
 
@@ -369,20 +369,8 @@ class SpectralDynamicMeans(BaseEstimator):
             raise InvalidDataError(
                 message("fit(batches)", "an iterable of (n_t, n_features) arrays or a row-chunked dask array",
                         f"a {type(batches).__name__}", "Pass a list (or generator) of batches."))
-        self._ck_fp = fp
-        t = 0
-        try:
-            done = int(self.n_steps_) if resume_state(self, fp) else 0
-            seen = 0
-            for t, b in enumerate(batches):
-                seen = t + 1
-                if t >= done:  # the batches before are in the restored state
-                    self.partial_fit(b)
-            check_resumed_length(self, done, seen)
-        except InvalidDataError as exc:
-            raise time_step_error(exc, t, arr, single) from None
-        finally:
-            self._ck_fp = None
+        fit_time_steps(self, batches, lambda batch, _: self.partial_fit(batch), fp=fp, n_done="n_steps_", arr=arr,
+                       single=single)
         return self
 
     def _check_restored(self, ck: Checkpointer) -> None:
