@@ -13,7 +13,7 @@ from .._dask.passes import map_blocks
 from .._fit import ProgressEvent, Stopwatch, emit, rng_state
 from .._registry import register
 from .._validation import COUNT, POSITIVE, Interval, Options, as_generator, constrain
-from ..errors import DclustError, message
+from ..errors import InvalidParameterError, message
 from ..kernels import ibp as K
 from ._base import MEMORY_PARAMETERS, TransformerMixin, wrap_output
 
@@ -25,6 +25,15 @@ __all__ = ["IBPGibbs"]
 
 def _ibp_codes(Xb: npt.NDArray[Any], features: np.ndarray, probs: np.ndarray, sigma_x: float) -> np.ndarray:
     return K.ibp_map_codes(Xb, features, probs, sigma_x)
+
+
+def _offset_hint(X: np.ndarray) -> str:
+    """Advice for data far from the origin: the model ``X = Z A + noise`` has no intercept, so an offset common to
+    every row is a feature that every row holds, and an offset far above the noise takes many features."""
+    mean, spread = np.abs(X.mean(axis=0)), X.std(axis=0)
+    if np.any(mean > 10 * (spread + float(np.finfo(np.float64).tiny))):
+        return "The rows sit far from the origin (the model has no intercept): center X (X - X.mean(axis=0)). "
+    return ""
 
 
 @register
@@ -170,11 +179,11 @@ class IBPGibbs(TransformerMixin, _InMemory):
             k = K.ibp_sweep(X, Z, G, B, m, k, order, float(self.alpha), sx * scale, sa, int(self.max_new_features),
                             rng)
             if k < 0:
-                raise DclustError(
+                raise InvalidParameterError(
                     message(f"IBPGibbs(max_features={cap})", f"at most {cap} features",
                             f"a sweep that needed more (sweep {it + 1})",
-                            "Lower alpha, raise sigma_x (the noise level may be underestimated), or raise "
-                            "max_features.")
+                            _offset_hint(X) + "Lower alpha, raise sigma_x (the noise level may be underestimated), "
+                            "or raise max_features.")
                 )
             Zk = Z[:, :k].astype(np.float64)  # re-accumulate exactly
             G[:k, :k] = Zk.T @ Zk

@@ -246,6 +246,13 @@ def test_ibp_feature_overflow_is_a_clear_error():
     with pytest.raises(DclustError, match="max_features") as info:
         IBPGibbs(sigma_x=0.01, alpha=20.0, max_features=3, n_iter=2, random_state=0).fit(X)
     assert "alpha" in str(info.value) and "received" in str(info.value)
+    assert isinstance(info.value, InvalidParameterError) and "center X" not in str(info.value)
+
+
+def test_ibp_feature_overflow_on_data_far_from_the_origin_says_to_center_it():
+    X = np.random.default_rng(0).standard_normal((100, 4)) + 1e9
+    with pytest.raises(InvalidParameterError, match=r"max_features=100.*center X \(X - X.mean\(axis=0\)\)"):
+        IBPGibbs(n_iter=5, random_state=0).fit(X)
 
 
 # ------------------------------------------------------------------------------------------- size limits, bad input
