@@ -9,8 +9,9 @@ pass on a distributed cluster wait for no other key), else they are one key of t
 No block is concatenated or copied on the way.
 
 How many tasks (``dask.config.set({"dclust.pass-grouping": False})`` keeps one task per block, for comparisons): a
-store read is grouped into about ``TASKS_PER_THREAD`` tasks per thread of the cluster, so the
-scheduling cost of a pass follows the cluster's cores, not the store's chunk count. Blocks a distributed cluster holds
+store read is grouped into 1 to ``TASKS_PER_THREAD`` tasks per thread of the cluster (one per
+``MIN_BLOCKS_PER_TASK`` blocks), so the scheduling cost of a pass follows the cluster's cores, not the store's
+chunk count. Blocks a distributed cluster holds
 (persisted: :func:`persist_if_fits` spreads them over the workers in one contiguous run per thread) are grouped by
 those runs, one task per run on the worker that holds it; the tasks merge their blocks' partials in the subtrees
 of the tree of one task per block that they hold whole and one task finishes the tree, so the merge order does not
@@ -59,10 +60,16 @@ __all__ = [
     "persist_if_fits",
     "CHUNK_DONE_TOPIC",
     "TASKS_PER_THREAD",
+    "MIN_BLOCKS_PER_TASK",
 ]
 
-#: Tasks per thread of the cluster in a grouped pass over a store (a few, so a slow task does not hold the pass).
+#: Tasks per thread of the cluster in a grouped pass over a store, at most: a few, so that a slow worker does not
+#: hold the pass (the others take its tasks that have not started)...
 TASKS_PER_THREAD = 4
+#: ... but a task reads at least this many blocks where the pass has that many per thread: every task costs the
+#: pass a round trip. 20 blocks of 500,000 x 8 on 2 threads: 8 tasks 162-179 ms per KMeans pass, 2 tasks 140-153
+#: ms (worker processes); 112-120 against 103-115 ms (threads).
+MIN_BLOCKS_PER_TASK = 8
 
 #: Topic of the events a distributed worker logs when it has processed row chunks (``Client.subscribe_topic``);
 #: the message is the number of chunks done.
@@ -248,15 +255,17 @@ def _cpu_count() -> int:
 
 
 def block_groups(n_blocks: int, blocks: Sequence[int] | None = None, n_tasks: int | None = None) -> list[list[int]]:
-    """``n_tasks`` (default: ``TASKS_PER_THREAD`` per cluster thread; at most one per block) groups of consecutive
-    blocks (default all) whose sizes differ by at most one, larger first: with as many tasks per thread, every
-    thread gets the same number of blocks (20 blocks in 8 tasks are 3, 3, 3, 3, 2, 2, 2, 2 -- not 3, ..., 3, 2,
-    which would leave one of 2 threads idle for the last task)."""
+    """``n_tasks`` groups of consecutive blocks (default all; at most one group per block) whose sizes differ by at
+    most one, larger first: with as many tasks per thread, every thread gets the same number of blocks (20 blocks
+    in 8 tasks are 3, 3, 3, 3, 2, 2, 2, 2 -- not 3, ..., 3, 2, which would leave one of 2 threads idle for the
+    last task). The default: per cluster thread, one task for every ``MIN_BLOCKS_PER_TASK`` blocks, between 1 and
+    ``TASKS_PER_THREAD``."""
     todo = list(range(n_blocks)) if blocks is None else [int(b) for b in blocks]
     if not todo:
         return []
     if n_tasks is None:
-        n_tasks = TASKS_PER_THREAD * _cluster_threads()
+        threads = _cluster_threads()
+        n_tasks = threads * min(TASKS_PER_THREAD, max(1, len(todo) // (threads * MIN_BLOCKS_PER_TASK)))
     n_groups = min(len(todo), max(1, int(n_tasks)))
     size, larger = divmod(len(todo), n_groups)
     bounds = np.cumsum([0] + [size + 1] * larger + [size] * (n_groups - larger))

@@ -70,6 +70,17 @@ def test_block_groups_are_balanced(n_blocks, n_tasks):
     assert block_groups(10, subset, n_tasks=2) == [[1, 2, 3], [7, 9]]
 
 
+@pytest.mark.parametrize("n_blocks,n_groups", [(1, 1), (3, 2), (20, 2), (31, 2), (32, 4), (48, 6), (64, 8),
+                                               (5000, 8)])
+def test_a_pass_runs_one_task_per_thread_for_every_eight_blocks_up_to_four(n_blocks, n_groups):
+    """Two threads: one task per thread until a thread has 16 blocks (two tasks of 8), four at most."""
+    from dclust._dask.passes import block_groups
+
+    with dask.config.set(scheduler="threads", num_workers=2):
+        groups = block_groups(n_blocks)
+    assert len(groups) == n_groups and [b for g in groups for b in g] == list(range(n_blocks))
+
+
 def _pass_tasks(Xd, C) -> dict:
     parts = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centers=C)
     graph = dict(parts.__dask_graph__())
@@ -264,14 +275,16 @@ def test_a_store_read_is_grouped_after_a_persisted_copy_of_the_same_store(store)
     assert _groups_for(Xp, None, grouped=True) == [[b] for b in range(X.numblocks[0])]
 
 
-def test_an_input_aligned_with_a_store_is_persisted_where_the_pass_tasks_will_run(tmp_path, client):
+def test_an_input_aligned_with_a_store_is_persisted_where_the_pass_tasks_will_run(tmp_path, client, monkeypatch):
     """An aligned input of every pass over a store (GM-PR's links) is placed by the pass's task groups, the groups
     dealt to the workers in turn: each task finds its blocks on one worker, and the tasks of a pass over the store
     run on both workers (left to the scheduler, the input sat on one worker and so did every task of the pass)."""
     from distributed import futures_of, get_task_stream
 
+    from dclust._dask import passes
     from dclust._dask.passes import _groups_for, persist_aligned
 
+    monkeypatch.setattr(passes, "MIN_BLOCKS_PER_TASK", 1)  # several tasks per thread: dealt in more than one round
     data = np.arange(4000.0).reshape(2000, 2)
     X = dclust.open_array(dclust.write_array(data, tmp_path / "x.zarr", chunks=(100, 2)))
     A = da.from_array(np.arange(20.0), chunks=1)

@@ -54,6 +54,7 @@ def test_the_issue_case_same_k_for_three_chunkings(overlapping):
 def test_any_chunking_and_task_grouping_gives_the_same_model(overlapping, cuts, tasks, monkeypatch):
     reference = _fit(overlapping, 3000)
     monkeypatch.setattr(passes, "TASKS_PER_THREAD", tasks)
+    monkeypatch.setattr(passes, "MIN_BLOCKS_PER_TASK", 1)
     other = _fit(overlapping, _irregular(len(overlapping), cuts))
     _same_model(reference, other, overlapping)
 
