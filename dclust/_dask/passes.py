@@ -42,7 +42,7 @@ from dask.array.optimization import _is_getter_task
 from dask.highlevelgraph import HighLevelGraph
 
 from ..errors import DclustError
-from .reduce import boxed, merge_nodes, merge_subtrees, tree_reduce
+from .reduce import boxed, fan_in, merge_nodes, merge_subtrees, tree_reduce
 
 __all__ = [
     "map_reduce",
@@ -526,8 +526,20 @@ def map_reduce(
         return _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, split_every)
     graph, name = _pass_graph(fn, merge, X, aligned, groups, kwargs, "pass", block_args)
     parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
+    if len(groups) <= fan_in(split_every):  # the tree is one merge: one task, right after the pass's tasks
+        out = f"dclust-reduce-{name[len('dclust-pass-'):]}"
+        refs = List(*[TaskRef((name, g)) for g in range(len(groups))])
+        layer = {(out,): Task((out,), _merge_all, merge, refs)}
+        return da.Array(HighLevelGraph.from_collections(out, layer, dependencies=[parts]), out, chunks=(),
+                        dtype=object, meta=np.empty((), dtype=object))
     boxed = parts.map_blocks(_box_one, dtype=object, meta=np.empty(0, dtype=object))
     return tree_reduce(boxed, merge, split_every=split_every)
+
+
+def _merge_all(merge, parts) -> np.ndarray:
+    """The one merge of :func:`map_reduce`'s tree over a few groups' partials (its level of ``split_every`` or fewer:
+    the same merge as :func:`dclust._dask.reduce.tree_reduce`'s, bit for bit)."""
+    return boxed(merge(list(parts)), 0)
 
 
 def _merged_held(fn, merge, X, aligned, groups, kwargs, block_args, split_every) -> da.Array:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import dask.array as da
 import numpy as np
 
-__all__ = ["tree_reduce", "merge_tree", "merge_subtrees", "merge_nodes", "boxed", "DEFAULT_SPLIT_EVERY"]
+__all__ = ["tree_reduce", "merge_tree", "merge_subtrees", "merge_nodes", "boxed", "fan_in", "DEFAULT_SPLIT_EVERY"]
 
 DEFAULT_SPLIT_EVERY = 8
 
@@ -48,7 +48,8 @@ class _Merged:
         return "dclust-merged", self.ndim, tokenize(self.merge)
 
 
-def _fan_in(split_every: int | None) -> int:
+def fan_in(split_every: int | None) -> int:
+    """The fan-in of the tree for ``split_every`` (None: :data:`DEFAULT_SPLIT_EVERY`); at least 2."""
     s = DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
     if s < 2:
         raise ValueError(f"split_every must be >= 2, got {s}")
@@ -69,7 +70,7 @@ def merge_subtrees(partials: Sequence[Any], merge: Callable[[Sequence[Any]], Any
     A task that holds a run of consecutive partials merges what it can where they are, and sends on at most
     ``2 (split_every - 1)`` nodes per level instead of every partial.
     """
-    s = _fan_in(split_every)
+    s = fan_in(split_every)
     nodes = {(0, first + i): p for i, p in enumerate(partials)}
     end = first + len(partials)
     for level in range(1, _depth(n, s)):
@@ -87,7 +88,7 @@ def merge_nodes(nodes: dict[tuple[int, int], Any], merge: Callable[[Sequence[Any
                 split_every: int | None = None) -> Any:
     """The root of :func:`merge_tree`'s tree over ``n`` partials from the nodes :func:`merge_subtrees` made of
     ranges that cover every partial once: the result of :func:`merge_tree`, bit for bit."""
-    s = _fan_in(split_every)
+    s = fan_in(split_every)
     depth = _depth(n, s)
 
     def node(level: int, j: int) -> Any:
@@ -142,7 +143,7 @@ def tree_reduce(
     dask.array.Array
         A 0-d object array; ``.compute()[()]`` is the merged partial.
     """
-    s = _fan_in(split_every)
+    s = fan_in(split_every)
     return da.reduction(
         partials,
         chunk=_chunk,

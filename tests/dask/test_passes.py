@@ -81,6 +81,35 @@ def test_a_pass_runs_one_task_per_thread_for_every_eight_blocks_up_to_four(n_blo
     assert len(groups) == n_groups and [b for g in groups for b in g] == list(range(n_blocks))
 
 
+@pytest.mark.parametrize("n_groups", [1, 2, 8, 9])
+def test_a_pass_of_a_few_tasks_merges_them_in_one_task_bit_for_bit_as_the_tree(store, n_groups, monkeypatch):
+    """Up to ``split_every`` task groups, a pass ends in one merge task that depends on the pass's tasks alone (no
+    boxing layer, no tree): the tree's one level, so the same statistics bit for bit. More groups: the tree."""
+    from dclust._dask import passes
+
+    X, path = store
+    Xd = dclust.open_array(path)
+    C = X[:4].astype(np.float64)
+    monkeypatch.setattr(passes, "block_groups", lambda n, todo=None, n_tasks=None: [
+        list(g) for g in np.array_split(np.arange(n) if todo is None else np.asarray(todo), n_groups) if len(g)])
+    assert len(_groups_for(Xd, None, grouped=True)) == n_groups
+    merged = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centers=C)
+    graph = merged.__dask_graph__()
+    if n_groups <= 8:
+        assert len(graph.layers) == 2 and merged.name.startswith("dclust-reduce-")
+        root = graph[(merged.name,)]
+        assert {k[0] for k in root.dependencies} == {merged.name.replace("dclust-reduce-", "dclust-pass-")}
+    else:
+        assert any("dclust-tree-reduce" in name for name in graph.layers)
+    got = merged.compute()[()]
+    monkeypatch.setattr(passes, "fan_in", lambda split_every: 0)  # the same groups through the tree
+    tree = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centers=C)
+    assert any("dclust-tree-reduce" in name for name in tree.__dask_graph__().layers)
+    reference = tree.compute()[()]
+    for a in ("weight", "mean", "scatter"):
+        np.testing.assert_array_equal(getattr(got, a), getattr(reference, a))
+
+
 def _pass_tasks(Xd, C) -> dict:
     parts = map_reduce(_stats_partial, ClusterStats.merge_all, Xd, None, centers=C)
     graph = dict(parts.__dask_graph__())
