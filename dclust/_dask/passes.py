@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import os
 import types
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
@@ -122,6 +123,30 @@ def _report_chunks_done(n: int) -> None:
     except (ImportError, ValueError):
         return
     worker.log_event(CHUNK_DONE_TOPIC, n)
+
+
+#: A task of a pass reports the chunks it has done at most this often (seconds), and when it ends: a task of a large
+#: store reads hundreds of chunks, and the live display must not wait for its end.
+PROGRESS_INTERVAL = 0.5
+
+
+class _ChunkCounter:
+    """The chunks a task has done, reported every :data:`PROGRESS_INTERVAL` seconds and at :meth:`flush`."""
+
+    def __init__(self) -> None:
+        self.pending, self.last = 0, time.monotonic()
+
+    def done(self) -> None:
+        self.pending += 1
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_INTERVAL:
+            self.flush()
+            self.last = now
+
+    def flush(self) -> None:
+        if self.pending:
+            _report_chunks_done(self.pending)
+            self.pending = 0
 
 
 def _block_info_array(X: da.Array) -> da.Array:
@@ -386,6 +411,7 @@ def _run_group(params, blocks, source, data, extra, *aligned):
     _reuse_chunk_buffers()
     offsets, sizes = layout.blocks()
     out = []
+    counter = _ChunkCounter()
     for i, b in enumerate(blocks):
         off, size = int(offsets[b]), int(sizes[b])
         if reader is None:
@@ -398,7 +424,8 @@ def _run_group(params, blocks, source, data, extra, *aligned):
             others.append(extra[i])
         out.append(fn(Xb, *others, offset=off, block_index=b, **kwargs))
         del Xb, others  # freed before the next block is read: a task holds one chunk at a time, not two
-    _report_chunks_done(len(blocks))
+        counter.done()
+    counter.flush()
     tree = params.tree
     if tree is not None and tree.keep:  # (map_groups) the blocks' kept outputs, then the subtrees of the partials
         nodes = merge_subtrees([o[1] for o in out], tree.merge, first=tree.starts[blocks[0]], n=tree.n,

@@ -60,3 +60,27 @@ def test_workers_report_every_chunk_they_finish(blobs, client):
     counts = [msg for _, msg in seen]  # chunks done per task
     assert sum(counts) >= km.n_iter_ * X.numblocks[0]
     assert all(isinstance(c, int) and c >= 1 for c in counts)
+
+
+def test_a_task_of_many_chunks_reports_them_while_it_runs(client):
+    """A task reports its chunks every ``PROGRESS_INTERVAL`` (0.5 s) seconds, not only at its end: 6 chunks of 0.3 s
+    in 2 tasks (one per thread) give more events than tasks, and every chunk once."""
+    import time
+
+    from dclust._dask.passes import CHUNK_DONE_TOPIC, PROGRESS_INTERVAL, block_groups, map_reduce
+
+    assert PROGRESS_INTERVAL == 0.5 and len(block_groups(6)) == 2
+    seen = []
+    client.subscribe_topic(CHUNK_DONE_TOPIC, seen.append)
+    try:
+        X = da.from_array(np.zeros((60, 2)), chunks=(10, 2))
+        slow = lambda Xb, offset, block_index: __import__("time").sleep(0.3) or 1  # noqa: E731
+        assert map_reduce(slow, sum, X).compute()[()] == 6
+        deadline = time.monotonic() + 10
+        while sum(msg for _, msg in seen) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        client.unsubscribe_topic(CHUNK_DONE_TOPIC)
+    counts = [msg for _, msg in seen]
+    assert sum(counts) == 6 and len(counts) > 2 and min(counts) < 3
+
