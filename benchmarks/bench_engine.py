@@ -7,7 +7,7 @@ in ``--chunk-rows``-row chunks, one run measures:
 - the floor: a plain Zarr read of every chunk with 2 threads (``zarr.open_array(path)[a:b]`` in a
   ``ThreadPoolExecutor``, no Dask; best of ``--io-repeats`` after a warm-up read) plus scikit-learn's marginal
   Lloyd iteration in memory (``KMeans(algorithm="lloyd", init=C0, n_init=1, tol=0)``,
-  ``(t(max_iter=12) - t(max_iter=2)) / 10``, the fastest of ``--sklearn-repeats`` runs of each);
+  ``(t(max_iter=12) - t(max_iter=2)) / 10``, the fastest of ``--marginal-repeats`` runs of each);
 - faiss' ``Kmeans`` (every row used, 2 OpenMP threads) the same way, when faiss is installed;
 - scikit-learn's ``GaussianMixture(covariance_type="diag")``, the in-memory peer of the GM-PR step: its marginal
   iteration (``max_iter=iter_lo + 2`` against ``iter_lo``, one run each, ``means_init=C0``) on the first
@@ -141,9 +141,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--iter-lo", type=int, default=2, help="max_iter of the short fits (default 2)")
     p.add_argument("--repeats", type=int, default=2, help="runs of every timing, the fastest kept (default 2)")
     p.add_argument("--io-repeats", type=int, default=3, help="timed plain-zarr reads, best kept (default 3)")
-    p.add_argument("--sklearn-repeats", type=int, default=4,
-                   help="runs of scikit-learn's two fits (the floor's iteration), the fastest of each kept (default 4: "
-                        "a fit's fixed cost, 0.8-1.9 s at 2M x 64, swings its marginal iteration with 2)")
+    p.add_argument("--marginal-repeats", type=int, default=4,
+                   help="runs of the two fits of scikit-learn's and dclust KMeans' marginal iterations (the floor "
+                        "and the rows against it), the fastest of each kept (default 4: a fit's fixed cost, "
+                        "0.4-1.9 s, swings a marginal iteration by up to 2x with 2)")
     p.add_argument("--anytime-repeats", type=int, default=5,
                    help="AnytimeDPMeans fits, each after a plain-zarr read of the same store; the fastest fit against "
                         "the fastest of these reads and the table's (default 5: as many fits as reads)")
@@ -164,14 +165,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.configs, args.chunk_rows = [(1_000_000, 8, 16), (250_000, 64, 64)], 125_000
-        args.repeats, args.io_repeats, args.anytime_repeats, args.sklearn_repeats, args.iter_hi = 1, 2, 2, 1, 6
+        args.repeats, args.io_repeats, args.anytime_repeats, args.marginal_repeats, args.iter_hi = 1, 2, 2, 1, 6
     if args.out is None:
         args.out = HERE / "results" / ("bench_engine_quick.json" if args.quick else "bench_engine.json")
     if not 1 <= args.iter_lo < args.iter_hi:
         p.error("--iter-lo must be >= 1 and below --iter-hi")
-    if min(args.chunk_rows, args.repeats, args.io_repeats, args.anytime_repeats, args.sklearn_repeats) < 1 \
+    if min(args.chunk_rows, args.repeats, args.io_repeats, args.anytime_repeats, args.marginal_repeats) < 1 \
             or args.mem_factor < 0:
-        p.error("--chunk-rows, --repeats, --io-repeats, --anytime-repeats, --sklearn-repeats must be >= 1 and "
+        p.error("--chunk-rows, --repeats, --io-repeats, --anytime-repeats, --marginal-repeats must be >= 1 and "
                 "--mem-factor >= 0")
     return args
 
@@ -380,7 +381,7 @@ def in_memory_peers(args, path: str, k: int, m: dict, errors: dict) -> tuple[np.
 
     X_mem = np.ascontiguousarray(zarr.open_array(path, mode="r")[...])
     C0, init_info = choose_init(X_mem, k, args.seed)
-    m["sklearn"] = marginal_per_iter(lambda it: (sklearn_fit(X_mem, k, C0, it).n_iter_, {}), args.sklearn_repeats,
+    m["sklearn"] = marginal_per_iter(lambda it: (sklearn_fit(X_mem, k, C0, it).n_iter_, {}), args.marginal_repeats,
                                      args)
     m["floor"] = {"per_iter": m["read_none"]["seconds"] + m["sklearn"]["per_iter"]}
     say(f"scikit-learn: {fmt_s(m['sklearn']['per_iter'])}/iter; floor {fmt_s(m['floor']['per_iter'])}")
@@ -447,7 +448,7 @@ def run_config(args, n: int, d: int, k: int, data_dir: Path) -> dict:
     warm = da.from_array(X[:n_warm].compute(), chunks=(-(-n_warm // 2), d))
 
     def kmeans_marginal(Xs, persist=False):
-        return marginal_per_iter(lambda it: kmeans_fit(Xs, k, C0, it, persist=persist), args.repeats, args)
+        return marginal_per_iter(lambda it: kmeans_fit(Xs, k, C0, it, persist=persist), args.marginal_repeats, args)
 
     # (i) default threaded scheduler, no client -----------------------------------------------------------------
     kmeans_fit(warm, k, C0, 1)
@@ -728,12 +729,14 @@ def main(argv=None) -> dict:
                     "crc32c": T_CRC},
         "definitions": {
             "floor": "plain zarr read of every chunk, 2 threads, best of --io-repeats + scikit-learn marginal lloyd "
-                     "iteration (t(max_iter=hi) - t(max_iter=lo)) / (hi - lo), fastest of --sklearn-repeats",
-            "marginal": "(t(max_iter=hi) - t(max_iter=lo)) / (hi - lo), fastest of --repeats, fixed init, tol=0",
+                     "iteration (t(max_iter=hi) - t(max_iter=lo)) / (hi - lo), fastest of --marginal-repeats",
+            "marginal": "(t(max_iter=hi) - t(max_iter=lo)) / (hi - lo), fastest of --marginal-repeats (scikit-learn, "
+                        "dclust KMeans) or --repeats (faiss, dask-ml, GaussianMixture), fixed init, tol=0",
             "event median": "median of the progress-event seconds of the passes after the first, one fit with "
                             "max_iter=hi (fastest of --repeats)",
             "anytime": "wall seconds of AnytimeDPMeans.fit over the uncompressed store (one read, one chunk per "
-                       "batch), fastest of --repeats, each after a plain-zarr read of that store (read_seconds)",
+                       "batch), fastest of --anytime-repeats, each after a plain-zarr read of that store "
+                       "(read_seconds)",
         },
         "rows": ROWS, "configs": []}
     tmp = None
