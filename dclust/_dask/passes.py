@@ -28,8 +28,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import types
 import time
+import types
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Sequence
