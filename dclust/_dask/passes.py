@@ -554,11 +554,8 @@ def map_reduce(
     graph, name = _pass_graph(fn, merge, X, aligned, groups, kwargs, "pass", block_args)
     parts = da.Array(graph, name, chunks=((1,) * len(groups),), dtype=object, meta=np.empty(0, dtype=object))
     if len(groups) <= fan_in(split_every):  # the tree is one merge: one task, right after the pass's tasks
-        out = f"dclust-reduce-{name[len('dclust-pass-'):]}"
         refs = List(*[TaskRef((name, g)) for g in range(len(groups))])
-        layer = {(out,): Task((out,), _merge_all, merge, refs)}
-        return da.Array(HighLevelGraph.from_collections(out, layer, dependencies=[parts]), out, chunks=(),
-                        dtype=object, meta=np.empty((), dtype=object))
+        return _root_task(f"dclust-reduce-{name[len('dclust-pass-'):]}", parts, _merge_all, merge, refs)
     boxed = parts.map_blocks(_box_one, dtype=object, meta=np.empty(0, dtype=object))
     return tree_reduce(boxed, merge, split_every=split_every)
 
@@ -591,9 +588,15 @@ def _group_tree(merge, groups, split_every, keep: bool = False) -> _Tree:
 def _tree_root(tree: _Tree, token: str, subtrees: list, parts: da.Array, layer: dict | None = None) -> da.Array:
     """0-d object array: the task that finishes ``tree`` from the tasks ``subtrees`` (refs to the groups' merged
     subtrees) over ``parts``, with the further tasks ``layer`` in its graph layer."""
-    out = f"dclust-merge-{token}"
+    return _root_task(f"dclust-merge-{token}", parts, _merge_held, tree.merge, tree.n, tree.split_every,
+                      List(*subtrees), layer=layer)
+
+
+def _root_task(out: str, parts: da.Array, fn: Callable, *args, layer: dict | None = None) -> da.Array:
+    """0-d object array: the one task ``out`` = ``fn(*args)`` over the tasks of ``parts``, with the further tasks
+    ``layer`` in its graph layer."""
     layer = dict(layer or {})
-    layer[(out,)] = Task((out,), _merge_held, tree.merge, tree.n, tree.split_every, List(*subtrees))
+    layer[(out,)] = Task((out,), fn, *args)
     graph = HighLevelGraph.from_collections(out, layer, dependencies=[parts])
     return da.Array(graph, out, chunks=(), dtype=object, meta=np.empty((), dtype=object))
 

@@ -353,11 +353,17 @@ def time_step_error(exc: InvalidDataError, t: int, arr: da.Array | None, single:
     if arr is not None:
         first = int(block_offsets(arr.chunks[0])[t])
         return non_finite_error(name, t, first, first + arr.chunks[0][t] - 1, "fit", first + int(row))
-    return InvalidDataError(
-        message("X" if single else f"batches[{t}]", "finite values", f"NaN or infinity in row {row}",
-                "Drop or impute those rows and fit again"
-                + ("." if single else " (the time steps before it are in the model)."))
-    )
+    return nonfinite_row_error("X" if single else f"batches[{t}]", int(row), "Drop or impute those rows and fit again"
+                               + ("." if single else " (the time steps before it are in the model)."))
+
+
+def nonfinite_row_error(what: str, row: int, fix: str) -> InvalidDataError:
+    """The error for NaN or infinity in row ``row`` of one time step (``what``), marked with that row
+    (``batch_row``) so that a fit over many steps can name the step and the row of its X
+    (:func:`time_step_error`)."""
+    err = InvalidDataError(message(what, "finite values", f"NaN or infinity in row {row}", fix))
+    err.batch_row = row  # type: ignore[attr-defined]
+    return err
 
 
 def fit_time_steps(model: Any, batches: Iterable[Any], fit_step: Callable[[Any, Any], Any], *, fp: Any,
@@ -391,12 +397,7 @@ def _finite(Y: np.ndarray) -> np.ndarray:
         return Y
     bad = first_nonfinite_row(Y)
     if bad >= 0:
-        err = InvalidDataError(
-            message("batch", "finite values", f"NaN or infinity in row {bad}",
-                    "Drop or impute those rows and pass the batch again.")
-        )
-        err.batch_row = bad  # type: ignore[attr-defined]  # a fit over many batches names the row of X instead
-        raise err
+        raise nonfinite_row_error("batch", int(bad), "Drop or impute those rows and pass the batch again.")
     return Y
 
 

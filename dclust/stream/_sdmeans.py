@@ -21,7 +21,7 @@ from ..cluster._base import CHECKPOINT, BaseEstimator
 from ..errors import DclustError, InvalidDataError, InvalidParameterError, NotFittedError, message
 from ..kernels import sdmeans as K
 from ._checkpoint import fingerprint_of, resume_state, save_state
-from ._dynamic import fit_time_steps
+from ._dynamic import fit_time_steps, nonfinite_row_error
 from ._sdstate import OldClusters
 from ..typing import CheckpointLike, SeedLike
 
@@ -257,11 +257,8 @@ class SpectralDynamicMeans(BaseEstimator):
         Y = np.asarray(compute(arr)[0] if isinstance(arr, da.Array) else arr, dtype=np.float64)
         bad = ~np.isfinite(Y).all(axis=1)
         if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            err = InvalidDataError(message(what, "finite values", f"NaN or infinity in row {row}",
-                                           "Drop or impute those rows before passing the batch."))
-            err.batch_row = row  # type: ignore[attr-defined]  # fit() names the row of X instead
-            raise err
+            raise nonfinite_row_error(what, int(np.flatnonzero(bad)[0]),
+                                      "Drop or impute those rows before passing the batch.")
         return Y
 
     def _state(self) -> OldClusters:
